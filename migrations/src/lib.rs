@@ -1,0 +1,22 @@
+//! Schema migrations for yardmaster, applied by `yardmaster migrate` or at start-up.
+//!
+//! The same migrations run on SQLite (embedded default) and PostgreSQL (production);
+//! anything backend-specific is written in SQL both engines accept.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261122_000001_create_job;
+mod m20261122_000002_create_job_event;
+
+/// Lists every migration in the order it is applied.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![
+            Box::new(m20261122_000001_create_job::Migration),
+            Box::new(m20261122_000002_create_job_event::Migration),
+        ]
+    }
+}

@@ -1,0 +1,219 @@
+//! The job endpoints: submit, read, list, cancel, retry, events.
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::error::{ApiError, Code};
+use super::AppState;
+use crate::domain::{Job, JobEvent, JobStatus, NewJob, QueueName};
+use crate::store::JobFilter;
+
+/// Longest idempotency key accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+const MAX_RETRIES_LIMIT: i32 = 100;
+const DEFAULT_PAGE: u64 = 50;
+
+/// Body of `POST /jobs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    pub operation: String,
+    #[serde(default)]
+    pub queue: Option<String>,
+    #[serde(default)]
+    pub payload: Option<Value>,
+    /// The same key returns the same job instead of creating another.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    #[serde(default)]
+    pub max_retries: Option<i32>,
+    #[serde(default)]
+    pub parent_job_id: Option<Uuid>,
+}
+
+pub async fn submit(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Json<SubmitRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let header_key = req
+        .headers()
+        .get("Idempotency-Key")
+        .map(|value| value.to_str().map(str::to_owned))
+        .transpose()
+        .map_err(|_| {
+            ApiError::new(
+                Code::InvalidRequest,
+                "Idempotency-Key must be visible ASCII",
+            )
+        })?;
+    let new = validate_submission(&state, body.into_inner(), header_key).await?;
+    let submission = state.dispatcher.submit(new).await?;
+    let location = format!("/jobs/{}", submission.job.id);
+    let mut response = match submission.created {
+        true => HttpResponse::Created(),
+        false => HttpResponse::Ok(),
+    };
+    Ok(response
+        .insert_header((header::LOCATION, location))
+        .json(submission.job))
+}
+
+async fn validate_submission(
+    state: &AppState,
+    body: SubmitRequest,
+    header_key: Option<String>,
+) -> Result<NewJob, ApiError> {
+    let payload = body
+        .payload
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    state.registry.validate(&body.operation, &payload)?;
+    let queue = match body.queue {
+        Some(name) => {
+            QueueName::parse(&name).map_err(|err| ApiError::new(Code::InvalidQueue, err))?
+        }
+        None => QueueName::default(),
+    };
+    let idempotency_key = body.idempotency_key.or(header_key);
+    if let Some(key) = &idempotency_key {
+        if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
+            let detail = format!("idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY} bytes");
+            return Err(ApiError::new(Code::InvalidRequest, detail));
+        }
+    }
+    let max_retries = body.max_retries.unwrap_or(0);
+    if !(0..=MAX_RETRIES_LIMIT).contains(&max_retries) {
+        let detail = format!("max_retries must be between 0 and {MAX_RETRIES_LIMIT}");
+        return Err(ApiError::new(Code::InvalidRequest, detail));
+    }
+    if let Some(parent) = body.parent_job_id {
+        if state.store.get(parent).await?.is_none() {
+            return Err(ApiError::new(
+                Code::ParentNotFound,
+                format!("no job with id {parent}"),
+            ));
+        }
+    }
+    Ok(NewJob {
+        operation: body.operation,
+        queue,
+        payload,
+        parent_job_id: body.parent_job_id,
+        max_retries,
+        idempotency_key,
+    })
+}
+
+pub async fn get(
+    state: web::Data<AppState>,
+    id: web::Path<Uuid>,
+) -> Result<web::Json<Job>, ApiError> {
+    Ok(web::Json(find(&state, *id).await?))
+}
+
+async fn find(state: &AppState, id: Uuid) -> Result<Job, ApiError> {
+    state
+        .store
+        .get(id)
+        .await?
+        .ok_or_else(|| ApiError::new(Code::JobNotFound, format!("no job with id {id}")))
+}
+
+/// Query of `GET /jobs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    pub status: Option<JobStatus>,
+    pub operation: Option<String>,
+    pub queue: Option<String>,
+    pub parent_job_id: Option<Uuid>,
+    pub limit: Option<u64>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<Uuid>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    pub next_cursor: Option<Uuid>,
+}
+
+pub async fn list(
+    state: web::Data<AppState>,
+    query: web::Query<ListQuery>,
+) -> Result<web::Json<JobPage>, ApiError> {
+    let query = query.into_inner();
+    let filter = JobFilter {
+        status: query.status,
+        operation: query.operation,
+        queue: query.queue,
+        parent_job_id: query.parent_job_id,
+        before: query.cursor,
+        limit: page_size(query.limit, state.max_page_size)?,
+    };
+    let page = state.store.list(&filter).await?;
+    Ok(web::Json(JobPage {
+        jobs: page.jobs,
+        next_cursor: page.next_cursor,
+    }))
+}
+
+fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiError> {
+    match requested {
+        None => Ok(DEFAULT_PAGE.min(max)),
+        Some(limit) if (1..=max).contains(&limit) => Ok(limit),
+        Some(_) => Err(ApiError::new(
+            Code::InvalidQuery,
+            format!("limit must be between 1 and {max}"),
+        )),
+    }
+}
+
+/// Cancels a QUEUED or RUNNING job (and its QUEUED children); a no-op on finished jobs.
+pub async fn cancel(
+    state: web::Data<AppState>,
+    id: web::Path<Uuid>,
+) -> Result<web::Json<Job>, ApiError> {
+    let cancellation = state.store.cancel(*id).await?;
+    Ok(web::Json(cancellation.job))
+}
+
+/// Re-queues a FAILED or CANCELLED job by hand; any other state is a 409.
+pub async fn retry(
+    state: web::Data<AppState>,
+    id: web::Path<Uuid>,
+) -> Result<web::Json<Job>, ApiError> {
+    let job = state.store.retry(*id).await?;
+    state.dispatcher.publish(&job.queue, job.id).await;
+    Ok(web::Json(job))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// Only events with a larger id (the `next_after` of the previous call).
+    pub after: Option<i64>,
+    pub limit: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EventPage {
+    pub events: Vec<JobEvent>,
+    /// Pass as `after` to read on; unchanged when there is nothing new.
+    pub next_after: Option<i64>,
+}
+
+pub async fn events(
+    state: web::Data<AppState>,
+    id: web::Path<Uuid>,
+    query: web::Query<EventsQuery>,
+) -> Result<web::Json<EventPage>, ApiError> {
+    find(&state, *id).await?;
+    let limit = page_size(query.limit, state.max_page_size)?;
+    let events = state.store.events(*id, query.after, limit).await?;
+    let next_after = events.last().map(|event| event.id).or(query.after);
+    Ok(web::Json(EventPage { events, next_after }))
+}

@@ -1,0 +1,74 @@
+//! The HTTP API: routes, shared state, and the error mapping. Handlers live by resource.
+
+mod error;
+mod extract;
+mod health;
+mod jobs;
+
+use std::sync::Arc;
+
+use actix_web::{web, HttpResponse};
+
+pub use error::{ApiError, Code};
+
+use crate::dispatch::Dispatcher;
+use crate::ops::OperationRegistry;
+use crate::store::JobStore;
+use crate::transport::Transport;
+
+/// What every handler can reach.
+pub struct AppState {
+    pub store: Arc<dyn JobStore>,
+    pub transport: Arc<dyn Transport>,
+    pub dispatcher: Dispatcher,
+    pub registry: Arc<OperationRegistry>,
+    pub max_page_size: u64,
+}
+
+/// Registers every route and extractor setting.
+pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
+    cfg.app_data(extract::json_config(max_body_bytes))
+        .app_data(web::PayloadConfig::default().limit(max_body_bytes))
+        .app_data(extract::query_config())
+        .app_data(extract::path_config())
+        .service(health::healthz)
+        .service(health::readyz)
+        .service(
+            web::resource("/jobs")
+                .route(web::post().to(jobs::submit))
+                .route(web::get().to(jobs::list))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/jobs/{id}")
+                .route(web::get().to(jobs::get))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/jobs/{id}/cancel")
+                .route(web::post().to(jobs::cancel))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/jobs/{id}/retry")
+                .route(web::post().to(jobs::retry))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/jobs/{id}/events")
+                .route(web::get().to(jobs::events))
+                .default_service(web::to(method_not_allowed)),
+        );
+}
+
+/// The answer for paths no route matches.
+pub async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(Code::NotFound, "no endpoint at this path"))
+}
+
+async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(
+        Code::MethodNotAllowed,
+        "this endpoint does not take this method",
+    ))
+}

@@ -1,0 +1,195 @@
+//! Settings: defaults in code, then `config.toml` (or `--config FILE`), then environment
+//! variables `YARDMASTER__SECTION__KEY`. `config.toml` at the repository root documents each.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::QueueName;
+
+/// The file read when `--config` is not given, if it exists.
+pub const DEFAULT_CONFIG_FILE: &str = "config.toml";
+pub const ENV_PREFIX: &str = "YARDMASTER__";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub store: StoreSettings,
+    pub transport: TransportSettings,
+    pub worker: WorkerSettings,
+    /// Queues this process consumes, by name.
+    pub queues: BTreeMap<String, QueueSettings>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Address the HTTP API listens on; port 0 picks a free port.
+    pub bind: String,
+    /// HTTP worker threads.
+    pub http_workers: usize,
+    /// Largest request body accepted, in bytes; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// Largest page of `GET /jobs` and `GET /jobs/{id}/events`.
+    pub max_page_size: u64,
+    /// How long in-flight HTTP requests may finish after a stop signal.
+    pub shutdown_timeout_seconds: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSettings {
+    /// `sqlite://FILE?mode=rwc` (embedded) or `postgres://USER@HOST/DB`.
+    pub url: String,
+    pub max_connections: u32,
+    pub connect_timeout_seconds: u64,
+    /// Apply pending migrations when `serve` starts.
+    pub migrate_on_start: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransportSettings {
+    pub kind: TransportKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportKind {
+    /// In-memory queues inside this process (embedded default).
+    InProcess,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerSettings {
+    /// Run queue consumers in this process.
+    pub enabled: bool,
+    /// Worker name written to `job.owner`; empty means `HOSTNAME:PID`.
+    pub id: String,
+    /// Lease taken on a claimed job.
+    pub lease_seconds: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSettings {
+    /// Jobs of this queue running at once in this process.
+    pub concurrency: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            server: ServerSettings {
+                bind: "127.0.0.1:8080".into(),
+                http_workers: 2,
+                max_body_bytes: 1024 * 1024,
+                max_page_size: 500,
+                shutdown_timeout_seconds: 30,
+            },
+            store: StoreSettings {
+                url: "sqlite://yardmaster.db?mode=rwc".into(),
+                max_connections: 8,
+                connect_timeout_seconds: 10,
+                migrate_on_start: true,
+            },
+            transport: TransportSettings {
+                kind: TransportKind::InProcess,
+            },
+            worker: WorkerSettings {
+                enabled: true,
+                id: String::new(),
+                lease_seconds: 300,
+            },
+            queues: BTreeMap::from([(
+                QueueName::DEFAULT.to_owned(),
+                QueueSettings { concurrency: 4 },
+            )]),
+        }
+    }
+}
+
+impl Settings {
+    /// Defaults, then the file (`path`, or `config.toml` when present), then the environment.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Settings> {
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        match path {
+            Some(path) if !path.exists() => {
+                anyhow::bail!("config file {} does not exist", path.display())
+            }
+            Some(path) => figment = figment.merge(Toml::file_exact(path)),
+            None if Path::new(DEFAULT_CONFIG_FILE).exists() => {
+                figment = figment.merge(Toml::file_exact(DEFAULT_CONFIG_FILE))
+            }
+            None => {}
+        }
+        let settings: Settings = figment
+            .merge(Env::prefixed(ENV_PREFIX).split("__"))
+            .extract()
+            .map_err(|err| anyhow::anyhow!("invalid configuration: {err}"))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        for (name, queue) in &self.queues {
+            QueueName::parse(name).map_err(|err| anyhow::anyhow!("queues: {err}"))?;
+            anyhow::ensure!(
+                queue.concurrency >= 1,
+                "queues.{name}.concurrency must be at least 1"
+            );
+        }
+        anyhow::ensure!(
+            self.worker.lease_seconds >= 1,
+            "worker.lease_seconds must be at least 1"
+        );
+        anyhow::ensure!(
+            self.server.max_page_size >= 1,
+            "server.max_page_size must be at least 1"
+        );
+        crate::store::Backend::of_url(&self.store.url)?;
+        Ok(())
+    }
+
+    /// The worker name written to claimed jobs.
+    pub fn worker_id(&self) -> String {
+        if !self.worker.id.is_empty() {
+            return self.worker.id.clone();
+        }
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|name| name.trim().to_owned())
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| "localhost".into());
+        format!("{host}:{}", std::process::id())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_embedded_setup() {
+        let settings = Settings::default();
+        assert!(settings.store.url.starts_with("sqlite:"));
+        assert_eq!(settings.transport.kind, TransportKind::InProcess);
+        assert_eq!(settings.server.bind, "127.0.0.1:8080");
+        assert!(settings.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_queue_names_are_refused() {
+        let mut settings = Settings::default();
+        settings
+            .queues
+            .insert("bad name".into(), QueueSettings { concurrency: 1 });
+        assert!(settings.validate().is_err());
+    }
+}

@@ -1,0 +1,100 @@
+//! The event vocabulary of the JobEvent log: names written by the lifecycle, and levels.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Event names the lifecycle itself writes. Operations add their own dotted names.
+pub struct EventName;
+
+impl EventName {
+    pub const QUEUED: &'static str = "job.queued";
+    pub const STARTED: &'static str = "job.started";
+    pub const SUCCEEDED: &'static str = "job.succeeded";
+    pub const FAILED: &'static str = "job.failed";
+    pub const CANCELLED: &'static str = "job.cancelled";
+    pub const RETRIED: &'static str = "job.retried";
+    pub const CANCELLED_BY_PARENT: &'static str = "job.cancelled_by_parent";
+}
+
+/// Severity of an event, as shown on a timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventLevel {
+    #[default]
+    Info,
+    Warning,
+    Error,
+}
+
+impl EventLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventLevel::Info => "info",
+            EventLevel::Warning => "warning",
+            EventLevel::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for EventLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EventLevel {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "info" => Ok(EventLevel::Info),
+            "warning" => Ok(EventLevel::Warning),
+            "error" => Ok(EventLevel::Error),
+            other => Err(format!("unknown event level {other:?}")),
+        }
+    }
+}
+
+/// An event about to be appended to a job's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub event: String,
+    pub message: Option<String>,
+    pub fields: Value,
+    pub level: EventLevel,
+}
+
+impl NewEvent {
+    pub fn new(event: impl Into<String>) -> Self {
+        NewEvent {
+            event: event.into(),
+            message: None,
+            fields: Value::Object(Default::default()),
+            level: EventLevel::Info,
+        }
+    }
+
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    pub fn fields(mut self, fields: Value) -> Self {
+        self.fields = fields;
+        self
+    }
+
+    pub fn level(mut self, level: EventLevel) -> Self {
+        self.level = level;
+        self
+    }
+
+    /// Progress carried in `_progress_current` / `_progress_total`, written back to the job.
+    pub fn progress(&self) -> (Option<i64>, Option<i64>) {
+        let read = |key: &str| self.fields.get(key).and_then(Value::as_i64);
+        (read("_progress_current"), read("_progress_total"))
+    }
+}

@@ -1,0 +1,134 @@
+//! The job as the rest of the system sees it, and what a submission carries.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{EventLevel, JobStatus};
+
+/// A job row, read from the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: Uuid,
+    pub operation: String,
+    pub queue: String,
+    pub status: JobStatus,
+    pub payload: Value,
+    pub result: Option<Value>,
+    /// The coordinator this job belongs to, if any.
+    pub parent_job_id: Option<Uuid>,
+    pub progress_current: i64,
+    pub progress_total: Option<i64>,
+    /// Claims so far, including the running one.
+    pub attempts: i32,
+    pub max_retries: i32,
+    /// Error class of the last failure (for example `ValueError`, `ResultCommitFailed`).
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Until when the claiming worker owns the job; renewed by its heartbeat.
+    pub leased_until: Option<DateTime<Utc>>,
+    /// The worker holding the lease.
+    pub owner: Option<String>,
+}
+
+/// One entry in a job's event log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobEvent {
+    pub id: i64,
+    pub job_id: Uuid,
+    pub ts: DateTime<Utc>,
+    pub event: String,
+    pub message: Option<String>,
+    pub fields: Value,
+    pub level: EventLevel,
+}
+
+/// A validated submission, ready to insert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    pub operation: String,
+    pub queue: QueueName,
+    pub payload: Value,
+    pub parent_job_id: Option<Uuid>,
+    pub max_retries: i32,
+    pub idempotency_key: Option<String>,
+}
+
+impl NewJob {
+    /// True when `job` is what this submission would have created: the test for
+    /// whether a reused idempotency key is a retry or a conflict.
+    pub fn matches(&self, job: &Job) -> bool {
+        job.operation == self.operation
+            && job.queue == self.queue.as_str()
+            && job.payload == self.payload
+            && job.parent_job_id == self.parent_job_id
+    }
+}
+
+/// A queue name: 1-64 characters of `[A-Za-z0-9._-]`, safe as an AMQP queue name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct QueueName(String);
+
+impl QueueName {
+    pub const DEFAULT: &'static str = "default";
+
+    pub fn parse(name: &str) -> Result<Self, String> {
+        let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if name.is_empty() || name.len() > 64 || !name.chars().all(valid_char) {
+            return Err(format!(
+                "queue name {name:?} must be 1-64 characters of letters, digits, '.', '_' or '-'"
+            ));
+        }
+        Ok(QueueName(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for QueueName {
+    fn default() -> Self {
+        QueueName(QueueName::DEFAULT.to_owned())
+    }
+}
+
+impl TryFrom<String> for QueueName {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        QueueName::parse(&value)
+    }
+}
+
+impl From<QueueName> for String {
+    fn from(value: QueueName) -> Self {
+        value.0
+    }
+}
+
+impl std::fmt::Display for QueueName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QueueName;
+
+    #[test]
+    fn queue_names_are_checked() {
+        assert!(QueueName::parse("default").is_ok());
+        assert!(QueueName::parse("gpu.embeddings-2_a").is_ok());
+        for bad in ["", "has space", "slash/no", &"x".repeat(65)] {
+            assert!(QueueName::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! The pure job model: statuses, the transition table, event vocabulary.
+//!
+//! Nothing here touches the database or the network; `store/` enforces these rules in SQL.
+
+mod event;
+mod job;
+mod status;
+
+pub use event::{EventLevel, EventName, NewEvent};
+pub use job::{Job, JobEvent, NewJob, QueueName};
+pub use status::{InvalidTransition, JobStatus};

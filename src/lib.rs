@@ -1,0 +1,27 @@
+//! yardmaster: a durable job orchestration service.
+//!
+//! How the pieces fit:
+//! - [`domain`]: the pure job model and its state machine.
+//! - [`store`]: every SQL statement; each transition a compare-and-set with its event.
+//! - [`transport`]: how job ids reach workers (in-process; a broker later).
+//! - [`dispatch`]: submit-then-publish, and the sweep that re-sends QUEUED jobs.
+//! - [`ops`]: the operation registry and the built-in operations.
+//! - [`worker`]: the two-session executor that claims, runs and records a job.
+//! - [`actors`]: the supervised queue consumers that drive the executor.
+//! - [`api`]: the HTTP API and its problem+json errors.
+//! - [`config`], [`startup`], [`telemetry`]: settings, wiring, logs.
+
+pub mod actors;
+pub mod api;
+pub mod config;
+pub mod dispatch;
+pub mod domain;
+pub mod ops;
+pub mod startup;
+pub mod store;
+pub mod telemetry;
+pub mod transport;
+pub mod worker;
+
+pub use config::Settings;
+pub use startup::Application;

@@ -1,0 +1,136 @@
+//! Operations: the work a job names. The registry resolves them by name, checks payloads at
+//! submit time, and hands each execution a [`JobContext`].
+
+mod context;
+mod fail;
+mod ping;
+mod sleep;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use context::JobContext;
+pub use fail::Fail;
+pub use ping::Ping;
+pub use sleep::Sleep;
+
+/// A unit of work a job can name. Implementations must tolerate running more than once
+/// for the same job (at-least-once execution after a crash).
+#[async_trait]
+pub trait Operation: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+
+    /// Checks a payload at submit time, so a bad one is refused before it is queued.
+    fn validate(&self, payload: &Value) -> Result<(), String>;
+
+    /// Runs the work; `Ok` carries the job's result.
+    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError>;
+}
+
+/// An operation's failure: `class` becomes the job's `error_code`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{class}: {message}")]
+pub struct OperationError {
+    pub class: String,
+    pub message: String,
+}
+
+impl OperationError {
+    pub fn new(class: impl Into<String>, message: impl Into<String>) -> Self {
+        OperationError {
+            class: class.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Reads a typed payload; the error text says which field is wrong.
+pub fn parse_payload<T: DeserializeOwned>(payload: &Value) -> Result<T, String> {
+    T::deserialize(payload).map_err(|err| err.to_string())
+}
+
+/// Operations by name.
+#[derive(Clone, Default)]
+pub struct OperationRegistry {
+    operations: BTreeMap<&'static str, Arc<dyn Operation>>,
+}
+
+/// Why a submission's operation or payload was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Rejection {
+    #[error("unknown operation {0:?}")]
+    UnknownOperation(String),
+    #[error("invalid payload for {operation}: {reason}")]
+    InvalidPayload { operation: String, reason: String },
+}
+
+impl OperationRegistry {
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// The operations every instance ships with.
+    pub fn builtin() -> Self {
+        Self::empty().with(Ping).with(Sleep).with(Fail)
+    }
+
+    pub fn with(mut self, operation: impl Operation) -> Self {
+        self.operations
+            .insert(operation.name(), Arc::new(operation));
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Operation>> {
+        self.operations.get(name).cloned()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.operations.keys().copied()
+    }
+
+    /// Refuses unknown operations and malformed payloads.
+    pub fn validate(&self, name: &str, payload: &Value) -> Result<(), Rejection> {
+        let operation = self
+            .get(name)
+            .ok_or_else(|| Rejection::UnknownOperation(name.to_owned()))?;
+        operation
+            .validate(payload)
+            .map_err(|reason| Rejection::InvalidPayload {
+                operation: name.to_owned(),
+                reason,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn builtin_payloads_are_checked_at_submit() {
+        let registry = OperationRegistry::builtin();
+        assert_eq!(registry.validate("ping", &json!({})), Ok(()));
+        assert_eq!(
+            registry.validate("sleep", &json!({ "seconds": 0.5 })),
+            Ok(())
+        );
+        assert!(matches!(
+            registry.validate("sleep", &json!({ "seconds": "soon" })),
+            Err(Rejection::InvalidPayload { .. })
+        ));
+        assert!(matches!(
+            registry.validate("sleep", &json!({ "seconds": -1 })),
+            Err(Rejection::InvalidPayload { .. })
+        ));
+        assert_eq!(
+            registry.validate("nope", &json!({})),
+            Err(Rejection::UnknownOperation("nope".into()))
+        );
+    }
+}

@@ -1,0 +1,33 @@
+//! The `job` table.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "job")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    pub operation: String,
+    pub queue: String,
+    pub payload: Json,
+    pub result: Option<Json>,
+    pub status: String,
+    pub parent_job_id: Option<Uuid>,
+    pub progress_current: i64,
+    pub progress_total: Option<i64>,
+    pub attempts: i32,
+    pub max_retries: i32,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub created_at: ChronoDateTimeUtc,
+    pub started_at: Option<ChronoDateTimeUtc>,
+    pub finished_at: Option<ChronoDateTimeUtc>,
+    pub leased_until: Option<ChronoDateTimeUtc>,
+    pub owner: Option<String>,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

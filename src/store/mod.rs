@@ -1,0 +1,152 @@
+//! Durable state: the `JobStore` trait every lifecycle step goes through, and its SQL implementation.
+//!
+//! Every state change is a compare-and-set (`UPDATE … WHERE id = ? AND status IN (…)`, row
+//! count checked) that writes its JobEvent in the same transaction.
+
+mod connect;
+pub mod entity;
+mod sea;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::domain::{InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
+
+pub use connect::{connect, migrate, Backend};
+pub use sea::SeaStore;
+
+/// Everything the lifecycle needs from durable storage. One implementation serves
+/// SQLite and PostgreSQL; the trait is the seam for fault injection and new backends.
+#[async_trait]
+pub trait JobStore: Send + Sync + 'static {
+    /// A round trip to the database, for readiness checks.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Inserts a QUEUED job and its `job.queued` event, or returns the job an earlier
+    /// submission with the same idempotency key created.
+    async fn submit(&self, job: NewJob) -> Result<Submission, StoreError>;
+
+    async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
+
+    /// Newest first, filtered; `filter.before` is the cursor from the previous page.
+    async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError>;
+
+    /// A job's events in the order they were written, after event id `after`.
+    async fn events(
+        &self,
+        id: Uuid,
+        after: Option<i64>,
+        limit: u64,
+    ) -> Result<Vec<JobEvent>, StoreError>;
+
+    /// Session 1 of execution: QUEUED → RUNNING with `job.started`. `None` when the job is
+    /// missing or not QUEUED (another worker has it, or it was cancelled): do nothing.
+    async fn claim(
+        &self,
+        id: Uuid,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<Job>, StoreError>;
+
+    /// Session 2 of execution: RUNNING → the completion's state with its event. `None` when
+    /// the job is no longer RUNNING (for example cancelled meanwhile): the outcome is dropped.
+    async fn finish(&self, id: Uuid, completion: &Completion) -> Result<Option<Job>, StoreError>;
+
+    /// QUEUED | RUNNING → CANCELLED, with the job's QUEUED children in the same transaction.
+    /// A job already terminal is returned unchanged.
+    async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError>;
+
+    /// FAILED | CANCELLED → QUEUED by hand, clearing the error; other states are an
+    /// [`StoreError::InvalidTransition`].
+    async fn retry(&self, id: Uuid) -> Result<Job, StoreError>;
+
+    /// Appends an operation's event; `_progress_current` / `_progress_total` in its fields
+    /// are written back to the job in the same transaction.
+    async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError>;
+
+    /// QUEUED job ids of `queue` after `after` in id order, for re-dispatch sweeps.
+    async fn queued_ids(
+        &self,
+        queue: &str,
+        after: Option<Uuid>,
+        limit: u64,
+    ) -> Result<Vec<Uuid>, StoreError>;
+}
+
+/// The result of [`JobStore::submit`].
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub job: Job,
+    /// False when an earlier submission with the same idempotency key created the job.
+    pub created: bool,
+}
+
+/// The result of [`JobStore::cancel`].
+#[derive(Debug, Clone)]
+pub struct Cancellation {
+    pub job: Job,
+    /// False when the job was already terminal (a no-op).
+    pub changed: bool,
+    pub children_cancelled: u64,
+}
+
+/// How a RUNNING job ends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    Succeeded {
+        result: Value,
+    },
+    Failed {
+        error_code: String,
+        message: String,
+    },
+    /// Its parent was cancelled between claim and execute; it never ran.
+    CancelledByParent,
+}
+
+impl Completion {
+    pub fn status(&self) -> JobStatus {
+        match self {
+            Completion::Succeeded { .. } => JobStatus::Succeeded,
+            Completion::Failed { .. } => JobStatus::Failed,
+            Completion::CancelledByParent => JobStatus::Cancelled,
+        }
+    }
+}
+
+/// Filters for [`JobStore::list`].
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub status: Option<JobStatus>,
+    pub operation: Option<String>,
+    pub queue: Option<String>,
+    pub parent_job_id: Option<Uuid>,
+    /// Only jobs older than this id (the cursor).
+    pub before: Option<Uuid>,
+    pub limit: u64,
+}
+
+/// One page of [`JobStore::list`].
+#[derive(Debug, Clone)]
+pub struct Page {
+    pub jobs: Vec<Job>,
+    /// Pass as `before` for the next page; `None` on the last page.
+    pub next_cursor: Option<Uuid>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("job {0} not found")]
+    NotFound(Uuid),
+    #[error(transparent)]
+    InvalidTransition(#[from] InvalidTransition),
+    #[error("idempotency key {0:?} was already used for a different job")]
+    IdempotencyConflict(String),
+    #[error("database error: {0}")]
+    Database(#[from] sea_orm::DbErr),
+    #[error("stored row is unreadable: {0}")]
+    Corrupt(String),
+}

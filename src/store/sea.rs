@@ -1,0 +1,505 @@
+//! `JobStore` over SeaORM: the same SQL on SQLite and PostgreSQL.
+//!
+//! Write transactions start with their compare-and-set `UPDATE … RETURNING`, so SQLite takes
+//! its write lock first (`BEGIN IMMEDIATE`) and never fails on a lock upgrade.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr,
+    EntityTrait, IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, SqlErr,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait, UpdateMany,
+};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::entity::{job, job_event};
+use super::{Cancellation, Completion, JobFilter, JobStore, Page, StoreError, Submission};
+use crate::domain::{
+    EventLevel, EventName, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob,
+};
+
+/// The SQL store. Cheap to clone: it holds a connection pool.
+#[derive(Clone)]
+pub struct SeaStore {
+    db: DatabaseConnection,
+}
+
+impl SeaStore {
+    pub fn new(db: DatabaseConnection) -> Self {
+        SeaStore { db }
+    }
+
+    /// The pool, for operations that keep tables of their own.
+    pub fn connection(&self) -> &DatabaseConnection {
+        &self.db
+    }
+
+    async fn write_txn(&self) -> Result<DatabaseTransaction, DbErr> {
+        let options = TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..Default::default()
+        };
+        self.db.begin_with_options(options).await
+    }
+
+    async fn find(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        job::Entity::find_by_id(id)
+            .one(&self.db)
+            .await?
+            .map(to_job)
+            .transpose()
+    }
+
+    async fn find_by_key(&self, key: &str) -> Result<Option<Job>, StoreError> {
+        let row = job::Entity::find()
+            .filter(job::Column::IdempotencyKey.eq(key))
+            .one(&self.db)
+            .await?;
+        row.map(to_job).transpose()
+    }
+
+    /// Runs one transition: the compare-and-set, then its event, in one transaction.
+    /// `None` when the job was not in any of `from` (nothing is written).
+    async fn transition(
+        &self,
+        id: Uuid,
+        from: &[JobStatus],
+        to: JobStatus,
+        set: impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity>,
+        event: NewEvent,
+    ) -> Result<Option<Job>, StoreError> {
+        let txn = self.write_txn().await?;
+        let Some(row) = compare_and_set(&txn, id, from, to, set).await? else {
+            return Ok(None);
+        };
+        append_event(&txn, id, &event).await?;
+        txn.commit().await?;
+        to_job(row).map(Some)
+    }
+
+    async fn cancel_once(&self, id: Uuid) -> Result<Option<Cancellation>, StoreError> {
+        let txn = self.write_txn().await?;
+        let now = Utc::now();
+        let from = [JobStatus::Queued, JobStatus::Running];
+        let set = |update: UpdateMany<job::Entity>| {
+            update
+                .col_expr(job::Column::FinishedAt, Expr::value(now))
+                .col_expr(
+                    job::Column::LeasedUntil,
+                    Expr::value(None::<chrono::DateTime<Utc>>),
+                )
+        };
+        let Some(row) = compare_and_set(&txn, id, &from, JobStatus::Cancelled, set).await? else {
+            return Ok(None);
+        };
+        append_event(
+            &txn,
+            id,
+            &NewEvent::new(EventName::CANCELLED).message("cancelled by request"),
+        )
+        .await?;
+        let children = cancel_queued_children(&txn, id).await?;
+        txn.commit().await?;
+        Ok(Some(Cancellation {
+            job: to_job(row)?,
+            changed: true,
+            children_cancelled: children,
+        }))
+    }
+}
+
+#[async_trait]
+impl JobStore for SeaStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.db.ping().await.map_err(StoreError::from)
+    }
+
+    async fn submit(&self, new: NewJob) -> Result<Submission, StoreError> {
+        let row = new_row(&new);
+        let txn = self.write_txn().await?;
+        let inserted = job::Entity::insert(row.clone().into_active_model())
+            .exec_without_returning(&txn)
+            .await;
+        match (inserted, &new.idempotency_key) {
+            (Ok(_), _) => {}
+            (Err(err), Some(key))
+                if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) =>
+            {
+                drop(txn);
+                return self.resolve_duplicate(&new, key).await;
+            }
+            (Err(err), _) => return Err(err.into()),
+        }
+        let event = NewEvent::new(EventName::QUEUED)
+            .fields(json!({ "queue": new.queue.as_str(), "operation": new.operation }));
+        append_event(&txn, row.id, &event).await?;
+        txn.commit().await?;
+        Ok(Submission {
+            job: to_job(row)?,
+            created: true,
+        })
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        self.find(id).await
+    }
+
+    async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError> {
+        let mut query = job::Entity::find();
+        if let Some(status) = filter.status {
+            query = query.filter(job::Column::Status.eq(status.as_str()));
+        }
+        if let Some(operation) = &filter.operation {
+            query = query.filter(job::Column::Operation.eq(operation.as_str()));
+        }
+        if let Some(queue) = &filter.queue {
+            query = query.filter(job::Column::Queue.eq(queue.as_str()));
+        }
+        if let Some(parent) = filter.parent_job_id {
+            query = query.filter(job::Column::ParentJobId.eq(parent));
+        }
+        if let Some(before) = filter.before {
+            query = query.filter(job::Column::Id.lt(before));
+        }
+        let rows = query
+            .order_by_desc(job::Column::Id)
+            .limit(filter.limit + 1)
+            .all(&self.db)
+            .await?;
+        let mut jobs = rows
+            .into_iter()
+            .map(to_job)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = if jobs.len() as u64 > filter.limit {
+            jobs.truncate(filter.limit as usize);
+            jobs.last().map(|job| job.id)
+        } else {
+            None
+        };
+        Ok(Page { jobs, next_cursor })
+    }
+
+    async fn events(
+        &self,
+        id: Uuid,
+        after: Option<i64>,
+        limit: u64,
+    ) -> Result<Vec<JobEvent>, StoreError> {
+        let rows = job_event::Entity::find()
+            .filter(job_event::Column::JobId.eq(id))
+            .filter(job_event::Column::Id.gt(after.unwrap_or(0)))
+            .order_by_asc(job_event::Column::Id)
+            .limit(limit)
+            .all(&self.db)
+            .await?;
+        rows.into_iter().map(to_event).collect()
+    }
+
+    async fn claim(
+        &self,
+        id: Uuid,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<Job>, StoreError> {
+        let now = Utc::now();
+        let leased_until = now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::MAX);
+        let owner = owner.to_owned();
+        let event = NewEvent::new(EventName::STARTED).fields(json!({ "owner": owner }));
+        let set = move |update: UpdateMany<job::Entity>| {
+            update
+                .col_expr(job::Column::StartedAt, Expr::value(now))
+                .col_expr(
+                    job::Column::Attempts,
+                    Expr::col(job::Column::Attempts).add(1),
+                )
+                .col_expr(job::Column::LeasedUntil, Expr::value(leased_until))
+                .col_expr(job::Column::Owner, Expr::value(owner))
+        };
+        self.transition(id, &[JobStatus::Queued], JobStatus::Running, set, event)
+            .await
+    }
+
+    async fn finish(&self, id: Uuid, completion: &Completion) -> Result<Option<Job>, StoreError> {
+        let now = Utc::now();
+        let (event, result, error_code, error_message) = match completion {
+            Completion::Succeeded { result } => (
+                NewEvent::new(EventName::SUCCEEDED),
+                Some(result.clone()),
+                None,
+                None,
+            ),
+            Completion::Failed {
+                error_code,
+                message,
+            } => (
+                NewEvent::new(EventName::FAILED)
+                    .message(message.clone())
+                    .fields(json!({ "error_code": error_code }))
+                    .level(EventLevel::Error),
+                None,
+                Some(error_code.clone()),
+                Some(message.clone()),
+            ),
+            Completion::CancelledByParent => (
+                NewEvent::new(EventName::CANCELLED_BY_PARENT)
+                    .message("parent was cancelled before this job ran"),
+                None,
+                None,
+                None,
+            ),
+        };
+        let set = move |update: UpdateMany<job::Entity>| {
+            update
+                .col_expr(job::Column::FinishedAt, Expr::value(now))
+                .col_expr(
+                    job::Column::LeasedUntil,
+                    Expr::value(None::<chrono::DateTime<Utc>>),
+                )
+                .col_expr(job::Column::Result, Expr::value(result))
+                .col_expr(job::Column::ErrorCode, Expr::value(error_code))
+                .col_expr(job::Column::ErrorMessage, Expr::value(error_message))
+        };
+        self.transition(id, &[JobStatus::Running], completion.status(), set, event)
+            .await
+    }
+
+    async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
+        // A failed compare-and-set means the job was terminal; re-read it. Should a manual
+        // retry have re-queued it in between, the loop tries again.
+        for _ in 0..3 {
+            if let Some(cancellation) = self.cancel_once(id).await? {
+                return Ok(cancellation);
+            }
+            let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
+            if job.status.is_terminal() {
+                return Ok(Cancellation {
+                    job,
+                    changed: false,
+                    children_cancelled: 0,
+                });
+            }
+        }
+        Err(StoreError::Corrupt(format!(
+            "job {id} kept changing state during cancel"
+        )))
+    }
+
+    async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
+        let set = |update: UpdateMany<job::Entity>| {
+            let no_time = None::<chrono::DateTime<Utc>>;
+            update
+                .col_expr(job::Column::Result, Expr::value(None::<Value>))
+                .col_expr(job::Column::ErrorCode, Expr::value(None::<String>))
+                .col_expr(job::Column::ErrorMessage, Expr::value(None::<String>))
+                .col_expr(job::Column::StartedAt, Expr::value(no_time))
+                .col_expr(job::Column::FinishedAt, Expr::value(no_time))
+                .col_expr(job::Column::LeasedUntil, Expr::value(no_time))
+                .col_expr(job::Column::Owner, Expr::value(None::<String>))
+        };
+        let event = NewEvent::new(EventName::RETRIED).message("re-queued by request");
+        let from = [JobStatus::Failed, JobStatus::Cancelled];
+        if let Some(job) = self
+            .transition(id, &from, JobStatus::Queued, set, event)
+            .await?
+        {
+            return Ok(job);
+        }
+        let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
+        Err(InvalidTransition {
+            from: job.status,
+            to: JobStatus::Queued,
+        }
+        .into())
+    }
+
+    async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError> {
+        let txn = self.write_txn().await?;
+        let (current, total) = event.progress();
+        if current.is_some() || total.is_some() {
+            let mut update = job::Entity::update_many().filter(job::Column::Id.eq(id));
+            if let Some(current) = current {
+                update = update.col_expr(job::Column::ProgressCurrent, Expr::value(current));
+            }
+            if let Some(total) = total {
+                update = update.col_expr(job::Column::ProgressTotal, Expr::value(total));
+            }
+            update.exec(&txn).await?;
+        }
+        append_event(&txn, id, &event).await?;
+        txn.commit().await?;
+        Ok(())
+    }
+
+    async fn queued_ids(
+        &self,
+        queue: &str,
+        after: Option<Uuid>,
+        limit: u64,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let mut query = job::Entity::find()
+            .select_only()
+            .column(job::Column::Id)
+            // A literal, so both engines can use the partial index on runnable jobs.
+            .filter(Expr::cust("status = 'queued'"))
+            .filter(job::Column::Queue.eq(queue));
+        if let Some(after) = after {
+            query = query.filter(job::Column::Id.gt(after));
+        }
+        let ids = query
+            .order_by_asc(job::Column::Id)
+            .limit(limit)
+            .into_tuple::<Uuid>()
+            .all(&self.db)
+            .await?;
+        Ok(ids)
+    }
+}
+
+impl SeaStore {
+    /// An idempotency key seen before: the same submission gets the same job back; a
+    /// different one under the same key is a conflict, never a silent overwrite.
+    async fn resolve_duplicate(&self, new: &NewJob, key: &str) -> Result<Submission, StoreError> {
+        match self.find_by_key(key).await? {
+            Some(job) if new.matches(&job) => Ok(Submission {
+                job,
+                created: false,
+            }),
+            Some(_) => Err(StoreError::IdempotencyConflict(key.to_owned())),
+            // The holder of the key was deleted between the insert and this read.
+            None => Err(StoreError::IdempotencyConflict(key.to_owned())),
+        }
+    }
+}
+
+/// `UPDATE job SET status = to, … WHERE id = ? AND status IN (from) RETURNING *`.
+/// Every `from → to` must be a legal move of the state machine.
+async fn compare_and_set(
+    txn: &DatabaseTransaction,
+    id: Uuid,
+    from: &[JobStatus],
+    to: JobStatus,
+    set: impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity>,
+) -> Result<Option<job::Model>, DbErr> {
+    debug_assert!(
+        from.iter().all(|status| status.can_transition_to(to)),
+        "{from:?} -> {to}"
+    );
+    let update = job::Entity::update_many()
+        .col_expr(job::Column::Status, Expr::value(to.as_str()))
+        .filter(job::Column::Id.eq(id))
+        .filter(job::Column::Status.is_in(from.iter().map(|status| status.as_str())));
+    let mut rows = set(update).exec_with_returning(txn).await?;
+    Ok(rows.pop())
+}
+
+/// Cancels a parent's QUEUED children inside the parent's cancel transaction.
+async fn cancel_queued_children(txn: &DatabaseTransaction, parent: Uuid) -> Result<u64, DbErr> {
+    let now = Utc::now();
+    let children = job::Entity::update_many()
+        .col_expr(
+            job::Column::Status,
+            Expr::value(JobStatus::Cancelled.as_str()),
+        )
+        .col_expr(job::Column::FinishedAt, Expr::value(now))
+        .filter(job::Column::ParentJobId.eq(parent))
+        .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
+        .exec_with_returning(txn)
+        .await?;
+    let event = NewEvent::new(EventName::CANCELLED).message("parent was cancelled");
+    for child in &children {
+        append_event(txn, child.id, &event).await?;
+    }
+    Ok(children.len() as u64)
+}
+
+async fn append_event<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+    event: &NewEvent,
+) -> Result<(), DbErr> {
+    let row = job_event::ActiveModel {
+        job_id: Set(job_id),
+        ts: Set(Utc::now()),
+        event: Set(event.event.clone()),
+        message: Set(event.message.clone()),
+        fields: Set(event.fields.clone()),
+        level: Set(event.level.as_str().to_owned()),
+        ..Default::default()
+    };
+    job_event::Entity::insert(row)
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
+}
+
+fn new_row(new: &NewJob) -> job::Model {
+    job::Model {
+        id: Uuid::now_v7(),
+        operation: new.operation.clone(),
+        queue: new.queue.as_str().to_owned(),
+        payload: new.payload.clone(),
+        result: None,
+        status: JobStatus::Queued.as_str().to_owned(),
+        parent_job_id: new.parent_job_id,
+        progress_current: 0,
+        progress_total: None,
+        attempts: 0,
+        max_retries: new.max_retries,
+        error_code: None,
+        error_message: None,
+        idempotency_key: new.idempotency_key.clone(),
+        created_at: Utc::now(),
+        started_at: None,
+        finished_at: None,
+        leased_until: None,
+        owner: None,
+    }
+}
+
+fn to_job(row: job::Model) -> Result<Job, StoreError> {
+    let status = row
+        .status
+        .parse::<JobStatus>()
+        .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+    Ok(Job {
+        id: row.id,
+        operation: row.operation,
+        queue: row.queue,
+        status,
+        payload: row.payload,
+        result: row.result,
+        parent_job_id: row.parent_job_id,
+        progress_current: row.progress_current,
+        progress_total: row.progress_total,
+        attempts: row.attempts,
+        max_retries: row.max_retries,
+        error_code: row.error_code,
+        error_message: row.error_message,
+        idempotency_key: row.idempotency_key,
+        created_at: row.created_at,
+        started_at: row.started_at,
+        finished_at: row.finished_at,
+        leased_until: row.leased_until,
+        owner: row.owner,
+    })
+}
+
+fn to_event(row: job_event::Model) -> Result<JobEvent, StoreError> {
+    let level = row
+        .level
+        .parse::<EventLevel>()
+        .map_err(StoreError::Corrupt)?;
+    Ok(JobEvent {
+        id: row.id,
+        job_id: row.job_id,
+        ts: row.ts,
+        event: row.event,
+        message: row.message,
+        fields: row.fields,
+        level,
+    })
+}

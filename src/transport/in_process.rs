@@ -1,0 +1,125 @@
+//! The embedded transport: one unbounded in-memory channel per queue, no broker.
+//!
+//! Messages do not survive the process; the start-up dispatch sweep re-sends every QUEUED
+//! job, so nothing committed is lost.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use super::{Acker, Delivery, Subscription, Transport, TransportError};
+
+type Channel = (
+    async_channel::Sender<Vec<u8>>,
+    async_channel::Receiver<Vec<u8>>,
+);
+
+/// Queues held in this process. Clones share the same queues.
+#[derive(Clone, Default)]
+pub struct InProcessTransport {
+    queues: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl InProcessTransport {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn channel(&self, queue: &str) -> Channel {
+        let mut queues = self
+            .queues
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        queues
+            .entry(queue.to_owned())
+            .or_insert_with(async_channel::unbounded)
+            .clone()
+    }
+
+    /// Messages waiting in `queue`, for tests and diagnostics.
+    pub fn depth(&self, queue: &str) -> usize {
+        self.channel(queue).1.len()
+    }
+}
+
+#[async_trait]
+impl Transport for InProcessTransport {
+    async fn publish(&self, queue: &str, body: Vec<u8>) -> Result<(), TransportError> {
+        let (sender, _) = self.channel(queue);
+        sender.send(body).await.map_err(|_| TransportError::Closed)
+    }
+
+    async fn subscribe(
+        &self,
+        queue: &str,
+        _prefetch: u16,
+    ) -> Result<Box<dyn Subscription>, TransportError> {
+        let (sender, receiver) = self.channel(queue);
+        Ok(Box::new(InProcessSubscription { sender, receiver }))
+    }
+
+    async fn check_ready(&self) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    fn kind(&self) -> &'static str {
+        "in_process"
+    }
+}
+
+struct InProcessSubscription {
+    sender: async_channel::Sender<Vec<u8>>,
+    receiver: async_channel::Receiver<Vec<u8>>,
+}
+
+#[async_trait]
+impl Subscription for InProcessSubscription {
+    async fn next(&mut self) -> Option<Delivery> {
+        let body = self.receiver.recv().await.ok()?;
+        let acker = Box::new(InProcessAcker {
+            sender: self.sender.clone(),
+            body: body.clone(),
+        });
+        Some(Delivery { body, acker })
+    }
+}
+
+/// Ack is a no-op in memory; requeue puts the message at the back of the queue.
+struct InProcessAcker {
+    sender: async_channel::Sender<Vec<u8>>,
+    body: Vec<u8>,
+}
+
+#[async_trait]
+impl Acker for InProcessAcker {
+    async fn ack(self: Box<Self>) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    async fn requeue(self: Box<Self>) -> Result<(), TransportError> {
+        self.sender
+            .send(self.body)
+            .await
+            .map_err(|_| TransportError::Closed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[actix_rt::test]
+    async fn a_requeued_message_comes_back() {
+        let transport = InProcessTransport::new();
+        let mut subscription = transport.subscribe("q", 1).await.ok().unwrap();
+        transport.publish("q", b"one".to_vec()).await.ok().unwrap();
+        let first = subscription.next().await.unwrap();
+        assert_eq!(first.body, b"one");
+        first.acker.requeue().await.ok().unwrap();
+        let again = subscription.next().await.unwrap();
+        assert_eq!(again.body, b"one");
+        again.acker.ack().await.ok().unwrap();
+        assert_eq!(transport.depth("q"), 0);
+    }
+}

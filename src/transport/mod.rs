@@ -1,0 +1,58 @@
+//! How job ids travel from the API to the workers: the `Transport` trait and its
+//! implementations. The store stays the source of truth; a message only says "look at job X".
+
+mod in_process;
+
+use async_trait::async_trait;
+
+pub use in_process::InProcessTransport;
+
+/// A queue of job messages. Delivery is at-least-once: duplicates are harmless because a
+/// claim is a compare-and-set, and a lost message is re-sent by the dispatch sweep.
+#[async_trait]
+pub trait Transport: Send + Sync + 'static {
+    /// Hands `body` to `queue`; returns once the transport has accepted it.
+    async fn publish(&self, queue: &str, body: Vec<u8>) -> Result<(), TransportError>;
+
+    /// Starts receiving from `queue`, with at most `prefetch` deliveries unacknowledged.
+    async fn subscribe(
+        &self,
+        queue: &str,
+        prefetch: u16,
+    ) -> Result<Box<dyn Subscription>, TransportError>;
+
+    /// Whether the transport can take messages now, for readiness checks.
+    async fn check_ready(&self) -> Result<(), TransportError>;
+
+    /// A short name for logs and `/readyz`.
+    fn kind(&self) -> &'static str;
+}
+
+/// A stream of deliveries from one queue.
+#[async_trait]
+pub trait Subscription: Send {
+    /// The next delivery; `None` once the subscription is closed.
+    async fn next(&mut self) -> Option<Delivery>;
+}
+
+/// One message, to be acknowledged only after the database has committed what it caused.
+pub struct Delivery {
+    pub body: Vec<u8>,
+    pub acker: Box<dyn Acker>,
+}
+
+/// Settles a delivery with the transport.
+#[async_trait]
+pub trait Acker: Send {
+    async fn ack(self: Box<Self>) -> Result<(), TransportError>;
+    /// Gives the message back to the queue for another try.
+    async fn requeue(self: Box<Self>) -> Result<(), TransportError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("transport closed")]
+    Closed,
+    #[error("transport unavailable: {0}")]
+    Unavailable(String),
+}

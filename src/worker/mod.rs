@@ -1,0 +1,5 @@
+//! Executing one job: the two-session pattern (claim, then execute and record).
+
+mod executor;
+
+pub use executor::{Executor, ExecutorConfig, HandleOutcome};
