@@ -1,0 +1,339 @@
+//! Test harness: a fresh database per test, the app on port 0, and waits on rows (never sleeps
+//! as synchronisation).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
+use serde_json::{json, Value};
+use uuid::Uuid;
+use yardmaster::config::QueueSettings;
+use yardmaster::ops::{JobContext, Operation, OperationError, OperationRegistry};
+use yardmaster::store::JobStore;
+use yardmaster::transport::{InProcessTransport, Transport};
+use yardmaster::{Application, Settings};
+
+/// Where the test PostgreSQL server is; each test creates (and drops) its own database there.
+pub const POSTGRES_ADMIN_URL_ENV: &str = "YARDMASTER_TEST_POSTGRES_URL";
+const POSTGRES_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// Generates one `#[actix_rt::test]` per backend for each named `async fn(Backend)`.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[actix_rt::test] async fn $name() { super::$name($crate::helpers::Backend::Sqlite).await } )*
+        }
+        mod postgres {
+            $( #[actix_rt::test] async fn $name() { super::$name($crate::helpers::Backend::Postgres).await } )*
+        }
+    };
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A database that exists for one test and is removed afterwards.
+pub enum TestDatabase {
+    Sqlite { path: PathBuf },
+    Postgres { admin_url: String, name: String },
+}
+
+impl TestDatabase {
+    pub async fn create(backend: Backend) -> (TestDatabase, String) {
+        let id = Uuid::new_v4().simple().to_string();
+        match backend {
+            Backend::Sqlite => {
+                let path = std::env::temp_dir().join(format!("yardmaster-test-{id}.db"));
+                let url = format!("sqlite://{}?mode=rwc", path.display());
+                (TestDatabase::Sqlite { path }, url)
+            }
+            Backend::Postgres => {
+                let admin_url = std::env::var(POSTGRES_ADMIN_URL_ENV)
+                    .unwrap_or_else(|_| POSTGRES_ADMIN_URL.into());
+                let name = format!("yardmaster_test_{id}");
+                let admin = Database::connect(&admin_url)
+                    .await
+                    .expect("PostgreSQL must be running for tests");
+                admin
+                    .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+                    .await
+                    .expect("create database");
+                admin.close().await.ok();
+                let base = admin_url
+                    .rsplit_once('/')
+                    .map(|(base, _)| base)
+                    .unwrap_or(&admin_url);
+                let url = format!("{base}/{name}");
+                (TestDatabase::Postgres { admin_url, name }, url)
+            }
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        match self {
+            TestDatabase::Sqlite { path } => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
+            TestDatabase::Postgres { admin_url, name } => {
+                let (admin_url, name) = (admin_url.clone(), name.clone());
+                // The test's runtime is ending; drop on a runtime of our own.
+                let dropper = std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    runtime.block_on(async {
+                        if let Ok(admin) = Database::connect(&admin_url).await {
+                            let _ = admin
+                                .execute_unprepared(&format!(
+                                    "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+                                ))
+                                .await;
+                        }
+                    });
+                });
+                let _ = dropper.join();
+            }
+        }
+    }
+}
+
+/// `count`: records each execution in `execution_log`, so tests count runs in a table.
+pub struct Count;
+
+#[async_trait]
+impl Operation for Count {
+    fn name(&self) -> &'static str {
+        "count"
+    }
+
+    fn validate(&self, _payload: &Value) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn execute(&self, ctx: JobContext, _payload: Value) -> Result<Value, OperationError> {
+        let sql = format!(
+            "INSERT INTO execution_log (job_id) VALUES ('{}')",
+            ctx.job().id
+        );
+        ctx.db()
+            .execute_unprepared(&sql)
+            .await
+            .map_err(|err| OperationError::new("CountFailed", err.to_string()))?;
+        Ok(json!({ "counted": true }))
+    }
+}
+
+/// How to start the app under test.
+pub struct TestOptions {
+    pub workers: bool,
+    /// (queue, concurrency) pairs consumed by this instance.
+    pub queues: Vec<(&'static str, usize)>,
+    pub max_body_bytes: usize,
+    pub wrap_store: Option<Box<dyn FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore>>>,
+    /// Runs against the migrated database before the app starts (and its start-up sweep).
+    pub seed_jobs: usize,
+}
+
+impl Default for TestOptions {
+    fn default() -> Self {
+        TestOptions {
+            workers: true,
+            queues: vec![("default", 2)],
+            max_body_bytes: 64 * 1024,
+            wrap_store: None,
+            seed_jobs: 0,
+        }
+    }
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub db: DatabaseConnection,
+    pub transport: Arc<dyn Transport>,
+    pub seeded: Vec<Uuid>,
+    _database: TestDatabase,
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> TestApp {
+        Self::spawn_with(backend, TestOptions::default()).await
+    }
+
+    pub async fn spawn_with(backend: Backend, options: TestOptions) -> TestApp {
+        yardmaster::telemetry::init();
+        let (database, url) = TestDatabase::create(backend).await;
+        let mut settings = Settings::default();
+        settings.server.bind = "127.0.0.1:0".into();
+        settings.server.http_workers = 1;
+        settings.server.max_body_bytes = options.max_body_bytes;
+        settings.server.shutdown_timeout_seconds = 1;
+        settings.store.url = url;
+        settings.store.max_connections = 16;
+        settings.worker.enabled = options.workers;
+        settings.worker.id = "test-worker".into();
+        settings.queues = options
+            .queues
+            .iter()
+            .map(|(name, concurrency)| {
+                (
+                    name.to_string(),
+                    QueueSettings {
+                        concurrency: *concurrency,
+                    },
+                )
+            })
+            .collect();
+
+        let seeded = seed(&settings, options.seed_jobs).await;
+        let transport: Arc<dyn Transport> = Arc::new(InProcessTransport::new());
+        let mut builder = Application::builder(settings)
+            .registry(OperationRegistry::builtin().with(Count))
+            .transport(transport.clone());
+        if let Some(wrap) = options.wrap_store {
+            builder = builder.wrap_store(wrap);
+        }
+        let app = builder.build().await.expect("app builds");
+        let address = format!("http://127.0.0.1:{}", app.port());
+        let db = app.db();
+        actix_rt::spawn(app.run_until_stopped());
+        TestApp {
+            address,
+            client: reqwest::Client::new(),
+            db,
+            transport,
+            seeded,
+            _database: database,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    /// `POST /jobs` with a JSON body; returns (status, body).
+    pub async fn submit(&self, body: Value) -> (u16, Value) {
+        let response = self
+            .client
+            .post(self.url("/jobs"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        read(response).await
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        read(self.client.get(self.url(path)).send().await.unwrap()).await
+    }
+
+    pub async fn post(&self, path: &str) -> (u16, Value) {
+        read(self.client.post(self.url(path)).send().await.unwrap()).await
+    }
+
+    /// Polls the job row until it has `status`; panics at the deadline or if it ends elsewhere.
+    pub async fn wait_for_status(&self, id: &str, status: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (code, job) = self.get(&format!("/jobs/{id}")).await;
+            assert_eq!(code, 200, "{job}");
+            if job["status"] == status {
+                return job;
+            }
+            let terminal = ["succeeded", "failed", "cancelled"]
+                .contains(&job["status"].as_str().unwrap_or(""));
+            assert!(
+                !terminal,
+                "job ended {} while waiting for {status}: {job}",
+                job["status"]
+            );
+            assert!(
+                Instant::now() < deadline,
+                "job never became {status}: {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The event names of a job, in order.
+    pub async fn event_names(&self, id: &str) -> Vec<String> {
+        let (code, body) = self.get(&format!("/jobs/{id}/events")).await;
+        assert_eq!(code, 200, "{body}");
+        body["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|event| event["event"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// A single integer from SQL, e.g. a `COUNT(*)`.
+    pub async fn count(&self, sql: &str) -> i64 {
+        let backend = self.db.get_database_backend();
+        let row = self
+            .db
+            .query_one_raw(Statement::from_string(backend, sql))
+            .await
+            .unwrap()
+            .unwrap();
+        row.try_get_by_index::<i64>(0).unwrap()
+    }
+
+    /// Polls `sql` until it returns `expected`, with a deadline.
+    pub async fn wait_for_count(&self, sql: &str, expected: i64, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let value = self.count(sql).await;
+            if value == expected {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{sql} = {value}, expected {expected}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Migrates, creates `execution_log`, and inserts `jobs` QUEUED `count` jobs straight into
+/// the store, before any consumer exists.
+async fn seed(settings: &Settings, jobs: usize) -> Vec<Uuid> {
+    let db = yardmaster::store::connect(&settings.store).await.unwrap();
+    yardmaster::store::migrate(&db).await.unwrap();
+    db.execute_unprepared("CREATE TABLE execution_log (job_id VARCHAR(64) NOT NULL)")
+        .await
+        .unwrap();
+    let store = yardmaster::store::SeaStore::new(db.clone());
+    let mut ids = Vec::with_capacity(jobs);
+    for _ in 0..jobs {
+        let new = yardmaster::domain::NewJob {
+            operation: "count".into(),
+            queue: Default::default(),
+            payload: json!({}),
+            parent_job_id: None,
+            max_retries: 0,
+            idempotency_key: None,
+        };
+        ids.push(store.submit(new).await.unwrap().job.id);
+    }
+    db.close().await.ok();
+    ids
+}
+
+pub async fn read(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, body)
+}

@@ -1,0 +1,8 @@
+//! Integration tests over real HTTP: each test starts the app on port 0 against a fresh
+//! SQLite file and, separately, a fresh PostgreSQL database.
+
+#[macro_use]
+mod helpers;
+mod concurrency;
+mod errors;
+mod lifecycle;
