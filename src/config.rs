@@ -21,6 +21,7 @@ pub struct Settings {
     pub store: StoreSettings,
     pub transport: TransportSettings,
     pub worker: WorkerSettings,
+    pub dispatch: DispatchSettings,
     /// Queues this process consumes, by name.
     pub queues: BTreeMap<String, QueueSettings>,
 }
@@ -55,6 +56,22 @@ pub struct StoreSettings {
 #[serde(deny_unknown_fields)]
 pub struct TransportSettings {
     pub kind: TransportKind,
+    pub amqp: AmqpSettings,
+}
+
+/// RabbitMQ, used when `transport.kind = "amqp"`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AmqpSettings {
+    /// `amqp://HOST:5672/%2f`; user and password default to the broker's guest account.
+    pub url: String,
+    /// Prepended to queue names on the broker: queue `default` is `yardmaster.default`.
+    pub queue_prefix: String,
+    pub connect_timeout_seconds: u64,
+    /// How long a publish waits for the broker's confirm before it is retried.
+    pub confirm_timeout_seconds: u64,
+    /// Tries per publish (reconnecting between them) before the job is left to the sweep.
+    pub publish_attempts: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +79,23 @@ pub struct TransportSettings {
 pub enum TransportKind {
     /// In-memory queues inside this process (embedded default).
     InProcess,
+    /// RabbitMQ: many processes on many hosts.
+    Amqp,
+}
+
+/// The dispatch sweep: re-sends QUEUED jobs whose message was never confirmed (a crash
+/// between commit and publish, a broker outage) and jobs whose RetryLater delay is over.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DispatchSettings {
+    /// Run the sweep in this process.
+    pub enabled: bool,
+    /// Milliseconds between sweeps.
+    pub interval_ms: u64,
+    /// A job younger than this is left to its submitter, which is still publishing it.
+    pub grace_ms: u64,
+    /// Jobs sent per sweep at most.
+    pub batch: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,6 +114,15 @@ pub struct WorkerSettings {
 pub struct QueueSettings {
     /// Jobs of this queue running at once in this process.
     pub concurrency: usize,
+    /// Messages the broker hands this process ahead of a free slot (AMQP prefetch).
+    /// 1 suits long jobs: nothing waits here that another worker could run.
+    pub prefetch: u16,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        QueueSettings { concurrency: 1, prefetch: 1 }
+    }
 }
 
 impl Default for Settings {
@@ -100,16 +143,17 @@ impl Default for Settings {
             },
             transport: TransportSettings {
                 kind: TransportKind::InProcess,
+                amqp: AmqpSettings {
+                    url: "amqp://127.0.0.1:5672/%2f".into(),
+                    queue_prefix: "yardmaster.".into(),
+                    connect_timeout_seconds: 5,
+                    confirm_timeout_seconds: 10,
+                    publish_attempts: 5,
+                },
             },
-            worker: WorkerSettings {
-                enabled: true,
-                id: String::new(),
-                lease_seconds: 300,
-            },
-            queues: BTreeMap::from([(
-                QueueName::DEFAULT.to_owned(),
-                QueueSettings { concurrency: 4 },
-            )]),
+            worker: WorkerSettings { enabled: true, id: String::new(), lease_seconds: 300 },
+            dispatch: DispatchSettings { enabled: true, interval_ms: 1000, grace_ms: 5000, batch: 1000 },
+            queues: BTreeMap::from([(QueueName::DEFAULT.to_owned(), QueueSettings { concurrency: 4, prefetch: 1 })]),
         }
     }
 }
@@ -139,20 +183,28 @@ impl Settings {
     pub fn validate(&self) -> anyhow::Result<()> {
         for (name, queue) in &self.queues {
             QueueName::parse(name).map_err(|err| anyhow::anyhow!("queues: {err}"))?;
-            anyhow::ensure!(
-                queue.concurrency >= 1,
-                "queues.{name}.concurrency must be at least 1"
-            );
+            anyhow::ensure!(queue.concurrency >= 1, "queues.{name}.concurrency must be at least 1");
+            anyhow::ensure!(queue.prefetch >= 1, "queues.{name}.prefetch must be at least 1");
         }
+        anyhow::ensure!(self.worker.lease_seconds >= 1, "worker.lease_seconds must be at least 1");
+        anyhow::ensure!(self.dispatch.interval_ms >= 1, "dispatch.interval_ms must be at least 1");
         anyhow::ensure!(
-            self.worker.lease_seconds >= 1,
-            "worker.lease_seconds must be at least 1"
+            self.transport.amqp.publish_attempts >= 1,
+            "transport.amqp.publish_attempts must be at least 1"
         );
-        anyhow::ensure!(
-            self.server.max_page_size >= 1,
-            "server.max_page_size must be at least 1"
-        );
+        anyhow::ensure!(self.server.max_page_size >= 1, "server.max_page_size must be at least 1");
         crate::store::Backend::of_url(&self.store.url)?;
+        Ok(())
+    }
+
+    /// Consumes exactly `names`, keeping the configured settings of those listed.
+    pub fn consume_only(&mut self, names: &[String]) -> anyhow::Result<()> {
+        let mut queues = BTreeMap::new();
+        for name in names {
+            QueueName::parse(name).map_err(|err| anyhow::anyhow!("--queue: {err}"))?;
+            queues.insert(name.clone(), self.queues.get(name).cloned().unwrap_or_default());
+        }
+        self.queues = queues;
         Ok(())
     }
 
@@ -187,9 +239,7 @@ mod tests {
     #[test]
     fn bad_queue_names_are_refused() {
         let mut settings = Settings::default();
-        settings
-            .queues
-            .insert("bad name".into(), QueueSettings { concurrency: 1 });
+        settings.queues.insert("bad name".into(), QueueSettings::default());
         assert!(settings.validate().is_err());
     }
 }

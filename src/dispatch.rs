@@ -1,17 +1,22 @@
-//! Getting committed jobs onto the transport: submit-then-publish, and the sweep that
-//! re-sends QUEUED jobs whose message was lost (or never sent).
+//! Getting committed jobs onto the transport: submit-then-publish, and the sweep that sends
+//! QUEUED jobs whose message was never confirmed (lost to a crash or an outage) or whose
+//! RetryLater delay is over.
+//!
+//! A job row is always committed before its message is published, and `published_at` is
+//! written only after the transport confirmed it, so a job is never announced before it
+//! exists and never stays QUEUED without a message for longer than one sweep.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures_util::future::join_all;
 use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::domain::NewJob;
-use crate::store::{JobStore, StoreError, Submission};
+use crate::failpoint;
+use crate::store::{Dispatch, JobStore, StoreError, Submission};
 use crate::transport::Transport;
-
-/// Page size of the dispatch sweep.
-const SWEEP_PAGE: u64 = 500;
 
 /// The message body for a job: its id as text.
 pub fn encode_job_message(id: Uuid) -> Vec<u8> {
@@ -20,9 +25,7 @@ pub fn encode_job_message(id: Uuid) -> Vec<u8> {
 
 /// Reads a job message; `None` for anything that is not a job id.
 pub fn decode_job_message(body: &[u8]) -> Option<Uuid> {
-    std::str::from_utf8(body)
-        .ok()
-        .and_then(|text| Uuid::parse_str(text.trim()).ok())
+    std::str::from_utf8(body).ok().and_then(|text| Uuid::parse_str(text.trim()).ok())
 }
 
 /// Commits jobs and announces them to workers.
@@ -38,44 +41,70 @@ impl Dispatcher {
     }
 
     /// Commits the job, then publishes it. A failed publish is logged, not returned: the job
-    /// is durable and QUEUED, and the next sweep sends it.
+    /// is durable and QUEUED, and the sweep sends it.
     pub async fn submit(&self, job: NewJob) -> Result<Submission, StoreError> {
         let submission = self.store.submit(job).await?;
+        failpoint::hit("submit.after_commit");
         if submission.created {
-            self.publish(&submission.job.queue, submission.job.id).await;
+            let dispatch = Dispatch { id: submission.job.id, queue: submission.job.queue.clone() };
+            self.publish_all(std::slice::from_ref(&dispatch)).await;
         }
         Ok(submission)
     }
 
-    /// Publishes a job id, logging a failure (the sweep recovers it).
-    pub async fn publish(&self, queue: &str, id: Uuid) -> bool {
-        match self.transport.publish(queue, encode_job_message(id)).await {
-            Ok(()) => true,
-            Err(err) => {
-                warn!(job_id = %id, queue, error = %err, "publish failed; the dispatch sweep will resend");
-                false
+    /// Publishes jobs concurrently and records which the transport confirmed; returns how
+    /// many were confirmed. Failures are logged and left to the sweep.
+    pub async fn publish_all(&self, jobs: &[Dispatch]) -> u64 {
+        let sends = jobs.iter().map(|job| self.transport.publish(&job.queue, encode_job_message(job.id)));
+        let results = join_all(sends).await;
+        let mut confirmed = Vec::with_capacity(jobs.len());
+        for (job, result) in jobs.iter().zip(results) {
+            match result {
+                Ok(()) => confirmed.push(job.id),
+                Err(err) => {
+                    warn!(job_id = %job.id, queue = %job.queue, error = %err, "publish failed; the sweep will resend")
+                }
+            }
+        }
+        if let Err(err) = self.store.mark_published(&confirmed).await {
+            // The messages are out; at worst the sweep sends them again, and a duplicate
+            // delivery finds the job already claimed.
+            warn!(error = %err, "could not record publications");
+        }
+        confirmed.len() as u64
+    }
+
+    /// One sweep: sends up to `batch` jobs that are due and unpublished. Returns how many
+    /// were confirmed.
+    pub async fn sweep_once(&self, grace: Duration, batch: u64) -> Result<u64, StoreError> {
+        let due = self.store.due_for_dispatch(grace, batch).await?;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let sent = self.publish_all(&due).await;
+        info!(due = due.len(), sent, "dispatch sweep sent queued jobs");
+        Ok(sent)
+    }
+
+    /// At start-up: with a transport that kept nothing (in-process), every QUEUED job lost
+    /// its message; then sends everything due, whatever its age.
+    pub async fn recover(&self, batch: u64) -> Result<u64, StoreError> {
+        if !self.transport.is_durable() {
+            self.store.forget_publications().await?;
+        }
+        let mut sent = 0;
+        loop {
+            let round = self.sweep_once(Duration::ZERO, batch).await?;
+            sent += round;
+            if round < batch {
+                return Ok(sent);
             }
         }
     }
 
-    /// Publishes every QUEUED job of `queue`; returns how many were sent.
-    pub async fn sweep(&self, queue: &str) -> Result<u64, StoreError> {
-        let mut after = None;
-        let mut sent = 0;
-        loop {
-            let ids = self.store.queued_ids(queue, after, SWEEP_PAGE).await?;
-            for id in &ids {
-                sent += u64::from(self.publish(queue, *id).await);
-            }
-            match ids.last() {
-                Some(last) if ids.len() as u64 == SWEEP_PAGE => after = Some(*last),
-                _ => break,
-            }
-        }
-        if sent > 0 {
-            info!(queue, sent, "dispatch sweep re-sent queued jobs");
-        }
-        Ok(sent)
+    /// Publishes one job now (a manual retry); the sweep covers a failure.
+    pub async fn publish(&self, queue: &str, id: Uuid) {
+        self.publish_all(&[Dispatch { id, queue: queue.to_owned() }]).await;
     }
 }
 

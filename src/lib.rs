@@ -16,6 +16,7 @@ pub mod api;
 pub mod config;
 pub mod dispatch;
 pub mod domain;
+pub mod failpoint;
 pub mod ops;
 pub mod startup;
 pub mod store;

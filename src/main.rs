@@ -23,8 +23,18 @@ struct Cli {
 enum Command {
     /// Serve the HTTP API and, unless --no-workers, run the queue consumers.
     Serve(ServeArgs),
+    /// Run queue consumers only (no HTTP API): a worker process, e.g. on another host.
+    Worker(WorkerArgs),
     /// Apply pending database migrations and exit.
     Migrate,
+}
+
+#[derive(Debug, Args)]
+struct WorkerArgs {
+    /// Queue to consume; repeat for several. Settings come from [queues.NAME] when present,
+    /// else concurrency 1, prefetch 1. Default: every queue in the configuration.
+    #[arg(long = "queue", value_name = "NAME")]
+    queues: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -62,6 +72,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 settings.worker.enabled = false;
             }
             let app = Application::build(settings).await?;
+            app.run_until_stopped().await?;
+        }
+        Command::Worker(args) => {
+            if !args.queues.is_empty() {
+                settings.consume_only(&args.queues)?;
+            }
+            settings.worker.enabled = true;
+            let app = Application::builder(settings).without_api().build().await?;
             app.run_until_stopped().await?;
         }
         Command::Migrate => {

@@ -4,32 +4,34 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Addr;
+use actix::{Addr, Supervisor};
 use actix_web::dev::Server;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context as _;
 use sea_orm::DatabaseConnection;
 use tracing::info;
 
-use crate::actors::QueueConsumer;
+use crate::actors::{DispatchSweeper, QueueConsumer, Tick};
 use crate::api::{self, AppState};
 use crate::config::{Settings, TransportKind};
 use crate::dispatch::Dispatcher;
 use crate::ops::OperationRegistry;
 use crate::store::{self, JobStore, SeaStore};
-use crate::transport::{InProcessTransport, Transport};
+use crate::transport::{AmqpTransport, InProcessTransport, Transport};
 use crate::worker::{Executor, ExecutorConfig};
 
 type StoreWrapper = Box<dyn FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore>>;
 
-/// A running instance: the HTTP server, and the queue consumers when workers are enabled.
+/// A running instance: the HTTP server (unless worker-only), the queue consumers when
+/// workers are enabled, and the dispatch sweeper.
 pub struct Application {
-    port: u16,
-    server: Server,
+    port: Option<u16>,
+    server: Option<Server>,
     store: Arc<dyn JobStore>,
     db: DatabaseConnection,
     transport: Arc<dyn Transport>,
     consumers: Vec<Addr<QueueConsumer>>,
+    sweeper: Option<Addr<DispatchSweeper>>,
 }
 
 /// Options beyond the settings: what tests and embedders swap in.
@@ -38,6 +40,7 @@ pub struct ApplicationBuilder {
     registry: OperationRegistry,
     wrap_store: Option<StoreWrapper>,
     transport: Option<Arc<dyn Transport>>,
+    api: bool,
 }
 
 impl ApplicationBuilder {
@@ -48,10 +51,7 @@ impl ApplicationBuilder {
     }
 
     /// Wraps the store, for example to inject faults in tests.
-    pub fn wrap_store(
-        mut self,
-        wrap: impl FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore> + 'static,
-    ) -> Self {
+    pub fn wrap_store(mut self, wrap: impl FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore> + 'static) -> Self {
         self.wrap_store = Some(Box::new(wrap));
         self
     }
@@ -62,8 +62,14 @@ impl ApplicationBuilder {
         self
     }
 
-    /// Connects, migrates if configured, starts consumers, re-dispatches QUEUED jobs and
-    /// binds the listener. Must run inside an actix `System`.
+    /// Runs no HTTP server: a worker process.
+    pub fn without_api(mut self) -> Self {
+        self.api = false;
+        self
+    }
+
+    /// Connects, migrates if configured, re-dispatches QUEUED jobs, starts consumers and the
+    /// sweeper, and binds the listener. Must run inside an actix `System`.
     pub async fn build(self) -> anyhow::Result<Application> {
         let settings = self.settings;
         let db = store::connect(&settings.store).await?;
@@ -74,87 +80,83 @@ impl ApplicationBuilder {
         if let Some(wrap) = self.wrap_store {
             store = wrap(store);
         }
-        let transport = self
-            .transport
-            .unwrap_or_else(|| match settings.transport.kind {
-                TransportKind::InProcess => Arc::new(InProcessTransport::new()),
-            });
+        let transport = match self.transport {
+            Some(transport) => transport,
+            None => build_transport(&settings)?,
+        };
         let registry = Arc::new(self.registry);
         let dispatcher = Dispatcher::new(store.clone(), transport.clone());
+        let mut sweeper = None;
+        if settings.dispatch.enabled {
+            let sent = dispatcher.recover(settings.dispatch.batch).await.context("re-dispatching queued jobs")?;
+            info!(sent, "start-up dispatch done");
+            let actor = DispatchSweeper::new(dispatcher.clone(), &settings.dispatch);
+            sweeper = Some(Supervisor::start(move |_| actor));
+        }
         let consumers = match settings.worker.enabled {
-            true => {
-                start_workers(&settings, &store, &transport, &registry, &db, &dispatcher).await?
-            }
+            true => start_workers(&settings, &store, &transport, &registry, &db),
             false => Vec::new(),
         };
-        let state = web::Data::new(AppState {
-            store: store.clone(),
-            transport: transport.clone(),
-            dispatcher,
-            registry,
-            max_page_size: settings.server.max_page_size,
-        });
-        let listener = TcpListener::bind(&settings.server.bind)
-            .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
-        let port = listener.local_addr()?.port();
-        let max_body = settings.server.max_body_bytes;
-        let server = HttpServer::new(move || {
-            App::new()
-                .app_data(state.clone())
-                .configure(|cfg| api::configure(cfg, max_body))
-                .default_service(web::to(api::not_found))
-        })
-        .workers(settings.server.http_workers.max(1))
-        .shutdown_timeout(settings.server.shutdown_timeout_seconds)
-        .listen(listener)?
-        .run();
-        info!(port, store = ?store::Backend::of_url(&settings.store.url)?, transport = transport.kind(), "serving");
-        Ok(Application {
-            port,
-            server,
-            store,
-            db,
-            transport,
-            consumers,
-        })
+        let (port, server) = match self.api {
+            true => {
+                let state = AppState {
+                    store: store.clone(),
+                    transport: transport.clone(),
+                    dispatcher,
+                    registry,
+                    max_page_size: settings.server.max_page_size,
+                };
+                let (port, server) = serve_api(&settings, state)?;
+                (Some(port), Some(server))
+            }
+            false => (None, None),
+        };
+        info!(port, store = ?store::Backend::of_url(&settings.store.url)?, transport = transport.kind(), consumers = consumers.len(), "started");
+        Ok(Application { port, server, store, db, transport, consumers, sweeper })
     }
 }
 
-async fn start_workers(
+fn build_transport(settings: &Settings) -> anyhow::Result<Arc<dyn Transport>> {
+    Ok(match settings.transport.kind {
+        TransportKind::InProcess => Arc::new(InProcessTransport::new()),
+        TransportKind::Amqp => Arc::new(AmqpTransport::new(settings.transport.amqp.clone())?),
+    })
+}
+
+fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Server)> {
+    let state = web::Data::new(state);
+    let listener = TcpListener::bind(&settings.server.bind)
+        .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
+    let port = listener.local_addr()?.port();
+    let max_body = settings.server.max_body_bytes;
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .configure(|cfg| api::configure(cfg, max_body))
+            .default_service(web::to(api::not_found))
+    })
+    .workers(settings.server.http_workers.max(1))
+    .shutdown_timeout(settings.server.shutdown_timeout_seconds)
+    .listen(listener)?
+    .run();
+    Ok((port, server))
+}
+
+fn start_workers(
     settings: &Settings,
     store: &Arc<dyn JobStore>,
     transport: &Arc<dyn Transport>,
     registry: &Arc<OperationRegistry>,
     db: &DatabaseConnection,
-    dispatcher: &Dispatcher,
-) -> anyhow::Result<Vec<Addr<QueueConsumer>>> {
-    let config = ExecutorConfig {
-        owner: settings.worker_id(),
-        lease: Duration::from_secs(settings.worker.lease_seconds),
-    };
-    let executor = Arc::new(Executor::new(
-        store.clone(),
-        registry.clone(),
-        db.clone(),
-        config,
-    ));
-    let mut consumers = Vec::new();
-    for (queue, queue_settings) in &settings.queues {
-        let consumer = QueueConsumer::new(
-            queue.clone(),
-            queue_settings.concurrency,
-            transport.clone(),
-            executor.clone(),
-        );
-        consumers.push(consumer.start_supervised());
-    }
-    for queue in settings.queues.keys() {
-        dispatcher
-            .sweep(queue)
-            .await
-            .context("re-dispatching queued jobs")?;
-    }
-    Ok(consumers)
+) -> Vec<Addr<QueueConsumer>> {
+    let config =
+        ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_secs(settings.worker.lease_seconds) };
+    let executor = Arc::new(Executor::new(store.clone(), registry.clone(), db.clone(), config));
+    let consumers = settings.queues.iter().map(|(queue, queue_settings)| {
+        QueueConsumer::new(queue.clone(), queue_settings.clone(), transport.clone(), executor.clone())
+            .start_supervised()
+    });
+    consumers.collect()
 }
 
 impl Application {
@@ -164,6 +166,7 @@ impl Application {
             registry: OperationRegistry::builtin(),
             wrap_store: None,
             transport: None,
+            api: true,
         }
     }
 
@@ -171,8 +174,8 @@ impl Application {
         Self::builder(settings).build().await
     }
 
-    /// The port the API listens on (useful when bound to port 0).
-    pub fn port(&self) -> u16 {
+    /// The port the API listens on (useful when bound to port 0); `None` for a worker.
+    pub fn port(&self) -> Option<u16> {
         self.port
     }
 
@@ -194,8 +197,30 @@ impl Application {
         self.consumers.len()
     }
 
-    /// Serves until the server is stopped (SIGTERM or SIGINT).
-    pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+    /// Runs one dispatch sweep now (tests and operators); `None` when the sweeper is off.
+    pub async fn sweep_now(&self) -> Option<u64> {
+        let sweeper = self.sweeper.as_ref()?;
+        sweeper.send(Tick).await.ok()
     }
+
+    /// Runs until stopped: the HTTP server stops on SIGTERM or SIGINT; a worker waits for
+    /// one of those signals.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        match self.server {
+            Some(server) => server.await,
+            None => wait_for_stop_signal().await,
+        }
+    }
+}
+
+async fn wait_for_stop_signal() -> std::io::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = terminate.recv() => info!("SIGTERM received; stopping"),
+        result = tokio::signal::ctrl_c() => {
+            result?;
+            info!("SIGINT received; stopping");
+        }
+    }
+    Ok(())
 }

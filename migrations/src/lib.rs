@@ -7,6 +7,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_create_job;
 mod m20261122_000002_create_job_event;
+mod m20261122_000003_add_dispatch_columns;
 
 /// Lists every migration in the order it is applied.
 pub struct Migrator;
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261122_000001_create_job::Migration),
             Box::new(m20261122_000002_create_job_event::Migration),
+            Box::new(m20261122_000003_add_dispatch_columns::Migration),
         ]
     }
 }

@@ -15,19 +15,9 @@ impl MigrationTrait for Migration {
                 Table::create()
                     .table(JobEvent::Table)
                     .if_not_exists()
-                    .col(
-                        ColumnDef::new(JobEvent::Id)
-                            .big_integer()
-                            .not_null()
-                            .auto_increment()
-                            .primary_key(),
-                    )
+                    .col(ColumnDef::new(JobEvent::Id).big_integer().not_null().auto_increment().primary_key())
                     .col(ColumnDef::new(JobEvent::JobId).uuid().not_null())
-                    .col(
-                        ColumnDef::new(JobEvent::Ts)
-                            .timestamp_with_time_zone()
-                            .not_null(),
-                    )
+                    .col(ColumnDef::new(JobEvent::Ts).timestamp_with_time_zone().not_null())
                     .col(ColumnDef::new(JobEvent::Event).string_len(128).not_null())
                     .col(ColumnDef::new(JobEvent::Message).text().null())
                     .col(ColumnDef::new(JobEvent::Fields).json_binary().not_null())
@@ -55,9 +45,7 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .drop_table(Table::drop().table(JobEvent::Table).to_owned())
-            .await
+        manager.drop_table(Table::drop().table(JobEvent::Table).to_owned()).await
     }
 }
 

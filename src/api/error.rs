@@ -36,83 +36,29 @@ impl Code {
     fn describe(self) -> (&'static str, StatusCode, &'static str) {
         use Code::*;
         match self {
-            InvalidJson => (
-                "invalid_json",
-                StatusCode::BAD_REQUEST,
-                "Request body is not valid JSON",
-            ),
-            InvalidRequest => (
-                "invalid_request",
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Request body has the wrong shape",
-            ),
-            InvalidQuery => (
-                "invalid_query",
-                StatusCode::BAD_REQUEST,
-                "Query string is invalid",
-            ),
-            InvalidJobId => (
-                "invalid_job_id",
-                StatusCode::BAD_REQUEST,
-                "Job id is not a UUID",
-            ),
-            UnsupportedMediaType => (
-                "unsupported_media_type",
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "Send application/json",
-            ),
-            PayloadTooLarge => (
-                "payload_too_large",
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "Request body is too large",
-            ),
-            UnknownOperation => (
-                "unknown_operation",
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Unknown operation",
-            ),
-            InvalidPayload => (
-                "invalid_payload",
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Payload is invalid for this operation",
-            ),
-            InvalidQueue => (
-                "invalid_queue",
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Queue name is invalid",
-            ),
-            ParentNotFound => (
-                "parent_not_found",
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Parent job does not exist",
-            ),
+            InvalidJson => ("invalid_json", StatusCode::BAD_REQUEST, "Request body is not valid JSON"),
+            InvalidRequest => ("invalid_request", StatusCode::UNPROCESSABLE_ENTITY, "Request body has the wrong shape"),
+            InvalidQuery => ("invalid_query", StatusCode::BAD_REQUEST, "Query string is invalid"),
+            InvalidJobId => ("invalid_job_id", StatusCode::BAD_REQUEST, "Job id is not a UUID"),
+            UnsupportedMediaType => {
+                ("unsupported_media_type", StatusCode::UNSUPPORTED_MEDIA_TYPE, "Send application/json")
+            }
+            PayloadTooLarge => ("payload_too_large", StatusCode::PAYLOAD_TOO_LARGE, "Request body is too large"),
+            UnknownOperation => ("unknown_operation", StatusCode::UNPROCESSABLE_ENTITY, "Unknown operation"),
+            InvalidPayload => {
+                ("invalid_payload", StatusCode::UNPROCESSABLE_ENTITY, "Payload is invalid for this operation")
+            }
+            InvalidQueue => ("invalid_queue", StatusCode::UNPROCESSABLE_ENTITY, "Queue name is invalid"),
+            ParentNotFound => ("parent_not_found", StatusCode::UNPROCESSABLE_ENTITY, "Parent job does not exist"),
             JobNotFound => ("job_not_found", StatusCode::NOT_FOUND, "Job not found"),
             NotFound => ("not_found", StatusCode::NOT_FOUND, "No such endpoint"),
-            MethodNotAllowed => (
-                "method_not_allowed",
-                StatusCode::METHOD_NOT_ALLOWED,
-                "Method not allowed here",
-            ),
-            InvalidTransition => (
-                "invalid_transition",
-                StatusCode::CONFLICT,
-                "The job cannot make this transition",
-            ),
-            IdempotencyConflict => (
-                "idempotency_conflict",
-                StatusCode::CONFLICT,
-                "Idempotency key already used for another job",
-            ),
-            NotReady => (
-                "not_ready",
-                StatusCode::SERVICE_UNAVAILABLE,
-                "A dependency is unavailable",
-            ),
-            Internal => (
-                "internal",
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Internal error",
-            ),
+            MethodNotAllowed => ("method_not_allowed", StatusCode::METHOD_NOT_ALLOWED, "Method not allowed here"),
+            InvalidTransition => ("invalid_transition", StatusCode::CONFLICT, "The job cannot make this transition"),
+            IdempotencyConflict => {
+                ("idempotency_conflict", StatusCode::CONFLICT, "Idempotency key already used for another job")
+            }
+            NotReady => ("not_ready", StatusCode::SERVICE_UNAVAILABLE, "A dependency is unavailable"),
+            Internal => ("internal", StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
         }
     }
 
@@ -135,10 +81,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: Code, detail: impl Into<String>) -> Self {
-        ApiError {
-            code,
-            detail: detail.into(),
-        }
+        ApiError { code, detail: detail.into() }
     }
 }
 
@@ -167,30 +110,19 @@ impl ResponseError for ApiError {
             detail: &self.detail,
             code,
         };
-        HttpResponse::build(status)
-            .insert_header((header::CONTENT_TYPE, "application/problem+json"))
-            .json(problem)
+        HttpResponse::build(status).insert_header((header::CONTENT_TYPE, "application/problem+json")).json(problem)
     }
 }
 
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {
-            StoreError::NotFound(id) => {
-                ApiError::new(Code::JobNotFound, format!("no job with id {id}"))
-            }
-            StoreError::InvalidTransition(err) => {
-                ApiError::new(Code::InvalidTransition, err.to_string())
-            }
-            StoreError::IdempotencyConflict(_) => {
-                ApiError::new(Code::IdempotencyConflict, err.to_string())
-            }
+            StoreError::NotFound(id) => ApiError::new(Code::JobNotFound, format!("no job with id {id}")),
+            StoreError::InvalidTransition(err) => ApiError::new(Code::InvalidTransition, err.to_string()),
+            StoreError::IdempotencyConflict(_) => ApiError::new(Code::IdempotencyConflict, err.to_string()),
             StoreError::Database(_) | StoreError::Corrupt(_) => {
                 error!(error = %err, "store error");
-                ApiError::new(
-                    Code::Internal,
-                    "the store failed; the request may be retried",
-                )
+                ApiError::new(Code::Internal, "the store failed; the request may be retried")
             }
         }
     }

@@ -6,21 +6,17 @@ use actix_web::{web, Error, HttpRequest};
 use super::error::{ApiError, Code};
 
 pub fn json_config(max_body_bytes: usize) -> web::JsonConfig {
-    web::JsonConfig::default()
-        .limit(max_body_bytes)
-        .error_handler(json_error)
+    web::JsonConfig::default().limit(max_body_bytes).error_handler(json_error)
 }
 
 pub fn query_config() -> web::QueryConfig {
-    web::QueryConfig::default().error_handler(|err: QueryPayloadError, _req| {
-        ApiError::new(Code::InvalidQuery, err.to_string()).into()
-    })
+    web::QueryConfig::default()
+        .error_handler(|err: QueryPayloadError, _req| ApiError::new(Code::InvalidQuery, err.to_string()).into())
 }
 
 pub fn path_config() -> web::PathConfig {
-    web::PathConfig::default().error_handler(|err: PathError, _req| {
-        ApiError::new(Code::InvalidJobId, err.to_string()).into()
-    })
+    web::PathConfig::default()
+        .error_handler(|err: PathError, _req| ApiError::new(Code::InvalidJobId, err.to_string()).into())
 }
 
 fn json_error(err: JsonPayloadError, _req: &HttpRequest) -> Error {
@@ -28,10 +24,9 @@ fn json_error(err: JsonPayloadError, _req: &HttpRequest) -> Error {
         JsonPayloadError::OverflowKnownLength { .. } | JsonPayloadError::Overflow { .. } => {
             ApiError::new(Code::PayloadTooLarge, err.to_string())
         }
-        JsonPayloadError::ContentType => ApiError::new(
-            Code::UnsupportedMediaType,
-            "Content-Type must be application/json",
-        ),
+        JsonPayloadError::ContentType => {
+            ApiError::new(Code::UnsupportedMediaType, "Content-Type must be application/json")
+        }
         JsonPayloadError::Deserialize(inner) if inner.is_data() => {
             ApiError::new(Code::InvalidRequest, inner.to_string())
         }

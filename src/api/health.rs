@@ -13,16 +13,7 @@ pub async fn healthz() -> HttpResponse {
 
 #[get("/readyz")]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    state
-        .store
-        .ping()
-        .await
-        .map_err(|err| ApiError::new(Code::NotReady, format!("store: {err}")))?;
-    state
-        .transport
-        .check_ready()
-        .await
-        .map_err(|err| ApiError::new(Code::NotReady, format!("transport: {err}")))?;
-    Ok(HttpResponse::Ok()
-        .json(json!({ "status": "ready", "store": "ok", "transport": state.transport.kind() })))
+    state.store.ping().await.map_err(|err| ApiError::new(Code::NotReady, format!("store: {err}")))?;
+    state.transport.check_ready().await.map_err(|err| ApiError::new(Code::NotReady, format!("transport: {err}")))?;
+    Ok(HttpResponse::Ok().json(json!({ "status": "ready", "store": "ok", "transport": state.transport.kind() })))
 }

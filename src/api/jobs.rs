@@ -44,12 +44,7 @@ pub async fn submit(
         .get("Idempotency-Key")
         .map(|value| value.to_str().map(str::to_owned))
         .transpose()
-        .map_err(|_| {
-            ApiError::new(
-                Code::InvalidRequest,
-                "Idempotency-Key must be visible ASCII",
-            )
-        })?;
+        .map_err(|_| ApiError::new(Code::InvalidRequest, "Idempotency-Key must be visible ASCII"))?;
     let new = validate_submission(&state, body.into_inner(), header_key).await?;
     let submission = state.dispatcher.submit(new).await?;
     let location = format!("/jobs/{}", submission.job.id);
@@ -57,9 +52,7 @@ pub async fn submit(
         true => HttpResponse::Created(),
         false => HttpResponse::Ok(),
     };
-    Ok(response
-        .insert_header((header::LOCATION, location))
-        .json(submission.job))
+    Ok(response.insert_header((header::LOCATION, location)).json(submission.job))
 }
 
 async fn validate_submission(
@@ -67,14 +60,10 @@ async fn validate_submission(
     body: SubmitRequest,
     header_key: Option<String>,
 ) -> Result<NewJob, ApiError> {
-    let payload = body
-        .payload
-        .unwrap_or_else(|| Value::Object(Default::default()));
+    let payload = body.payload.unwrap_or_else(|| Value::Object(Default::default()));
     state.registry.validate(&body.operation, &payload)?;
     let queue = match body.queue {
-        Some(name) => {
-            QueueName::parse(&name).map_err(|err| ApiError::new(Code::InvalidQueue, err))?
-        }
+        Some(name) => QueueName::parse(&name).map_err(|err| ApiError::new(Code::InvalidQueue, err))?,
         None => QueueName::default(),
     };
     let idempotency_key = body.idempotency_key.or(header_key);
@@ -91,10 +80,7 @@ async fn validate_submission(
     }
     if let Some(parent) = body.parent_job_id {
         if state.store.get(parent).await?.is_none() {
-            return Err(ApiError::new(
-                Code::ParentNotFound,
-                format!("no job with id {parent}"),
-            ));
+            return Err(ApiError::new(Code::ParentNotFound, format!("no job with id {parent}")));
         }
     }
     Ok(NewJob {
@@ -107,19 +93,12 @@ async fn validate_submission(
     })
 }
 
-pub async fn get(
-    state: web::Data<AppState>,
-    id: web::Path<Uuid>,
-) -> Result<web::Json<Job>, ApiError> {
+pub async fn get(state: web::Data<AppState>, id: web::Path<Uuid>) -> Result<web::Json<Job>, ApiError> {
     Ok(web::Json(find(&state, *id).await?))
 }
 
 async fn find(state: &AppState, id: Uuid) -> Result<Job, ApiError> {
-    state
-        .store
-        .get(id)
-        .await?
-        .ok_or_else(|| ApiError::new(Code::JobNotFound, format!("no job with id {id}")))
+    state.store.get(id).await?.ok_or_else(|| ApiError::new(Code::JobNotFound, format!("no job with id {id}")))
 }
 
 /// Query of `GET /jobs`.
@@ -141,10 +120,7 @@ pub struct JobPage {
     pub next_cursor: Option<Uuid>,
 }
 
-pub async fn list(
-    state: web::Data<AppState>,
-    query: web::Query<ListQuery>,
-) -> Result<web::Json<JobPage>, ApiError> {
+pub async fn list(state: web::Data<AppState>, query: web::Query<ListQuery>) -> Result<web::Json<JobPage>, ApiError> {
     let query = query.into_inner();
     let filter = JobFilter {
         status: query.status,
@@ -155,37 +131,25 @@ pub async fn list(
         limit: page_size(query.limit, state.max_page_size)?,
     };
     let page = state.store.list(&filter).await?;
-    Ok(web::Json(JobPage {
-        jobs: page.jobs,
-        next_cursor: page.next_cursor,
-    }))
+    Ok(web::Json(JobPage { jobs: page.jobs, next_cursor: page.next_cursor }))
 }
 
 fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiError> {
     match requested {
         None => Ok(DEFAULT_PAGE.min(max)),
         Some(limit) if (1..=max).contains(&limit) => Ok(limit),
-        Some(_) => Err(ApiError::new(
-            Code::InvalidQuery,
-            format!("limit must be between 1 and {max}"),
-        )),
+        Some(_) => Err(ApiError::new(Code::InvalidQuery, format!("limit must be between 1 and {max}"))),
     }
 }
 
 /// Cancels a QUEUED or RUNNING job (and its QUEUED children); a no-op on finished jobs.
-pub async fn cancel(
-    state: web::Data<AppState>,
-    id: web::Path<Uuid>,
-) -> Result<web::Json<Job>, ApiError> {
+pub async fn cancel(state: web::Data<AppState>, id: web::Path<Uuid>) -> Result<web::Json<Job>, ApiError> {
     let cancellation = state.store.cancel(*id).await?;
     Ok(web::Json(cancellation.job))
 }
 
 /// Re-queues a FAILED or CANCELLED job by hand; any other state is a 409.
-pub async fn retry(
-    state: web::Data<AppState>,
-    id: web::Path<Uuid>,
-) -> Result<web::Json<Job>, ApiError> {
+pub async fn retry(state: web::Data<AppState>, id: web::Path<Uuid>) -> Result<web::Json<Job>, ApiError> {
     let job = state.store.retry(*id).await?;
     state.dispatcher.publish(&job.queue, job.id).await;
     Ok(web::Json(job))

@@ -40,9 +40,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/jobs/{id}")
-                .route(web::get().to(jobs::get))
-                .default_service(web::to(method_not_allowed)),
+            web::resource("/jobs/{id}").route(web::get().to(jobs::get)).default_service(web::to(method_not_allowed)),
         )
         .service(
             web::resource("/jobs/{id}/cancel")
@@ -67,8 +65,5 @@ pub async fn not_found() -> Result<HttpResponse, ApiError> {
 }
 
 async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::new(
-        Code::MethodNotAllowed,
-        "this endpoint does not take this method",
-    ))
+    Err(ApiError::new(Code::MethodNotAllowed, "this endpoint does not take this method"))
 }

@@ -17,6 +17,7 @@ impl EventName {
     pub const CANCELLED: &'static str = "job.cancelled";
     pub const RETRIED: &'static str = "job.retried";
     pub const CANCELLED_BY_PARENT: &'static str = "job.cancelled_by_parent";
+    pub const RETRY_LATER: &'static str = "job.retry_later";
 }
 
 /// Severity of an event, as shown on a timeline.

@@ -34,6 +34,11 @@ pub struct Job {
     pub leased_until: Option<DateTime<Utc>>,
     /// The worker holding the lease.
     pub owner: Option<String>,
+    /// A QUEUED job is not claimed before this time (RetryLater, retry backoff).
+    pub run_after: Option<DateTime<Utc>>,
+    /// When the transport confirmed the job's message; `None` means the dispatch sweep
+    /// must (re)send it.
+    pub published_at: Option<DateTime<Utc>>,
 }
 
 /// One entry in a job's event log.
@@ -81,9 +86,7 @@ impl QueueName {
     pub fn parse(name: &str) -> Result<Self, String> {
         let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
         if name.is_empty() || name.len() > 64 || !name.chars().all(valid_char) {
-            return Err(format!(
-                "queue name {name:?} must be 1-64 characters of letters, digits, '.', '_' or '-'"
-            ));
+            return Err(format!("queue name {name:?} must be 1-64 characters of letters, digits, '.', '_' or '-'"));
         }
         Ok(QueueName(name.to_owned()))
     }

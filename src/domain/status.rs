@@ -29,13 +29,8 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
-    pub const ALL: [JobStatus; 5] = [
-        JobStatus::Queued,
-        JobStatus::Running,
-        JobStatus::Succeeded,
-        JobStatus::Failed,
-        JobStatus::Cancelled,
-    ];
+    pub const ALL: [JobStatus; 5] =
+        [JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -49,10 +44,7 @@ impl JobStatus {
 
     /// True once nothing but a manual retry can move the job.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
-        )
+        matches!(self, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled)
     }
 
     /// The states a job may be in for a move to `to` to be legal.
@@ -90,10 +82,7 @@ impl FromStr for JobStatus {
     type Err = UnknownStatus;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        JobStatus::ALL
-            .into_iter()
-            .find(|status| status.as_str() == s)
-            .ok_or_else(|| UnknownStatus(s.to_owned()))
+        JobStatus::ALL.into_iter().find(|status| status.as_str() == s).ok_or_else(|| UnknownStatus(s.to_owned()))
     }
 }
 

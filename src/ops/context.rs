@@ -18,11 +18,7 @@ pub struct JobContext {
 
 impl JobContext {
     pub fn new(job: Job, store: Arc<dyn JobStore>, db: DatabaseConnection) -> Self {
-        JobContext {
-            job: Arc::new(job),
-            store,
-            db,
-        }
+        JobContext { job: Arc::new(job), store, db }
     }
 
     /// The job as it was claimed (status RUNNING, `attempts` counting this run).
@@ -55,7 +51,6 @@ impl JobContext {
     /// Reports progress as a `job.progress` event.
     pub async fn progress(&self, current: i64, total: i64) -> Result<(), StoreError> {
         let fields = json!({ "_progress_current": current, "_progress_total": total });
-        self.emit("job.progress", None, fields, EventLevel::Info)
-            .await
+        self.emit("job.progress", None, fields, EventLevel::Info).await
     }
 }

@@ -29,13 +29,8 @@ impl FailPayload {
     fn parse(payload: &Value) -> Result<Self, String> {
         let parsed: FailPayload = parse_payload(payload)?;
         let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.');
-        if parsed.error_class.is_empty()
-            || parsed.error_class.len() > 128
-            || !parsed.error_class.chars().all(valid)
-        {
-            return Err(
-                "error_class must be 1-128 characters of letters, digits, '_' or '.'".into(),
-            );
+        if parsed.error_class.is_empty() || parsed.error_class.len() > 128 || !parsed.error_class.chars().all(valid) {
+            return Err("error_class must be 1-128 characters of letters, digits, '_' or '.'".into());
         }
         Ok(parsed)
     }
@@ -52,8 +47,7 @@ impl Operation for Fail {
     }
 
     async fn execute(&self, _ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
-        let payload = FailPayload::parse(&payload)
-            .map_err(|err| OperationError::new("InvalidPayload", err))?;
+        let payload = FailPayload::parse(&payload).map_err(|err| OperationError::new("InvalidPayload", err))?;
         Err(OperationError::new(payload.error_class, payload.message))
     }
 }

@@ -1,6 +1,7 @@
 //! Operations: the work a job names. The registry resolves them by name, checks payloads at
 //! submit time, and hands each execution a [`JobContext`].
 
+mod busy;
 mod context;
 mod fail;
 mod ping;
@@ -8,11 +9,13 @@ mod sleep;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub use busy::Busy;
 pub use context::JobContext;
 pub use fail::Fail;
 pub use ping::Ping;
@@ -31,22 +34,36 @@ pub trait Operation: Send + Sync + 'static {
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError>;
 }
 
-/// An operation's failure: `class` becomes the job's `error_code`.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{class}: {message}")]
-pub struct OperationError {
-    pub class: String,
-    pub message: String,
+/// Why an operation did not produce a result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OperationError {
+    /// The work failed: `class` becomes the job's `error_code`.
+    Failed { class: String, message: String },
+    /// A resource is busy (for example the GPU): put the job back and run it again after
+    /// `delay`, without counting a failure.
+    RetryLater { delay: Duration, reason: String },
 }
 
 impl OperationError {
     pub fn new(class: impl Into<String>, message: impl Into<String>) -> Self {
-        OperationError {
-            class: class.into(),
-            message: message.into(),
+        OperationError::Failed { class: class.into(), message: message.into() }
+    }
+
+    pub fn retry_later(delay: Duration, reason: impl Into<String>) -> Self {
+        OperationError::RetryLater { delay, reason: reason.into() }
+    }
+}
+
+impl std::fmt::Display for OperationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OperationError::Failed { class, message } => write!(f, "{class}: {message}"),
+            OperationError::RetryLater { delay, reason } => write!(f, "retry after {delay:?}: {reason}"),
         }
     }
 }
+
+impl std::error::Error for OperationError {}
 
 /// Reads a typed payload; the error text says which field is wrong.
 pub fn parse_payload<T: DeserializeOwned>(payload: &Value) -> Result<T, String> {
@@ -75,12 +92,11 @@ impl OperationRegistry {
 
     /// The operations every instance ships with.
     pub fn builtin() -> Self {
-        Self::empty().with(Ping).with(Sleep).with(Fail)
+        Self::empty().with(Ping).with(Sleep).with(Fail).with(Busy)
     }
 
     pub fn with(mut self, operation: impl Operation) -> Self {
-        self.operations
-            .insert(operation.name(), Arc::new(operation));
+        self.operations.insert(operation.name(), Arc::new(operation));
         self
     }
 
@@ -94,15 +110,8 @@ impl OperationRegistry {
 
     /// Refuses unknown operations and malformed payloads.
     pub fn validate(&self, name: &str, payload: &Value) -> Result<(), Rejection> {
-        let operation = self
-            .get(name)
-            .ok_or_else(|| Rejection::UnknownOperation(name.to_owned()))?;
-        operation
-            .validate(payload)
-            .map_err(|reason| Rejection::InvalidPayload {
-                operation: name.to_owned(),
-                reason,
-            })
+        let operation = self.get(name).ok_or_else(|| Rejection::UnknownOperation(name.to_owned()))?;
+        operation.validate(payload).map_err(|reason| Rejection::InvalidPayload { operation: name.to_owned(), reason })
     }
 }
 
@@ -116,21 +125,12 @@ mod tests {
     fn builtin_payloads_are_checked_at_submit() {
         let registry = OperationRegistry::builtin();
         assert_eq!(registry.validate("ping", &json!({})), Ok(()));
-        assert_eq!(
-            registry.validate("sleep", &json!({ "seconds": 0.5 })),
-            Ok(())
-        );
+        assert_eq!(registry.validate("sleep", &json!({ "seconds": 0.5 })), Ok(()));
         assert!(matches!(
             registry.validate("sleep", &json!({ "seconds": "soon" })),
             Err(Rejection::InvalidPayload { .. })
         ));
-        assert!(matches!(
-            registry.validate("sleep", &json!({ "seconds": -1 })),
-            Err(Rejection::InvalidPayload { .. })
-        ));
-        assert_eq!(
-            registry.validate("nope", &json!({})),
-            Err(Rejection::UnknownOperation("nope".into()))
-        );
+        assert!(matches!(registry.validate("sleep", &json!({ "seconds": -1 })), Err(Rejection::InvalidPayload { .. })));
+        assert_eq!(registry.validate("nope", &json!({})), Err(Rejection::UnknownOperation("nope".into())));
     }
 }

@@ -50,8 +50,7 @@ impl Operation for Sleep {
     }
 
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
-        let payload = SleepPayload::parse(&payload)
-            .map_err(|err| OperationError::new("InvalidPayload", err))?;
+        let payload = SleepPayload::parse(&payload).map_err(|err| OperationError::new("InvalidPayload", err))?;
         let slice = Duration::from_secs_f64(payload.seconds / f64::from(payload.steps));
         for step in 1..=payload.steps {
             tokio::time::sleep(slice).await;

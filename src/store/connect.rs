@@ -23,10 +23,7 @@ impl Backend {
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Ok(Backend::Postgres)
         } else {
-            anyhow::bail!(
-                "store.url must start with sqlite: or postgres:// (got {:?})",
-                redact(url)
-            )
+            anyhow::bail!("store.url must start with sqlite: or postgres:// (got {:?})", redact(url))
         }
     }
 }
@@ -48,9 +45,7 @@ pub async fn connect(settings: &StoreSettings) -> anyhow::Result<DatabaseConnect
                 .busy_timeout(Duration::from_secs(30))
                 .foreign_keys(true)
         });
-    Database::connect(options)
-        .await
-        .with_context(|| format!("cannot open the store at {}", redact(&settings.url)))
+    Database::connect(options).await.with_context(|| format!("cannot open the store at {}", redact(&settings.url)))
 }
 
 /// Applies every pending migration.
@@ -85,14 +80,8 @@ mod tests {
 
     #[test]
     fn backend_is_read_from_the_scheme() {
-        assert_eq!(
-            Backend::of_url("sqlite://a.db?mode=rwc").ok(),
-            Some(Backend::Sqlite)
-        );
-        assert_eq!(
-            Backend::of_url("postgres://h/db").ok(),
-            Some(Backend::Postgres)
-        );
+        assert_eq!(Backend::of_url("sqlite://a.db?mode=rwc").ok(), Some(Backend::Sqlite));
+        assert_eq!(Backend::of_url("postgres://h/db").ok(), Some(Backend::Postgres));
         assert!(Backend::of_url("mysql://h/db").is_err());
     }
 }

@@ -35,21 +35,11 @@ pub trait JobStore: Send + Sync + 'static {
     async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError>;
 
     /// A job's events in the order they were written, after event id `after`.
-    async fn events(
-        &self,
-        id: Uuid,
-        after: Option<i64>,
-        limit: u64,
-    ) -> Result<Vec<JobEvent>, StoreError>;
+    async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError>;
 
     /// Session 1 of execution: QUEUED → RUNNING with `job.started`. `None` when the job is
     /// missing or not QUEUED (another worker has it, or it was cancelled): do nothing.
-    async fn claim(
-        &self,
-        id: Uuid,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Option<Job>, StoreError>;
+    async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError>;
 
     /// Session 2 of execution: RUNNING → the completion's state with its event. `None` when
     /// the job is no longer RUNNING (for example cancelled meanwhile): the outcome is dropped.
@@ -67,13 +57,21 @@ pub trait JobStore: Send + Sync + 'static {
     /// are written back to the job in the same transaction.
     async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError>;
 
-    /// QUEUED job ids of `queue` after `after` in id order, for re-dispatch sweeps.
-    async fn queued_ids(
-        &self,
-        queue: &str,
-        after: Option<Uuid>,
-        limit: u64,
-    ) -> Result<Vec<Uuid>, StoreError>;
+    /// RUNNING → QUEUED, not claimable for `delay`, with `job.retry_later`: the operation
+    /// asked to run again later (for example its GPU is busy). The dispatch sweep re-sends it.
+    async fn requeue_later(&self, id: Uuid, delay: Duration, reason: &str) -> Result<Option<Job>, StoreError>;
+
+    /// Records that the transport confirmed these jobs' messages (bookkeeping, not a
+    /// transition: only QUEUED, still-unpublished rows change).
+    async fn mark_published(&self, ids: &[Uuid]) -> Result<u64, StoreError>;
+
+    /// QUEUED jobs whose message was never confirmed and that may run now, oldest first,
+    /// skipping those created within `grace` (their submitter is still publishing them).
+    async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError>;
+
+    /// Marks every QUEUED job unpublished: a transport that keeps nothing across restarts
+    /// (in-process) lost their messages.
+    async fn forget_publications(&self) -> Result<u64, StoreError>;
 }
 
 /// The result of [`JobStore::submit`].
@@ -82,6 +80,13 @@ pub struct Submission {
     pub job: Job,
     /// False when an earlier submission with the same idempotency key created the job.
     pub created: bool,
+}
+
+/// A job the dispatch sweep must send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispatch {
+    pub id: Uuid,
+    pub queue: String,
 }
 
 /// The result of [`JobStore::cancel`].

@@ -9,18 +9,16 @@ use async_trait::async_trait;
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr,
-    EntityTrait, IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, SqlErr,
-    SqliteTransactionMode, TransactionOptions, TransactionTrait, UpdateMany,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
+    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, SqlErr, SqliteTransactionMode, TransactionOptions,
+    TransactionTrait, UpdateMany,
 };
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::entity::{job, job_event};
-use super::{Cancellation, Completion, JobFilter, JobStore, Page, StoreError, Submission};
-use crate::domain::{
-    EventLevel, EventName, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob,
-};
+use super::{Cancellation, Completion, Dispatch, JobFilter, JobStore, Page, StoreError, Submission};
+use crate::domain::{EventLevel, EventName, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
 
 /// The SQL store. Cheap to clone: it holds a connection pool.
 #[derive(Clone)]
@@ -47,18 +45,11 @@ impl SeaStore {
     }
 
     async fn find(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
-        job::Entity::find_by_id(id)
-            .one(&self.db)
-            .await?
-            .map(to_job)
-            .transpose()
+        job::Entity::find_by_id(id).one(&self.db).await?.map(to_job).transpose()
     }
 
     async fn find_by_key(&self, key: &str) -> Result<Option<Job>, StoreError> {
-        let row = job::Entity::find()
-            .filter(job::Column::IdempotencyKey.eq(key))
-            .one(&self.db)
-            .await?;
+        let row = job::Entity::find().filter(job::Column::IdempotencyKey.eq(key)).one(&self.db).await?;
         row.map(to_job).transpose()
     }
 
@@ -88,27 +79,15 @@ impl SeaStore {
         let set = |update: UpdateMany<job::Entity>| {
             update
                 .col_expr(job::Column::FinishedAt, Expr::value(now))
-                .col_expr(
-                    job::Column::LeasedUntil,
-                    Expr::value(None::<chrono::DateTime<Utc>>),
-                )
+                .col_expr(job::Column::LeasedUntil, Expr::value(None::<chrono::DateTime<Utc>>))
         };
         let Some(row) = compare_and_set(&txn, id, &from, JobStatus::Cancelled, set).await? else {
             return Ok(None);
         };
-        append_event(
-            &txn,
-            id,
-            &NewEvent::new(EventName::CANCELLED).message("cancelled by request"),
-        )
-        .await?;
+        append_event(&txn, id, &NewEvent::new(EventName::CANCELLED).message("cancelled by request")).await?;
         let children = cancel_queued_children(&txn, id).await?;
         txn.commit().await?;
-        Ok(Some(Cancellation {
-            job: to_job(row)?,
-            changed: true,
-            children_cancelled: children,
-        }))
+        Ok(Some(Cancellation { job: to_job(row)?, changed: true, children_cancelled: children }))
     }
 }
 
@@ -121,27 +100,20 @@ impl JobStore for SeaStore {
     async fn submit(&self, new: NewJob) -> Result<Submission, StoreError> {
         let row = new_row(&new);
         let txn = self.write_txn().await?;
-        let inserted = job::Entity::insert(row.clone().into_active_model())
-            .exec_without_returning(&txn)
-            .await;
+        let inserted = job::Entity::insert(row.clone().into_active_model()).exec_without_returning(&txn).await;
         match (inserted, &new.idempotency_key) {
             (Ok(_), _) => {}
-            (Err(err), Some(key))
-                if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) =>
-            {
+            (Err(err), Some(key)) if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
                 drop(txn);
                 return self.resolve_duplicate(&new, key).await;
             }
             (Err(err), _) => return Err(err.into()),
         }
-        let event = NewEvent::new(EventName::QUEUED)
-            .fields(json!({ "queue": new.queue.as_str(), "operation": new.operation }));
+        let event =
+            NewEvent::new(EventName::QUEUED).fields(json!({ "queue": new.queue.as_str(), "operation": new.operation }));
         append_event(&txn, row.id, &event).await?;
         txn.commit().await?;
-        Ok(Submission {
-            job: to_job(row)?,
-            created: true,
-        })
+        Ok(Submission { job: to_job(row)?, created: true })
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
@@ -165,15 +137,8 @@ impl JobStore for SeaStore {
         if let Some(before) = filter.before {
             query = query.filter(job::Column::Id.lt(before));
         }
-        let rows = query
-            .order_by_desc(job::Column::Id)
-            .limit(filter.limit + 1)
-            .all(&self.db)
-            .await?;
-        let mut jobs = rows
-            .into_iter()
-            .map(to_job)
-            .collect::<Result<Vec<_>, _>>()?;
+        let rows = query.order_by_desc(job::Column::Id).limit(filter.limit + 1).all(&self.db).await?;
+        let mut jobs = rows.into_iter().map(to_job).collect::<Result<Vec<_>, _>>()?;
         let next_cursor = if jobs.len() as u64 > filter.limit {
             jobs.truncate(filter.limit as usize);
             jobs.last().map(|job| job.id)
@@ -183,12 +148,7 @@ impl JobStore for SeaStore {
         Ok(Page { jobs, next_cursor })
     }
 
-    async fn events(
-        &self,
-        id: Uuid,
-        after: Option<i64>,
-        limit: u64,
-    ) -> Result<Vec<JobEvent>, StoreError> {
+    async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
         let rows = job_event::Entity::find()
             .filter(job_event::Column::JobId.eq(id))
             .filter(job_event::Column::Id.gt(after.unwrap_or(0)))
@@ -199,43 +159,29 @@ impl JobStore for SeaStore {
         rows.into_iter().map(to_event).collect()
     }
 
-    async fn claim(
-        &self,
-        id: Uuid,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Option<Job>, StoreError> {
+    async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
         let now = Utc::now();
-        let leased_until = now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::MAX);
+        let leased_until = now + to_chrono(lease);
         let owner = owner.to_owned();
         let event = NewEvent::new(EventName::STARTED).fields(json!({ "owner": owner }));
         let set = move |update: UpdateMany<job::Entity>| {
             update
                 .col_expr(job::Column::StartedAt, Expr::value(now))
-                .col_expr(
-                    job::Column::Attempts,
-                    Expr::col(job::Column::Attempts).add(1),
-                )
+                .col_expr(job::Column::Attempts, Expr::col(job::Column::Attempts).add(1))
                 .col_expr(job::Column::LeasedUntil, Expr::value(leased_until))
                 .col_expr(job::Column::Owner, Expr::value(owner))
+                // A job waiting out a RetryLater delay is not claimable early, whatever
+                // stale message arrives.
+                .filter(job::Column::RunAfter.is_null().or(job::Column::RunAfter.lte(now)))
         };
-        self.transition(id, &[JobStatus::Queued], JobStatus::Running, set, event)
-            .await
+        self.transition(id, &[JobStatus::Queued], JobStatus::Running, set, event).await
     }
 
     async fn finish(&self, id: Uuid, completion: &Completion) -> Result<Option<Job>, StoreError> {
         let now = Utc::now();
         let (event, result, error_code, error_message) = match completion {
-            Completion::Succeeded { result } => (
-                NewEvent::new(EventName::SUCCEEDED),
-                Some(result.clone()),
-                None,
-                None,
-            ),
-            Completion::Failed {
-                error_code,
-                message,
-            } => (
+            Completion::Succeeded { result } => (NewEvent::new(EventName::SUCCEEDED), Some(result.clone()), None, None),
+            Completion::Failed { error_code, message } => (
                 NewEvent::new(EventName::FAILED)
                     .message(message.clone())
                     .fields(json!({ "error_code": error_code }))
@@ -245,8 +191,7 @@ impl JobStore for SeaStore {
                 Some(message.clone()),
             ),
             Completion::CancelledByParent => (
-                NewEvent::new(EventName::CANCELLED_BY_PARENT)
-                    .message("parent was cancelled before this job ran"),
+                NewEvent::new(EventName::CANCELLED_BY_PARENT).message("parent was cancelled before this job ran"),
                 None,
                 None,
                 None,
@@ -255,16 +200,12 @@ impl JobStore for SeaStore {
         let set = move |update: UpdateMany<job::Entity>| {
             update
                 .col_expr(job::Column::FinishedAt, Expr::value(now))
-                .col_expr(
-                    job::Column::LeasedUntil,
-                    Expr::value(None::<chrono::DateTime<Utc>>),
-                )
+                .col_expr(job::Column::LeasedUntil, Expr::value(None::<chrono::DateTime<Utc>>))
                 .col_expr(job::Column::Result, Expr::value(result))
                 .col_expr(job::Column::ErrorCode, Expr::value(error_code))
                 .col_expr(job::Column::ErrorMessage, Expr::value(error_message))
         };
-        self.transition(id, &[JobStatus::Running], completion.status(), set, event)
-            .await
+        self.transition(id, &[JobStatus::Running], completion.status(), set, event).await
     }
 
     async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
@@ -276,16 +217,10 @@ impl JobStore for SeaStore {
             }
             let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
             if job.status.is_terminal() {
-                return Ok(Cancellation {
-                    job,
-                    changed: false,
-                    children_cancelled: 0,
-                });
+                return Ok(Cancellation { job, changed: false, children_cancelled: 0 });
             }
         }
-        Err(StoreError::Corrupt(format!(
-            "job {id} kept changing state during cancel"
-        )))
+        Err(StoreError::Corrupt(format!("job {id} kept changing state during cancel")))
     }
 
     async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
@@ -299,21 +234,16 @@ impl JobStore for SeaStore {
                 .col_expr(job::Column::FinishedAt, Expr::value(no_time))
                 .col_expr(job::Column::LeasedUntil, Expr::value(no_time))
                 .col_expr(job::Column::Owner, Expr::value(None::<String>))
+                .col_expr(job::Column::RunAfter, Expr::value(no_time))
+                .col_expr(job::Column::PublishedAt, Expr::value(no_time))
         };
         let event = NewEvent::new(EventName::RETRIED).message("re-queued by request");
         let from = [JobStatus::Failed, JobStatus::Cancelled];
-        if let Some(job) = self
-            .transition(id, &from, JobStatus::Queued, set, event)
-            .await?
-        {
+        if let Some(job) = self.transition(id, &from, JobStatus::Queued, set, event).await? {
             return Ok(job);
         }
         let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
-        Err(InvalidTransition {
-            from: job.status,
-            to: JobStatus::Queued,
-        }
-        .into())
+        Err(InvalidTransition { from: job.status, to: JobStatus::Queued }.into())
     }
 
     async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError> {
@@ -334,28 +264,63 @@ impl JobStore for SeaStore {
         Ok(())
     }
 
-    async fn queued_ids(
-        &self,
-        queue: &str,
-        after: Option<Uuid>,
-        limit: u64,
-    ) -> Result<Vec<Uuid>, StoreError> {
-        let mut query = job::Entity::find()
+    async fn requeue_later(&self, id: Uuid, delay: Duration, reason: &str) -> Result<Option<Job>, StoreError> {
+        let run_after = Utc::now() + to_chrono(delay);
+        let event = NewEvent::new(EventName::RETRY_LATER)
+            .message(reason)
+            .fields(json!({ "delay_seconds": delay.as_secs_f64(), "run_after": run_after }));
+        let set = move |update: UpdateMany<job::Entity>| {
+            let no_time = None::<chrono::DateTime<Utc>>;
+            update
+                .col_expr(job::Column::RunAfter, Expr::value(run_after))
+                .col_expr(job::Column::PublishedAt, Expr::value(no_time))
+                .col_expr(job::Column::StartedAt, Expr::value(no_time))
+                .col_expr(job::Column::LeasedUntil, Expr::value(no_time))
+                .col_expr(job::Column::Owner, Expr::value(None::<String>))
+        };
+        self.transition(id, &[JobStatus::Running], JobStatus::Queued, set, event).await
+    }
+
+    async fn mark_published(&self, ids: &[Uuid]) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let result = job::Entity::update_many()
+            .col_expr(job::Column::PublishedAt, Expr::value(Utc::now()))
+            .filter(job::Column::Id.is_in(ids.iter().copied()))
+            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
+            .filter(job::Column::PublishedAt.is_null())
+            .exec(&self.db)
+            .await?;
+        Ok(result.rows_affected)
+    }
+
+    async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
+        let now = Utc::now();
+        let rows = job::Entity::find()
             .select_only()
             .column(job::Column::Id)
-            // A literal, so both engines can use the partial index on runnable jobs.
-            .filter(Expr::cust("status = 'queued'"))
-            .filter(job::Column::Queue.eq(queue));
-        if let Some(after) = after {
-            query = query.filter(job::Column::Id.gt(after));
-        }
-        let ids = query
-            .order_by_asc(job::Column::Id)
+            .column(job::Column::Queue)
+            // Literals, so both engines can use the partial index on undispatched jobs.
+            .filter(Expr::cust("status = 'queued' AND published_at IS NULL"))
+            .filter(job::Column::CreatedAt.lte(now - to_chrono(grace)))
+            .filter(job::Column::RunAfter.is_null().or(job::Column::RunAfter.lte(now)))
+            .order_by_asc(job::Column::CreatedAt)
             .limit(limit)
-            .into_tuple::<Uuid>()
+            .into_tuple::<(Uuid, String)>()
             .all(&self.db)
             .await?;
-        Ok(ids)
+        Ok(rows.into_iter().map(|(id, queue)| Dispatch { id, queue }).collect())
+    }
+
+    async fn forget_publications(&self) -> Result<u64, StoreError> {
+        let result = job::Entity::update_many()
+            .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
+            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
+            .filter(job::Column::PublishedAt.is_not_null())
+            .exec(&self.db)
+            .await?;
+        Ok(result.rows_affected)
     }
 }
 
@@ -364,10 +329,7 @@ impl SeaStore {
     /// different one under the same key is a conflict, never a silent overwrite.
     async fn resolve_duplicate(&self, new: &NewJob, key: &str) -> Result<Submission, StoreError> {
         match self.find_by_key(key).await? {
-            Some(job) if new.matches(&job) => Ok(Submission {
-                job,
-                created: false,
-            }),
+            Some(job) if new.matches(&job) => Ok(Submission { job, created: false }),
             Some(_) => Err(StoreError::IdempotencyConflict(key.to_owned())),
             // The holder of the key was deleted between the insert and this read.
             None => Err(StoreError::IdempotencyConflict(key.to_owned())),
@@ -384,10 +346,7 @@ async fn compare_and_set(
     to: JobStatus,
     set: impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity>,
 ) -> Result<Option<job::Model>, DbErr> {
-    debug_assert!(
-        from.iter().all(|status| status.can_transition_to(to)),
-        "{from:?} -> {to}"
-    );
+    debug_assert!(from.iter().all(|status| status.can_transition_to(to)), "{from:?} -> {to}");
     let update = job::Entity::update_many()
         .col_expr(job::Column::Status, Expr::value(to.as_str()))
         .filter(job::Column::Id.eq(id))
@@ -400,10 +359,7 @@ async fn compare_and_set(
 async fn cancel_queued_children(txn: &DatabaseTransaction, parent: Uuid) -> Result<u64, DbErr> {
     let now = Utc::now();
     let children = job::Entity::update_many()
-        .col_expr(
-            job::Column::Status,
-            Expr::value(JobStatus::Cancelled.as_str()),
-        )
+        .col_expr(job::Column::Status, Expr::value(JobStatus::Cancelled.as_str()))
         .col_expr(job::Column::FinishedAt, Expr::value(now))
         .filter(job::Column::ParentJobId.eq(parent))
         .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
@@ -416,11 +372,7 @@ async fn cancel_queued_children(txn: &DatabaseTransaction, parent: Uuid) -> Resu
     Ok(children.len() as u64)
 }
 
-async fn append_event<C: ConnectionTrait>(
-    db: &C,
-    job_id: Uuid,
-    event: &NewEvent,
-) -> Result<(), DbErr> {
+async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent) -> Result<(), DbErr> {
     let row = job_event::ActiveModel {
         job_id: Set(job_id),
         ts: Set(Utc::now()),
@@ -430,9 +382,7 @@ async fn append_event<C: ConnectionTrait>(
         level: Set(event.level.as_str().to_owned()),
         ..Default::default()
     };
-    job_event::Entity::insert(row)
-        .exec_without_returning(db)
-        .await?;
+    job_event::Entity::insert(row).exec_without_returning(db).await?;
     Ok(())
 }
 
@@ -457,14 +407,17 @@ fn new_row(new: &NewJob) -> job::Model {
         finished_at: None,
         leased_until: None,
         owner: None,
+        run_after: None,
+        published_at: None,
     }
 }
 
+fn to_chrono(duration: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+}
+
 fn to_job(row: job::Model) -> Result<Job, StoreError> {
-    let status = row
-        .status
-        .parse::<JobStatus>()
-        .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+    let status = row.status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
     Ok(Job {
         id: row.id,
         operation: row.operation,
@@ -485,14 +438,13 @@ fn to_job(row: job::Model) -> Result<Job, StoreError> {
         finished_at: row.finished_at,
         leased_until: row.leased_until,
         owner: row.owner,
+        run_after: row.run_after,
+        published_at: row.published_at,
     })
 }
 
 fn to_event(row: job_event::Model) -> Result<JobEvent, StoreError> {
-    let level = row
-        .level
-        .parse::<EventLevel>()
-        .map_err(StoreError::Corrupt)?;
+    let level = row.level.parse::<EventLevel>().map_err(StoreError::Corrupt)?;
     Ok(JobEvent {
         id: row.id,
         job_id: row.job_id,

@@ -1,24 +1,23 @@
 //! The embedded transport: one unbounded in-memory channel per queue, no broker.
 //!
-//! Messages do not survive the process; the start-up dispatch sweep re-sends every QUEUED
-//! job, so nothing committed is lost.
+//! Messages do not survive the process; at start-up every QUEUED job is marked unpublished
+//! and the dispatch sweep re-sends it, so nothing committed is lost.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use super::{Acker, Delivery, Subscription, Transport, TransportError};
+use super::{Acker, DeadLetter, Delivery, Subscription, Transport, TransportError};
 
-type Channel = (
-    async_channel::Sender<Vec<u8>>,
-    async_channel::Receiver<Vec<u8>>,
-);
+type Channel = (async_channel::Sender<Vec<u8>>, async_channel::Receiver<Vec<u8>>);
+type DeadLetters = Arc<Mutex<HashMap<String, Vec<(Vec<u8>, String)>>>>;
 
 /// Queues held in this process. Clones share the same queues.
 #[derive(Clone, Default)]
 pub struct InProcessTransport {
     queues: Arc<Mutex<HashMap<String, Channel>>>,
+    dead: DeadLetters,
 }
 
 impl InProcessTransport {
@@ -27,20 +26,19 @@ impl InProcessTransport {
     }
 
     fn channel(&self, queue: &str) -> Channel {
-        let mut queues = self
-            .queues
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        queues
-            .entry(queue.to_owned())
-            .or_insert_with(async_channel::unbounded)
-            .clone()
+        let mut queues = self.queues.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        queues.entry(queue.to_owned()).or_insert_with(async_channel::unbounded).clone()
     }
 
     /// Messages waiting in `queue`, for tests and diagnostics.
     pub fn depth(&self, queue: &str) -> usize {
         self.channel(queue).1.len()
     }
+}
+
+fn push_dead(dead: &DeadLetters, queue: &str, body: Vec<u8>, reason: String) {
+    let mut dead = dead.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    dead.entry(queue.to_owned()).or_default().push((body, reason));
 }
 
 #[async_trait]
@@ -50,17 +48,40 @@ impl Transport for InProcessTransport {
         sender.send(body).await.map_err(|_| TransportError::Closed)
     }
 
-    async fn subscribe(
-        &self,
-        queue: &str,
-        _prefetch: u16,
-    ) -> Result<Box<dyn Subscription>, TransportError> {
+    async fn subscribe(&self, queue: &str, _prefetch: u16) -> Result<Box<dyn Subscription>, TransportError> {
         let (sender, receiver) = self.channel(queue);
         Ok(Box::new(InProcessSubscription { sender, receiver }))
     }
 
+    async fn dead_letter(&self, queue: &str, body: Vec<u8>, reason: &str) -> Result<(), TransportError> {
+        push_dead(&self.dead, queue, body, reason.to_owned());
+        Ok(())
+    }
+
+    async fn take_dead_letters(&self, queue: &str, max: usize) -> Result<Vec<DeadLetter>, TransportError> {
+        let taken: Vec<_> = {
+            let mut dead = self.dead.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let letters = dead.entry(queue.to_owned()).or_default();
+            letters.drain(..max.min(letters.len())).collect()
+        };
+        let letters = taken.into_iter().map(|(body, reason)| {
+            let acker = ReturnToDead {
+                dead: self.dead.clone(),
+                queue: queue.to_owned(),
+                body: body.clone(),
+                reason: reason.clone(),
+            };
+            DeadLetter { body, reason, acker: Box::new(acker) }
+        });
+        Ok(letters.collect())
+    }
+
     async fn check_ready(&self) -> Result<(), TransportError> {
         Ok(())
+    }
+
+    fn is_durable(&self) -> bool {
+        false
     }
 
     fn kind(&self) -> &'static str {
@@ -77,10 +98,7 @@ struct InProcessSubscription {
 impl Subscription for InProcessSubscription {
     async fn next(&mut self) -> Option<Delivery> {
         let body = self.receiver.recv().await.ok()?;
-        let acker = Box::new(InProcessAcker {
-            sender: self.sender.clone(),
-            body: body.clone(),
-        });
+        let acker = Box::new(InProcessAcker { sender: self.sender.clone(), body: body.clone() });
         Some(Delivery { body, acker })
     }
 }
@@ -98,10 +116,27 @@ impl Acker for InProcessAcker {
     }
 
     async fn requeue(self: Box<Self>) -> Result<(), TransportError> {
-        self.sender
-            .send(self.body)
-            .await
-            .map_err(|_| TransportError::Closed)
+        self.sender.send(self.body).await.map_err(|_| TransportError::Closed)
+    }
+}
+
+/// Settles a taken dead letter: ack drops it, requeue returns it to the dead letters.
+struct ReturnToDead {
+    dead: DeadLetters,
+    queue: String,
+    body: Vec<u8>,
+    reason: String,
+}
+
+#[async_trait]
+impl Acker for ReturnToDead {
+    async fn ack(self: Box<Self>) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    async fn requeue(self: Box<Self>) -> Result<(), TransportError> {
+        push_dead(&self.dead, &self.queue, self.body, self.reason);
+        Ok(())
     }
 }
 
@@ -121,5 +156,23 @@ mod tests {
         assert_eq!(again.body, b"one");
         again.acker.ack().await.ok().unwrap();
         assert_eq!(transport.depth("q"), 0);
+    }
+
+    #[actix_rt::test]
+    async fn dead_letters_are_kept_until_acked() {
+        let transport = InProcessTransport::new();
+        transport.dead_letter("q", b"junk".to_vec(), "not_a_job_id").await.ok().unwrap();
+        let taken = transport.take_dead_letters("q", 10).await.ok().unwrap();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].reason, "not_a_job_id");
+        for letter in taken {
+            letter.acker.requeue().await.ok().unwrap();
+        }
+        let again = transport.take_dead_letters("q", 10).await.ok().unwrap();
+        assert_eq!(again.len(), 1);
+        for letter in again {
+            letter.acker.ack().await.ok().unwrap();
+        }
+        assert!(transport.take_dead_letters("q", 10).await.ok().unwrap().is_empty());
     }
 }

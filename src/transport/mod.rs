@@ -1,11 +1,17 @@
 //! How job ids travel from the API to the workers: the `Transport` trait and its
 //! implementations. The store stays the source of truth; a message only says "look at job X".
 
+mod amqp;
 mod in_process;
 
 use async_trait::async_trait;
 
+pub use amqp::AmqpTransport;
 pub use in_process::InProcessTransport;
+
+/// Largest message a consumer accepts; anything bigger is dead-lettered unread. A job
+/// message is a UUID; operation messages carry payloads of up to this size.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
 /// A queue of job messages. Delivery is at-least-once: duplicates are harmless because a
 /// claim is a compare-and-set, and a lost message is re-sent by the dispatch sweep.
@@ -15,17 +21,32 @@ pub trait Transport: Send + Sync + 'static {
     async fn publish(&self, queue: &str, body: Vec<u8>) -> Result<(), TransportError>;
 
     /// Starts receiving from `queue`, with at most `prefetch` deliveries unacknowledged.
-    async fn subscribe(
-        &self,
-        queue: &str,
-        prefetch: u16,
-    ) -> Result<Box<dyn Subscription>, TransportError>;
+    async fn subscribe(&self, queue: &str, prefetch: u16) -> Result<Box<dyn Subscription>, TransportError>;
+
+    /// Sets aside a message that cannot be processed (not a job id, unknown job, oversized),
+    /// with the reason, in `queue`'s dead-letter queue. It is never executed from there.
+    async fn dead_letter(&self, queue: &str, body: Vec<u8>, reason: &str) -> Result<(), TransportError>;
+
+    /// Takes up to `max` messages from `queue`'s dead letters for inspection. Each must be
+    /// settled: `ack` removes it for good, `requeue` puts it back among the dead letters.
+    async fn take_dead_letters(&self, queue: &str, max: usize) -> Result<Vec<DeadLetter>, TransportError>;
 
     /// Whether the transport can take messages now, for readiness checks.
     async fn check_ready(&self) -> Result<(), TransportError>;
 
+    /// True when accepted messages survive a restart of this process (a broker); false
+    /// when they live in this process's memory.
+    fn is_durable(&self) -> bool;
+
     /// A short name for logs and `/readyz`.
     fn kind(&self) -> &'static str;
+}
+
+/// A message set aside by [`Transport::dead_letter`].
+pub struct DeadLetter {
+    pub body: Vec<u8>,
+    pub reason: String,
+    pub acker: Box<dyn Acker>,
 }
 
 /// A stream of deliveries from one queue.

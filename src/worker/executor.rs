@@ -36,13 +36,27 @@ pub struct ExecutorConfig {
     pub lease: Duration,
 }
 
-/// What happened to a delivery.
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// Session 1 committed: the job is RUNNING and ours.
+    Claimed(Job),
+    /// The job exists but is not claimable (another worker has it, it was cancelled or
+    /// finished, or it is waiting out a RetryLater delay).
+    NotClaimable,
+    /// No such job: the message is garbage and goes to the dead letters.
+    Missing,
+}
+
+/// What happened to a claimed job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HandleOutcome {
-    /// The job was missing or not QUEUED: another worker has it, or it was cancelled.
+    /// The job was not claimable (or missing); nothing ran.
     NotClaimed,
     /// Ran and was recorded as this status.
     Finished(JobStatus),
+    /// Asked to run again later; back to QUEUED with `run_after` set.
+    RetryLater,
     /// Ran, but the job had left RUNNING meanwhile (cancelled): the outcome was dropped.
     Superseded,
     /// Ran, the outcome could not be committed, and the fallback recorded FAILED.
@@ -66,31 +80,61 @@ impl Executor {
         db: DatabaseConnection,
         config: ExecutorConfig,
     ) -> Self {
-        Executor {
-            store,
-            registry,
-            db,
-            config,
-        }
+        Executor { store, registry, db, config }
     }
 
     /// Claims and executes one job. `Err` only when the claim itself could not be made;
     /// the caller should then give the message back for another try.
     pub async fn handle_job(&self, id: Uuid) -> Result<HandleOutcome, StoreError> {
-        let Some(job) = self
-            .store
-            .claim(id, &self.config.owner, self.config.lease)
-            .await?
-        else {
-            debug!(job_id = %id, "not claimable, skipped");
-            return Ok(HandleOutcome::NotClaimed);
-        };
-        info!(job_id = %id, operation = %job.operation, attempt = job.attempts, "claimed");
+        match self.claim(id).await? {
+            Claim::Claimed(job) => Ok(self.run(job).await),
+            Claim::NotClaimable | Claim::Missing => Ok(HandleOutcome::NotClaimed),
+        }
+    }
+
+    /// Session 1: QUEUED → RUNNING, committed before anything runs.
+    pub async fn claim(&self, id: Uuid) -> Result<Claim, StoreError> {
+        if let Some(job) = self.store.claim(id, &self.config.owner, self.config.lease).await? {
+            info!(job_id = %id, operation = %job.operation, attempt = job.attempts, "claimed");
+            return Ok(Claim::Claimed(job));
+        }
+        match self.store.get(id).await? {
+            Some(job) => {
+                debug!(job_id = %id, status = %job.status, "not claimable, skipped");
+                Ok(Claim::NotClaimable)
+            }
+            None => Ok(Claim::Missing),
+        }
+    }
+
+    /// Executes a claimed job and records its outcome (session 2, or the fallback).
+    pub async fn run(&self, job: Job) -> HandleOutcome {
+        let id = job.id;
         let completion = match self.parent_cancelled(&job).await {
-            true => Completion::CancelledByParent,
+            true => Ok(Completion::CancelledByParent),
             false => self.execute(job).await,
         };
-        Ok(self.record(id, completion).await)
+        match completion {
+            Ok(completion) => self.record(id, completion).await,
+            Err((delay, reason)) => self.retry_later(id, delay, &reason).await,
+        }
+    }
+
+    async fn retry_later(&self, id: Uuid, delay: Duration, reason: &str) -> HandleOutcome {
+        match self.store.requeue_later(id, delay, reason).await {
+            Ok(Some(_)) => {
+                info!(job_id = %id, delay_seconds = delay.as_secs_f64(), reason, "retry later");
+                HandleOutcome::RetryLater
+            }
+            Ok(None) => HandleOutcome::Superseded,
+            Err(err) => {
+                let completion = Completion::Failed {
+                    error_code: RESULT_COMMIT_FAILED.to_owned(),
+                    message: format!("the retry-later request could not be committed: {err}"),
+                };
+                self.record_fallback(id, completion).await
+            }
+        }
     }
 
     async fn parent_cancelled(&self, job: &Job) -> bool {
@@ -107,24 +151,20 @@ impl Executor {
         }
     }
 
-    /// Runs the operation with no transaction open. A panic becomes a failure.
-    async fn execute(&self, job: Job) -> Completion {
+    /// Runs the operation with no transaction open. A panic becomes a failure; `Err` is a
+    /// request to run again after a delay.
+    async fn execute(&self, job: Job) -> Result<Completion, (Duration, String)> {
         let Some(operation) = self.registry.get(&job.operation) else {
             let message = format!("this worker has no operation named {:?}", job.operation);
-            return failed(OperationError::new(UNKNOWN_OPERATION, message));
+            return Ok(failed(UNKNOWN_OPERATION.to_owned(), message));
         };
         let payload = job.payload.clone();
         let ctx = JobContext::new(job, self.store.clone(), self.db.clone());
-        match AssertUnwindSafe(operation.execute(ctx, payload))
-            .catch_unwind()
-            .await
-        {
-            Ok(Ok(result)) => Completion::Succeeded { result },
-            Ok(Err(err)) => failed(err),
-            Err(panic) => failed(OperationError::new(
-                OPERATION_PANICKED,
-                panic_message(&panic),
-            )),
+        match AssertUnwindSafe(operation.execute(ctx, payload)).catch_unwind().await {
+            Ok(Ok(result)) => Ok(Completion::Succeeded { result }),
+            Ok(Err(OperationError::Failed { class, message })) => Ok(failed(class, message)),
+            Ok(Err(OperationError::RetryLater { delay, reason })) => Err((delay, reason)),
+            Err(panic) => Ok(failed(OPERATION_PANICKED.to_owned(), panic_message(&panic))),
         }
     }
 
@@ -146,6 +186,11 @@ impl Executor {
             error_code: RESULT_COMMIT_FAILED.to_owned(),
             message: format!("the outcome could not be committed: {first_error}"),
         };
+        self.record_fallback(id, fallback).await
+    }
+
+    /// The fallback session: records FAILED, retrying a few times with a growing pause.
+    async fn record_fallback(&self, id: Uuid, fallback: Completion) -> HandleOutcome {
         let mut pause = FALLBACK_FIRST_PAUSE;
         for attempt in 1..=FALLBACK_ATTEMPTS {
             match self.store.finish(id, &fallback).await {
@@ -164,11 +209,8 @@ impl Executor {
     }
 }
 
-fn failed(err: OperationError) -> Completion {
-    Completion::Failed {
-        error_code: err.class,
-        message: err.message,
-    }
+fn failed(error_code: String, message: String) -> Completion {
+    Completion::Failed { error_code, message }
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

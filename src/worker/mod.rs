@@ -2,4 +2,4 @@
 
 mod executor;
 
-pub use executor::{Executor, ExecutorConfig, HandleOutcome};
+pub use executor::{Claim, Executor, ExecutorConfig, HandleOutcome};

@@ -9,49 +9,28 @@ use serde_json::json;
 use uuid::Uuid;
 use yardmaster::dispatch::encode_job_message;
 use yardmaster::domain::{Job, JobEvent, NewEvent, NewJob};
-use yardmaster::store::{
-    Cancellation, Completion, JobFilter, JobStore, Page, StoreError, Submission,
-};
+use yardmaster::store::{Cancellation, Completion, Dispatch, JobFilter, JobStore, Page, StoreError, Submission};
 
 use crate::helpers::{Backend, TestApp, TestOptions};
 
 const JOBS: usize = 2_000;
 
 async fn eight_consumers_run_two_thousand_jobs_exactly_once(backend: Backend) {
-    let options = TestOptions {
-        queues: vec![("default", 8)],
-        seed_jobs: JOBS,
-        ..Default::default()
-    };
+    let options = TestOptions { queues: vec![("default", 8)], seed_jobs: JOBS, ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     // The start-up sweep has published every seeded job; publish each once more so that
     // every job is delivered twice and the claims race.
     for id in &app.seeded {
-        app.transport
-            .publish("default", encode_job_message(*id))
-            .await
-            .unwrap();
+        app.transport.publish("default", encode_job_message(*id)).await.unwrap();
     }
     let succeeded = "SELECT COUNT(*) FROM job WHERE status = 'succeeded'";
-    app.wait_for_count(succeeded, JOBS as i64, Duration::from_secs(240))
-        .await;
+    app.wait_for_count(succeeded, JOBS as i64, Duration::from_secs(240)).await;
 
-    assert_eq!(
-        app.count("SELECT COUNT(*) FROM execution_log").await,
-        JOBS as i64
-    );
-    assert_eq!(
-        app.count("SELECT COUNT(DISTINCT job_id) FROM execution_log")
-            .await,
-        JOBS as i64
-    );
+    assert_eq!(app.count("SELECT COUNT(*) FROM execution_log").await, JOBS as i64);
+    assert_eq!(app.count("SELECT COUNT(DISTINCT job_id) FROM execution_log").await, JOBS as i64);
     let started = "SELECT COUNT(*) FROM job_event WHERE event = 'job.started'";
     assert_eq!(app.count(started).await, JOBS as i64);
-    assert_eq!(
-        app.count("SELECT COUNT(*) FROM job WHERE attempts <> 1")
-            .await,
-        0
-    );
+    assert_eq!(app.count("SELECT COUNT(*) FROM job WHERE attempts <> 1").await, 0);
 }
 
 /// Delegates to the real store but cannot commit a success: session 2 fails.
@@ -71,27 +50,17 @@ impl JobStore for SuccessCannotCommit {
     async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError> {
         self.0.list(filter).await
     }
-    async fn events(
-        &self,
-        id: Uuid,
-        after: Option<i64>,
-        limit: u64,
-    ) -> Result<Vec<JobEvent>, StoreError> {
+    async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
         self.0.events(id, after, limit).await
     }
-    async fn claim(
-        &self,
-        id: Uuid,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Option<Job>, StoreError> {
+    async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
         self.0.claim(id, owner, lease).await
     }
     async fn finish(&self, id: Uuid, completion: &Completion) -> Result<Option<Job>, StoreError> {
         match completion {
-            Completion::Succeeded { .. } => Err(StoreError::Database(sea_orm::DbErr::Custom(
-                "injected: connection lost at commit".into(),
-            ))),
+            Completion::Succeeded { .. } => {
+                Err(StoreError::Database(sea_orm::DbErr::Custom("injected: connection lost at commit".into())))
+            }
             _ => self.0.finish(id, completion).await,
         }
     }
@@ -104,21 +73,23 @@ impl JobStore for SuccessCannotCommit {
     async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError> {
         self.0.record_event(id, event).await
     }
-    async fn queued_ids(
-        &self,
-        queue: &str,
-        after: Option<Uuid>,
-        limit: u64,
-    ) -> Result<Vec<Uuid>, StoreError> {
-        self.0.queued_ids(queue, after, limit).await
+    async fn requeue_later(&self, id: Uuid, delay: Duration, reason: &str) -> Result<Option<Job>, StoreError> {
+        self.0.requeue_later(id, delay, reason).await
+    }
+    async fn mark_published(&self, ids: &[Uuid]) -> Result<u64, StoreError> {
+        self.0.mark_published(ids).await
+    }
+    async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
+        self.0.due_for_dispatch(grace, limit).await
+    }
+    async fn forget_publications(&self) -> Result<u64, StoreError> {
+        self.0.forget_publications().await
     }
 }
 
 async fn a_session_two_commit_failure_leaves_the_job_failed(backend: Backend) {
     let options = TestOptions {
-        wrap_store: Some(Box::new(|store| {
-            Arc::new(SuccessCannotCommit(store)) as Arc<dyn JobStore>
-        })),
+        wrap_store: Some(Box::new(|store| Arc::new(SuccessCannotCommit(store)) as Arc<dyn JobStore>)),
         ..Default::default()
     };
     let app = TestApp::spawn_with(backend, options).await;
@@ -126,19 +97,10 @@ async fn a_session_two_commit_failure_leaves_the_job_failed(backend: Backend) {
     let id = job["id"].as_str().unwrap();
     let failed = app.wait_for_status(id, "failed").await;
     assert_eq!(failed["error_code"], "ResultCommitFailed");
-    assert!(
-        failed["error_message"]
-            .as_str()
-            .unwrap()
-            .contains("injected"),
-        "{failed}"
-    );
+    assert!(failed["error_message"].as_str().unwrap().contains("injected"), "{failed}");
     assert!(failed["leased_until"].is_null());
     assert_eq!(app.count("SELECT COUNT(*) FROM execution_log").await, 1);
-    assert_eq!(
-        app.event_names(id).await,
-        ["job.queued", "job.started", "job.failed"]
-    );
+    assert_eq!(app.event_names(id).await, ["job.queued", "job.started", "job.failed"]);
 }
 
 on_both_backends!(

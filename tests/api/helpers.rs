@@ -53,21 +53,12 @@ impl TestDatabase {
                 (TestDatabase::Sqlite { path }, url)
             }
             Backend::Postgres => {
-                let admin_url = std::env::var(POSTGRES_ADMIN_URL_ENV)
-                    .unwrap_or_else(|_| POSTGRES_ADMIN_URL.into());
+                let admin_url = std::env::var(POSTGRES_ADMIN_URL_ENV).unwrap_or_else(|_| POSTGRES_ADMIN_URL.into());
                 let name = format!("yardmaster_test_{id}");
-                let admin = Database::connect(&admin_url)
-                    .await
-                    .expect("PostgreSQL must be running for tests");
-                admin
-                    .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
-                    .await
-                    .expect("create database");
+                let admin = Database::connect(&admin_url).await.expect("PostgreSQL must be running for tests");
+                admin.execute_unprepared(&format!("CREATE DATABASE \"{name}\"")).await.expect("create database");
                 admin.close().await.ok();
-                let base = admin_url
-                    .rsplit_once('/')
-                    .map(|(base, _)| base)
-                    .unwrap_or(&admin_url);
+                let base = admin_url.rsplit_once('/').map(|(base, _)| base).unwrap_or(&admin_url);
                 let url = format!("{base}/{name}");
                 (TestDatabase::Postgres { admin_url, name }, url)
             }
@@ -87,16 +78,11 @@ impl Drop for TestDatabase {
                 let (admin_url, name) = (admin_url.clone(), name.clone());
                 // The test's runtime is ending; drop on a runtime of our own.
                 let dropper = std::thread::spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
+                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
                     runtime.block_on(async {
                         if let Ok(admin) = Database::connect(&admin_url).await {
                             let _ = admin
-                                .execute_unprepared(&format!(
-                                    "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
-                                ))
+                                .execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
                                 .await;
                         }
                     });
@@ -121,14 +107,8 @@ impl Operation for Count {
     }
 
     async fn execute(&self, ctx: JobContext, _payload: Value) -> Result<Value, OperationError> {
-        let sql = format!(
-            "INSERT INTO execution_log (job_id) VALUES ('{}')",
-            ctx.job().id
-        );
-        ctx.db()
-            .execute_unprepared(&sql)
-            .await
-            .map_err(|err| OperationError::new("CountFailed", err.to_string()))?;
+        let sql = format!("INSERT INTO execution_log (job_id) VALUES ('{}')", ctx.job().id);
+        ctx.db().execute_unprepared(&sql).await.map_err(|err| OperationError::new("CountFailed", err.to_string()))?;
         Ok(json!({ "counted": true }))
     }
 }
@@ -185,14 +165,7 @@ impl TestApp {
         settings.queues = options
             .queues
             .iter()
-            .map(|(name, concurrency)| {
-                (
-                    name.to_string(),
-                    QueueSettings {
-                        concurrency: *concurrency,
-                    },
-                )
-            })
+            .map(|(name, concurrency)| (name.to_string(), QueueSettings { concurrency: *concurrency, prefetch: 1 }))
             .collect();
 
         let seeded = seed(&settings, options.seed_jobs).await;
@@ -204,17 +177,10 @@ impl TestApp {
             builder = builder.wrap_store(wrap);
         }
         let app = builder.build().await.expect("app builds");
-        let address = format!("http://127.0.0.1:{}", app.port());
+        let address = format!("http://127.0.0.1:{}", app.port().expect("the API is served"));
         let db = app.db();
         actix_rt::spawn(app.run_until_stopped());
-        TestApp {
-            address,
-            client: reqwest::Client::new(),
-            db,
-            transport,
-            seeded,
-            _database: database,
-        }
+        TestApp { address, client: reqwest::Client::new(), db, transport, seeded, _database: database }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -223,13 +189,7 @@ impl TestApp {
 
     /// `POST /jobs` with a JSON body; returns (status, body).
     pub async fn submit(&self, body: Value) -> (u16, Value) {
-        let response = self
-            .client
-            .post(self.url("/jobs"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let response = self.client.post(self.url("/jobs")).json(&body).send().await.unwrap();
         read(response).await
     }
 
@@ -250,17 +210,9 @@ impl TestApp {
             if job["status"] == status {
                 return job;
             }
-            let terminal = ["succeeded", "failed", "cancelled"]
-                .contains(&job["status"].as_str().unwrap_or(""));
-            assert!(
-                !terminal,
-                "job ended {} while waiting for {status}: {job}",
-                job["status"]
-            );
-            assert!(
-                Instant::now() < deadline,
-                "job never became {status}: {job}"
-            );
+            let terminal = ["succeeded", "failed", "cancelled"].contains(&job["status"].as_str().unwrap_or(""));
+            assert!(!terminal, "job ended {} while waiting for {status}: {job}", job["status"]);
+            assert!(Instant::now() < deadline, "job never became {status}: {job}");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -269,23 +221,13 @@ impl TestApp {
     pub async fn event_names(&self, id: &str) -> Vec<String> {
         let (code, body) = self.get(&format!("/jobs/{id}/events")).await;
         assert_eq!(code, 200, "{body}");
-        body["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|event| event["event"].as_str().unwrap().to_owned())
-            .collect()
+        body["events"].as_array().unwrap().iter().map(|event| event["event"].as_str().unwrap().to_owned()).collect()
     }
 
     /// A single integer from SQL, e.g. a `COUNT(*)`.
     pub async fn count(&self, sql: &str) -> i64 {
         let backend = self.db.get_database_backend();
-        let row = self
-            .db
-            .query_one_raw(Statement::from_string(backend, sql))
-            .await
-            .unwrap()
-            .unwrap();
+        let row = self.db.query_one_raw(Statement::from_string(backend, sql)).await.unwrap().unwrap();
         row.try_get_by_index::<i64>(0).unwrap()
     }
 
@@ -297,10 +239,7 @@ impl TestApp {
             if value == expected {
                 return;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{sql} = {value}, expected {expected}"
-            );
+            assert!(Instant::now() < deadline, "{sql} = {value}, expected {expected}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -311,9 +250,7 @@ impl TestApp {
 async fn seed(settings: &Settings, jobs: usize) -> Vec<Uuid> {
     let db = yardmaster::store::connect(&settings.store).await.unwrap();
     yardmaster::store::migrate(&db).await.unwrap();
-    db.execute_unprepared("CREATE TABLE execution_log (job_id VARCHAR(64) NOT NULL)")
-        .await
-        .unwrap();
+    db.execute_unprepared("CREATE TABLE execution_log (job_id VARCHAR(64) NOT NULL)").await.unwrap();
     let store = yardmaster::store::SeaStore::new(db.clone());
     let mut ids = Vec::with_capacity(jobs);
     for _ in 0..jobs {

@@ -14,77 +14,46 @@ async fn ping_succeeds_with_its_events(backend: Backend) {
     assert_eq!(done["result"], json!({ "pong": true }));
     assert_eq!(done["attempts"], 1);
     assert!(done["finished_at"].is_string() && done["leased_until"].is_null());
-    assert_eq!(
-        app.event_names(id).await,
-        ["job.queued", "job.started", "job.succeeded"]
-    );
+    assert_eq!(app.event_names(id).await, ["job.queued", "job.started", "job.succeeded"]);
 }
 
 async fn fail_records_its_error_class(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let payload = json!({ "error_class": "ValueError", "message": "bad value" });
-    let (code, job) = app
-        .submit(json!({ "operation": "fail", "payload": payload }))
-        .await;
+    let (code, job) = app.submit(json!({ "operation": "fail", "payload": payload })).await;
     assert_eq!(code, 201, "{job}");
     let id = job["id"].as_str().unwrap();
     let failed = app.wait_for_status(id, "failed").await;
     assert_eq!(failed["error_code"], "ValueError");
     assert_eq!(failed["error_message"], "bad value");
-    assert_eq!(
-        app.event_names(id).await,
-        ["job.queued", "job.started", "job.failed"]
-    );
+    assert_eq!(app.event_names(id).await, ["job.queued", "job.started", "job.failed"]);
 }
 
 async fn sleep_reports_progress(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let (_, job) = app
-        .submit(json!({ "operation": "sleep", "payload": { "seconds": 0.03, "steps": 3 } }))
-        .await;
+    let (_, job) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 0.03, "steps": 3 } })).await;
     let id = job["id"].as_str().unwrap();
     let done = app.wait_for_status(id, "succeeded").await;
-    assert_eq!(
-        (
-            done["progress_current"].as_i64(),
-            done["progress_total"].as_i64()
-        ),
-        (Some(3), Some(3))
-    );
-    let progress = app
-        .event_names(id)
-        .await
-        .into_iter()
-        .filter(|name| name == "job.progress")
-        .count();
+    assert_eq!((done["progress_current"].as_i64(), done["progress_total"].as_i64()), (Some(3), Some(3)));
+    let progress = app.event_names(id).await.into_iter().filter(|name| name == "job.progress").count();
     assert_eq!(progress, 3);
 }
 
 async fn cancel_before_claim_is_never_executed(backend: Backend) {
-    let options = TestOptions {
-        queues: vec![("default", 1)],
-        ..Default::default()
-    };
+    let options = TestOptions { queues: vec![("default", 1)], ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     // "parked" has no consumer, so the job stays QUEUED until cancelled.
-    let (_, job) = app
-        .submit(json!({ "operation": "count", "queue": "parked" }))
-        .await;
+    let (_, job) = app.submit(json!({ "operation": "count", "queue": "parked" })).await;
     let id = job["id"].as_str().unwrap();
     let (code, cancelled) = app.post(&format!("/jobs/{id}/cancel")).await;
-    assert_eq!(
-        (code, cancelled["status"].as_str()),
-        (200, Some("cancelled")),
-        "{cancelled}"
-    );
+    assert_eq!((code, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled}");
 
     // A stale delivery of the cancelled job reaches a worker, followed by a sentinel job;
     // with one job at a time, the sentinel finishing means the stale one was handled.
     let stale = encode_job_message(id.parse().unwrap());
     app.transport.publish("default", stale).await.unwrap();
     let (_, sentinel) = app.submit(json!({ "operation": "ping" })).await;
-    app.wait_for_status(sentinel["id"].as_str().unwrap(), "succeeded")
-        .await;
+    app.wait_for_status(sentinel["id"].as_str().unwrap(), "succeeded").await;
 
     let (_, after) = app.get(&format!("/jobs/{id}")).await;
     assert_eq!(after["status"], "cancelled");
@@ -99,15 +68,8 @@ async fn cancel_of_a_finished_job_is_a_no_op(backend: Backend) {
     let id = job["id"].as_str().unwrap();
     app.wait_for_status(id, "succeeded").await;
     let (code, after) = app.post(&format!("/jobs/{id}/cancel")).await;
-    assert_eq!(
-        (code, after["status"].as_str()),
-        (200, Some("succeeded")),
-        "{after}"
-    );
-    assert_eq!(
-        app.event_names(id).await,
-        ["job.queued", "job.started", "job.succeeded"]
-    );
+    assert_eq!((code, after["status"].as_str()), (200, Some("succeeded")), "{after}");
+    assert_eq!(app.event_names(id).await, ["job.queued", "job.started", "job.succeeded"]);
 }
 
 async fn retry_of_a_succeeded_job_is_an_invalid_transition(backend: Backend) {
@@ -115,17 +77,9 @@ async fn retry_of_a_succeeded_job_is_an_invalid_transition(backend: Backend) {
     let (_, job) = app.submit(json!({ "operation": "ping" })).await;
     let id = job["id"].as_str().unwrap();
     app.wait_for_status(id, "succeeded").await;
-    let response = app
-        .client
-        .post(app.url(&format!("/jobs/{id}/retry")))
-        .send()
-        .await
-        .unwrap();
+    let response = app.client.post(app.url(&format!("/jobs/{id}/retry"))).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 409);
-    assert_eq!(
-        response.headers()["content-type"],
-        "application/problem+json"
-    );
+    assert_eq!(response.headers()["content-type"], "application/problem+json");
     let problem: serde_json::Value = response.json().await.unwrap();
     assert_eq!(problem["code"], "invalid_transition");
     assert_eq!(problem["status"], 409);
@@ -142,10 +96,7 @@ async fn retry_of_a_failed_job_runs_it_again(backend: Backend) {
     assert!(retried["error_code"].is_null());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while app.event_names(id).await.len() < 6 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "second run never finished"
-        );
+        assert!(std::time::Instant::now() < deadline, "second run never finished");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let names = app.event_names(id).await;
@@ -155,14 +106,12 @@ async fn retry_of_a_failed_job_runs_it_again(backend: Backend) {
 
 async fn an_idempotency_key_returns_the_same_job(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let body =
-        json!({ "operation": "count", "payload": { "n": 1 }, "idempotency_key": "order-42" });
+    let body = json!({ "operation": "count", "payload": { "n": 1 }, "idempotency_key": "order-42" });
     let (first_code, first) = app.submit(body.clone()).await;
     let (second_code, second) = app.submit(body).await;
     assert_eq!((first_code, second_code), (201, 200));
     assert_eq!(first["id"], second["id"]);
-    app.wait_for_status(first["id"].as_str().unwrap(), "succeeded")
-        .await;
+    app.wait_for_status(first["id"].as_str().unwrap(), "succeeded").await;
     assert_eq!(app.count("SELECT COUNT(*) FROM execution_log").await, 1);
     assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 1);
 
@@ -175,25 +124,16 @@ async fn an_idempotency_key_returns_the_same_job(backend: Backend) {
         .await
         .unwrap();
     let (code, problem) = crate::helpers::read(header_submit).await;
-    assert_eq!(
-        (code, problem["code"].as_str()),
-        (409, Some("idempotency_conflict")),
-        "{problem}"
-    );
+    assert_eq!((code, problem["code"].as_str()), (409, Some("idempotency_conflict")), "{problem}");
     assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 1);
 }
 
 async fn listing_is_newest_first_with_a_cursor(backend: Backend) {
-    let options = TestOptions {
-        workers: false,
-        ..Default::default()
-    };
+    let options = TestOptions { workers: false, ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     let mut submitted = Vec::new();
     for queue in ["a", "a", "b", "a", "b"] {
-        let (_, job) = app
-            .submit(json!({ "operation": "ping", "queue": queue }))
-            .await;
+        let (_, job) = app.submit(json!({ "operation": "ping", "queue": queue })).await;
         submitted.push(job["id"].as_str().unwrap().to_owned());
     }
     let mut seen = Vec::new();
@@ -203,10 +143,7 @@ async fn listing_is_newest_first_with_a_cursor(backend: Backend) {
         assert_eq!(code, 200, "{page}");
         let jobs = page["jobs"].as_array().unwrap();
         assert_eq!(jobs.len(), expected_len);
-        seen.extend(
-            jobs.iter()
-                .map(|job| job["id"].as_str().unwrap().to_owned()),
-        );
+        seen.extend(jobs.iter().map(|job| job["id"].as_str().unwrap().to_owned()));
         match page["next_cursor"].as_str() {
             Some(cursor) => path = format!("/jobs?limit=2&cursor={cursor}"),
             None => assert_eq!(expected_len, 1),
@@ -222,21 +159,14 @@ async fn listing_is_newest_first_with_a_cursor(backend: Backend) {
 }
 
 async fn cancelling_a_parent_cancels_its_queued_children(backend: Backend) {
-    let options = TestOptions {
-        workers: false,
-        ..Default::default()
-    };
+    let options = TestOptions { workers: false, ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     let (_, parent) = app.submit(json!({ "operation": "ping" })).await;
     let parent_id = parent["id"].as_str().unwrap();
-    let (code, child) = app
-        .submit(json!({ "operation": "ping", "parent_job_id": parent_id }))
-        .await;
+    let (code, child) = app.submit(json!({ "operation": "ping", "parent_job_id": parent_id })).await;
     assert_eq!(code, 201, "{child}");
     app.post(&format!("/jobs/{parent_id}/cancel")).await;
-    let (_, child_after) = app
-        .get(&format!("/jobs/{}", child["id"].as_str().unwrap()))
-        .await;
+    let (_, child_after) = app.get(&format!("/jobs/{}", child["id"].as_str().unwrap())).await;
     assert_eq!(child_after["status"], "cancelled");
     let (_, children) = app.get(&format!("/jobs?parent_job_id={parent_id}")).await;
     assert_eq!(children["jobs"].as_array().unwrap().len(), 1);

@@ -25,6 +25,8 @@ pub struct Model {
     pub finished_at: Option<ChronoDateTimeUtc>,
     pub leased_until: Option<ChronoDateTimeUtc>,
     pub owner: Option<String>,
+    pub run_after: Option<ChronoDateTimeUtc>,
+    pub published_at: Option<ChronoDateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -1,0 +1,398 @@
+//! The production transport: RabbitMQ through lapin.
+//!
+//! Queues are durable and messages persistent; every publish waits for the broker's confirm
+//! and is retried (reconnecting) until confirmed or out of attempts. Each job queue `Q` is
+//! declared as `PREFIX.Q` with a dead-letter queue `PREFIX.Q.dead`. lapin runs on a small
+//! runtime of its own, so the connection does not depend on whichever actix thread called.
+//! After a broker restart the next call reconnects; consumers whose subscription ended are
+//! restarted by their supervisor and subscribe again.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt as _;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use tokio::sync::{mpsc, Mutex};
+use tracing::{info, warn};
+
+use super::{Acker, DeadLetter, Delivery, Subscription, Transport, TransportError};
+use crate::config::AmqpSettings;
+
+/// Header naming why a message was dead-lettered.
+const REASON_HEADER: &str = "x-yardmaster-reason";
+/// AMQP delivery mode for messages written to disk.
+const PERSISTENT: u8 = 2;
+/// First pause between publish attempts; doubles up to `MAX_BACKOFF`.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// One connection with a confirming publisher channel, and the queues declared on it.
+#[derive(Clone)]
+struct Link {
+    connection: Arc<Connection>,
+    publisher: Channel,
+    declared: Arc<std::sync::Mutex<HashSet<String>>>,
+}
+
+impl Link {
+    fn is_usable(&self) -> bool {
+        self.connection.status().connected() && self.publisher.status().connected()
+    }
+}
+
+pub struct AmqpTransport {
+    settings: AmqpSettings,
+    /// Owns lapin's I/O; `None` only while dropping.
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+    link: Arc<Mutex<Option<Link>>>,
+}
+
+impl AmqpTransport {
+    pub fn new(settings: AmqpSettings) -> Result<Self, TransportError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("yardmaster-amqp")
+            .enable_all()
+            .build()
+            .map_err(|err| TransportError::Unavailable(format!("cannot start the AMQP runtime: {err}")))?;
+        let handle = runtime.handle().clone();
+        Ok(AmqpTransport { settings, runtime: Some(runtime), handle, link: Arc::new(Mutex::new(None)) })
+    }
+
+    /// The broker's name for a job queue.
+    pub fn broker_queue(&self, queue: &str) -> String {
+        format!("{}{queue}", self.settings.queue_prefix)
+    }
+
+    /// The broker's name for a job queue's dead letters.
+    pub fn dead_letter_queue(&self, queue: &str) -> String {
+        format!("{}{queue}.dead", self.settings.queue_prefix)
+    }
+
+    /// Runs a lapin future on the transport's own runtime.
+    async fn on_runtime<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, TransportError>> + Send + 'static,
+    ) -> Result<T, TransportError> {
+        self.handle.spawn(work).await.map_err(|err| TransportError::Unavailable(format!("AMQP task failed: {err}")))?
+    }
+
+    fn connector(&self) -> Connector {
+        Connector {
+            url: self.settings.url.clone(),
+            prefix: self.settings.queue_prefix.clone(),
+            connect_timeout: Duration::from_secs(self.settings.connect_timeout_seconds),
+            confirm_timeout: Duration::from_secs(self.settings.confirm_timeout_seconds),
+            link: self.link.clone(),
+        }
+    }
+
+    /// Publishes to a broker queue, retrying with backoff until confirmed.
+    async fn publish_confirmed(
+        &self,
+        queue: &str,
+        routing_key: String,
+        body: Vec<u8>,
+        reason: Option<&str>,
+    ) -> Result<(), TransportError> {
+        let mut pause = FIRST_BACKOFF;
+        let mut attempt = 1;
+        loop {
+            let connector = self.connector();
+            let (queue_name, key, payload) = (queue.to_owned(), routing_key.clone(), body.clone());
+            let reason = reason.map(str::to_owned);
+            let result = self
+                .on_runtime(async move { connector.publish_once(&queue_name, &key, &payload, reason.as_deref()).await })
+                .await;
+            match result {
+                Ok(()) => return Ok(()),
+                Err(err) if attempt >= self.settings.publish_attempts => return Err(err),
+                Err(err) => {
+                    warn!(queue, attempt, error = %err, "publish not confirmed; retrying");
+                    self.connector().reset().await;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_BACKOFF);
+                    attempt += 1;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for AmqpTransport {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Everything a lapin task needs, cloned onto the transport's runtime.
+struct Connector {
+    url: String,
+    prefix: String,
+    connect_timeout: Duration,
+    confirm_timeout: Duration,
+    link: Arc<Mutex<Option<Link>>>,
+}
+
+impl Connector {
+    /// The current link, connecting (and enabling confirms) when there is none or it broke.
+    async fn link(&self) -> Result<Link, TransportError> {
+        let mut current = self.link.lock().await;
+        if let Some(link) = current.as_ref().filter(|link| link.is_usable()) {
+            return Ok(link.clone());
+        }
+        let connect = Connection::connect(&self.url, ConnectionProperties::default());
+        let connection = tokio::time::timeout(self.connect_timeout, connect)
+            .await
+            .map_err(|_| unavailable("connect timed out"))?
+            .map_err(|err| unavailable(format!("connect: {err}")))?;
+        let publisher = connection.create_channel().await.map_err(amqp_error)?;
+        publisher.confirm_select(ConfirmSelectOptions::default()).await.map_err(amqp_error)?;
+        info!("connected to the AMQP broker");
+        let link = Link { connection: Arc::new(connection), publisher, declared: Default::default() };
+        *current = Some(link.clone());
+        Ok(link)
+    }
+
+    /// Forgets the link so the next call reconnects.
+    async fn reset(&self) {
+        if let Some(link) = self.link.lock().await.take() {
+            let _ = link.connection.close(200, "reconnecting".into()).await;
+        }
+    }
+
+    /// Declares `PREFIX.queue` (dead-lettering to `PREFIX.queue.dead`) once per connection.
+    async fn declare(&self, link: &Link, channel: &Channel, queue: &str) -> Result<(), TransportError> {
+        let main = format!("{}{queue}", self.prefix);
+        if link.declared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(&main) {
+            return Ok(());
+        }
+        let dead = format!("{main}.dead");
+        channel
+            .queue_declare(dead.as_str().into(), QueueDeclareOptions::durable(), FieldTable::default())
+            .await
+            .map_err(amqp_error)?;
+        let mut arguments = FieldTable::default();
+        arguments.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+        arguments.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(dead.as_str().into()));
+        channel
+            .queue_declare(main.as_str().into(), QueueDeclareOptions::durable(), arguments)
+            .await
+            .map_err(amqp_error)?;
+        link.declared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(main);
+        Ok(())
+    }
+
+    async fn publish_once(
+        &self,
+        queue: &str,
+        routing_key: &str,
+        body: &[u8],
+        reason: Option<&str>,
+    ) -> Result<(), TransportError> {
+        let link = self.link().await?;
+        self.declare(&link, &link.publisher, queue).await?;
+        let mut properties = BasicProperties::default().with_delivery_mode(PERSISTENT);
+        if let Some(reason) = reason {
+            let mut headers = FieldTable::default();
+            headers.insert(REASON_HEADER.into(), AMQPValue::LongString(reason.into()));
+            properties = properties.with_headers(headers);
+        }
+        let options = BasicPublishOptions { mandatory: true, ..Default::default() };
+        let confirm = link
+            .publisher
+            .basic_publish("".into(), routing_key.into(), options, body, properties)
+            .await
+            .map_err(amqp_error)?;
+        let confirmation = tokio::time::timeout(self.confirm_timeout, confirm)
+            .await
+            .map_err(|_| unavailable("publish confirm timed out"))?
+            .map_err(amqp_error)?;
+        if !confirmation.is_ack() {
+            return Err(unavailable("the broker refused the message (nack)"));
+        }
+        if confirmation.take_message().is_some() {
+            return Err(unavailable(format!("no queue bound to {routing_key}; message returned")));
+        }
+        Ok(())
+    }
+
+    async fn subscribe(
+        &self,
+        queue: &str,
+        prefetch: u16,
+    ) -> Result<mpsc::Receiver<lapin::message::Delivery>, TransportError> {
+        let link = self.link().await?;
+        let channel = link.connection.create_channel().await.map_err(amqp_error)?;
+        channel.basic_qos(prefetch.max(1), BasicQosOptions::default()).await.map_err(amqp_error)?;
+        self.declare(&link, &channel, queue).await?;
+        let name = format!("{}{queue}", self.prefix);
+        let mut consumer = channel
+            .basic_consume(name.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+            .await
+            .map_err(amqp_error)?;
+        let (sender, receiver) = mpsc::channel(usize::from(prefetch.max(1)));
+        tokio::spawn(async move {
+            while let Some(delivery) = consumer.next().await {
+                match delivery {
+                    Ok(delivery) => {
+                        if sender.send(delivery).await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(err) => {
+                        warn!(queue = %name, error = %err, "consumer stream failed");
+                        break;
+                    }
+                }
+            }
+            // Unacknowledged deliveries go back to the queue when the channel closes.
+            let _ = channel.close(200, "subscription closed".into()).await;
+        });
+        Ok(receiver)
+    }
+
+    async fn take_dead(
+        &self,
+        queue: &str,
+        max: usize,
+    ) -> Result<(Channel, Vec<lapin::message::Delivery>), TransportError> {
+        let link = self.link().await?;
+        let channel = link.connection.create_channel().await.map_err(amqp_error)?;
+        self.declare(&link, &channel, queue).await?;
+        let dead = format!("{}{queue}.dead", self.prefix);
+        let mut taken = Vec::new();
+        while taken.len() < max {
+            let got = channel.basic_get(dead.as_str().into(), BasicGetOptions::default()).await.map_err(amqp_error)?;
+            match got {
+                Some(message) => taken.push(message.delivery),
+                None => break,
+            }
+        }
+        Ok((channel, taken))
+    }
+}
+
+#[async_trait]
+impl Transport for AmqpTransport {
+    async fn publish(&self, queue: &str, body: Vec<u8>) -> Result<(), TransportError> {
+        self.publish_confirmed(queue, self.broker_queue(queue), body, None).await
+    }
+
+    async fn subscribe(&self, queue: &str, prefetch: u16) -> Result<Box<dyn Subscription>, TransportError> {
+        let connector = self.connector();
+        let queue = queue.to_owned();
+        let receiver = self.on_runtime(async move { connector.subscribe(&queue, prefetch).await }).await?;
+        Ok(Box::new(AmqpSubscription { receiver, handle: self.handle.clone() }))
+    }
+
+    async fn dead_letter(&self, queue: &str, body: Vec<u8>, reason: &str) -> Result<(), TransportError> {
+        self.publish_confirmed(queue, self.dead_letter_queue(queue), body, Some(reason)).await
+    }
+
+    async fn take_dead_letters(&self, queue: &str, max: usize) -> Result<Vec<DeadLetter>, TransportError> {
+        let connector = self.connector();
+        let queue = queue.to_owned();
+        let (channel, deliveries) = self.on_runtime(async move { connector.take_dead(&queue, max).await }).await?;
+        let guard = Arc::new(ChannelGuard { channel: Some(channel), handle: self.handle.clone() });
+        let letters = deliveries.into_iter().map(|delivery| {
+            let reason = reason_of(&delivery);
+            let acker = AmqpAcker { acker: delivery.acker, handle: self.handle.clone(), _channel: Some(guard.clone()) };
+            DeadLetter { body: delivery.data, reason, acker: Box::new(acker) }
+        });
+        Ok(letters.collect())
+    }
+
+    async fn check_ready(&self) -> Result<(), TransportError> {
+        let connector = self.connector();
+        self.on_runtime(async move { connector.link().await.map(drop) }).await
+    }
+
+    fn is_durable(&self) -> bool {
+        true
+    }
+
+    fn kind(&self) -> &'static str {
+        "amqp"
+    }
+}
+
+struct AmqpSubscription {
+    receiver: mpsc::Receiver<lapin::message::Delivery>,
+    handle: tokio::runtime::Handle,
+}
+
+#[async_trait]
+impl Subscription for AmqpSubscription {
+    async fn next(&mut self) -> Option<Delivery> {
+        let delivery = self.receiver.recv().await?;
+        let acker = AmqpAcker { acker: delivery.acker, handle: self.handle.clone(), _channel: None };
+        Some(Delivery { body: delivery.data, acker: Box::new(acker) })
+    }
+}
+
+struct AmqpAcker {
+    acker: lapin::Acker,
+    handle: tokio::runtime::Handle,
+    /// Keeps a `basic_get` channel open until its messages are settled.
+    _channel: Option<Arc<ChannelGuard>>,
+}
+
+#[async_trait]
+impl Acker for AmqpAcker {
+    async fn ack(self: Box<Self>) -> Result<(), TransportError> {
+        let acker = self.acker.clone();
+        let settled = self.handle.spawn(async move { acker.ack(BasicAckOptions::default()).await });
+        settled.await.map_err(|err| unavailable(err.to_string()))?.map(drop).map_err(amqp_error)
+    }
+
+    async fn requeue(self: Box<Self>) -> Result<(), TransportError> {
+        let acker = self.acker.clone();
+        let options = BasicNackOptions { requeue: true, ..Default::default() };
+        let settled = self.handle.spawn(async move { acker.nack(options).await });
+        settled.await.map_err(|err| unavailable(err.to_string()))?.map(drop).map_err(amqp_error)
+    }
+}
+
+/// Closes a channel once nothing refers to it (its unsettled messages return to the queue).
+struct ChannelGuard {
+    channel: Option<Channel>,
+    handle: tokio::runtime::Handle,
+}
+
+impl Drop for ChannelGuard {
+    fn drop(&mut self) {
+        if let Some(channel) = self.channel.take() {
+            self.handle.spawn(async move {
+                let _ = channel.close(200, "dead letters settled".into()).await;
+            });
+        }
+    }
+}
+
+fn reason_of(delivery: &lapin::message::Delivery) -> String {
+    let reason = delivery.properties.headers().as_ref().and_then(|headers| match headers.inner().get(REASON_HEADER) {
+        Some(AMQPValue::LongString(reason)) => Some(reason.to_string()),
+        _ => None,
+    });
+    // Messages the broker dead-lettered itself (rejected without requeue) carry no header.
+    reason.unwrap_or_else(|| "rejected".to_owned())
+}
+
+fn unavailable(message: impl Into<String>) -> TransportError {
+    TransportError::Unavailable(message.into())
+}
+
+fn amqp_error(err: lapin::Error) -> TransportError {
+    TransportError::Unavailable(err.to_string())
+}
