@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Sets up and runs the whole test suite: starts the local PostgreSQL if it is down, installs
-# cargo-nextest if missing, builds once, runs every test (unit and integration, both backends).
+# Sets up and runs the whole test suite: starts the local PostgreSQL and RabbitMQ if they are
+# down, gives the tests an empty RabbitMQ virtual host, installs cargo-nextest if missing,
+# then builds once and runs every test (unit and integration, every backend).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
 export YARDMASTER_TEST_POSTGRES_URL="${YARDMASTER_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
+TEST_VHOST=yardmaster_test
+export YARDMASTER_TEST_AMQP_URL="${YARDMASTER_TEST_AMQP_URL:-amqp://127.0.0.1:5672/$TEST_VHOST}"
 
 wait_for() { # NAME SECONDS COMMAND...
   local name=$1 seconds=$2; shift 2
@@ -24,11 +27,26 @@ ensure_postgres() {
   wait_for PostgreSQL 60 pg_isready -q -h 127.0.0.1 -p 5432
 }
 
+ensure_rabbitmq() {
+  if ! rabbitmqctl -q status >/dev/null 2>&1; then
+    echo "test.sh: RabbitMQ is down; starting it" >&2
+    rabbitmq-server -detached
+  fi
+  rabbitmqctl -q await_startup --timeout 120
+  # A broker restart test may have left the application stopped.
+  rabbitmqctl -q start_app >/dev/null 2>&1 || true
+  # Queues of earlier runs go with the old virtual host.
+  rabbitmqctl -q delete_vhost "$TEST_VHOST" >/dev/null 2>&1 || true
+  rabbitmqctl -q add_vhost "$TEST_VHOST"
+  rabbitmqctl -q set_permissions -p "$TEST_VHOST" guest ".*" ".*" ".*"
+}
+
 ensure_nextest() {
   if cargo nextest --version >/dev/null 2>&1; then return 0; fi
   cargo install cargo-nextest --locked
 }
 
 ensure_postgres
+ensure_rabbitmq
 ensure_nextest
 cargo nextest run --workspace --no-fail-fast "$@"

@@ -46,7 +46,8 @@ impl Dispatcher {
         let submission = self.store.submit(job).await?;
         failpoint::hit("submit.after_commit");
         if submission.created {
-            let dispatch = Dispatch { id: submission.job.id, queue: submission.job.queue.clone() };
+            let job = &submission.job;
+            let dispatch = Dispatch { id: job.id, queue: job.queue.clone(), attempts: job.attempts };
             self.publish_all(std::slice::from_ref(&dispatch)).await;
         }
         Ok(submission)
@@ -60,7 +61,7 @@ impl Dispatcher {
         let mut confirmed = Vec::with_capacity(jobs.len());
         for (job, result) in jobs.iter().zip(results) {
             match result {
-                Ok(()) => confirmed.push(job.id),
+                Ok(()) => confirmed.push(job.clone()),
                 Err(err) => {
                     warn!(job_id = %job.id, queue = %job.queue, error = %err, "publish failed; the sweep will resend")
                 }
@@ -102,9 +103,9 @@ impl Dispatcher {
         }
     }
 
-    /// Publishes one job now (a manual retry); the sweep covers a failure.
-    pub async fn publish(&self, queue: &str, id: Uuid) {
-        self.publish_all(&[Dispatch { id, queue: queue.to_owned() }]).await;
+    /// Publishes one QUEUED job now (a manual retry); the sweep covers a failure.
+    pub async fn publish(&self, job: &crate::domain::Job) {
+        self.publish_all(&[Dispatch { id: job.id, queue: job.queue.clone(), attempts: job.attempts }]).await;
     }
 }
 

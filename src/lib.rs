@@ -3,17 +3,19 @@
 //! How the pieces fit:
 //! - [`domain`]: the pure job model and its state machine.
 //! - [`store`]: every SQL statement; each transition a compare-and-set with its event.
-//! - [`transport`]: how job ids reach workers (in-process; a broker later).
+//! - [`transport`]: how job ids reach workers: in-process, or RabbitMQ.
 //! - [`dispatch`]: submit-then-publish, and the sweep that re-sends QUEUED jobs.
+//! - [`dead_letters`]: what happens to messages no worker can process.
 //! - [`ops`]: the operation registry and the built-in operations.
 //! - [`worker`]: the two-session executor that claims, runs and records a job.
-//! - [`actors`]: the supervised queue consumers that drive the executor.
+//! - [`actors`]: the supervised queue consumers and the dispatch sweeper.
 //! - [`api`]: the HTTP API and its problem+json errors.
 //! - [`config`], [`startup`], [`telemetry`]: settings, wiring, logs.
 
 pub mod actors;
 pub mod api;
 pub mod config;
+pub mod dead_letters;
 pub mod dispatch;
 pub mod domain;
 pub mod failpoint;

@@ -151,7 +151,7 @@ pub async fn cancel(state: web::Data<AppState>, id: web::Path<Uuid>) -> Result<w
 /// Re-queues a FAILED or CANCELLED job by hand; any other state is a 409.
 pub async fn retry(state: web::Data<AppState>, id: web::Path<Uuid>) -> Result<web::Json<Job>, ApiError> {
     let job = state.store.retry(*id).await?;
-    state.dispatcher.publish(&job.queue, job.id).await;
+    state.dispatcher.publish(&job).await;
     Ok(web::Json(job))
 }
 

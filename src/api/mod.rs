@@ -1,5 +1,6 @@
 //! The HTTP API: routes, shared state, and the error mapping. Handlers live by resource.
 
+mod admin;
 mod error;
 mod extract;
 mod health;
@@ -50,6 +51,21 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
         .service(
             web::resource("/jobs/{id}/retry")
                 .route(web::post().to(jobs::retry))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/admin/dead-letters")
+                .route(web::get().to(admin::summary))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/admin/dead-letters/replay")
+                .route(web::post().to(admin::replay))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/admin/dead-letters/purge")
+                .route(web::post().to(admin::purge))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(

@@ -62,8 +62,8 @@ pub trait JobStore: Send + Sync + 'static {
     async fn requeue_later(&self, id: Uuid, delay: Duration, reason: &str) -> Result<Option<Job>, StoreError>;
 
     /// Records that the transport confirmed these jobs' messages (bookkeeping, not a
-    /// transition: only QUEUED, still-unpublished rows change).
-    async fn mark_published(&self, ids: &[Uuid]) -> Result<u64, StoreError>;
+    /// transition): only rows still QUEUED, unpublished and at the same `attempts` change.
+    async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError>;
 
     /// QUEUED jobs whose message was never confirmed and that may run now, oldest first,
     /// skipping those created within `grace` (their submitter is still publishing them).
@@ -82,11 +82,13 @@ pub struct Submission {
     pub created: bool,
 }
 
-/// A job the dispatch sweep must send.
+/// A job to publish, as it was when read: `attempts` tells this QUEUED stint from a later
+/// one, so a late publication record cannot mark a job that has since been re-queued.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dispatch {
     pub id: Uuid,
     pub queue: String,
+    pub attempts: i32,
 }
 
 /// The result of [`JobStore::cancel`].

@@ -3,6 +3,7 @@
 //! Write transactions start with their compare-and-set `UPDATE … RETURNING`, so SQLite takes
 //! its write lock first (`BEGIN IMMEDIATE`) and never fails on a lock upgrade.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -281,18 +282,25 @@ impl JobStore for SeaStore {
         self.transition(id, &[JobStatus::Running], JobStatus::Queued, set, event).await
     }
 
-    async fn mark_published(&self, ids: &[Uuid]) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
+    async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
+        let mut by_attempts: BTreeMap<i32, Vec<Uuid>> = BTreeMap::new();
+        for job in jobs {
+            by_attempts.entry(job.attempts).or_default().push(job.id);
         }
-        let result = job::Entity::update_many()
-            .col_expr(job::Column::PublishedAt, Expr::value(Utc::now()))
-            .filter(job::Column::Id.is_in(ids.iter().copied()))
-            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
-            .filter(job::Column::PublishedAt.is_null())
-            .exec(&self.db)
-            .await?;
-        Ok(result.rows_affected)
+        let now = Utc::now();
+        let mut marked = 0;
+        for (attempts, ids) in by_attempts {
+            let result = job::Entity::update_many()
+                .col_expr(job::Column::PublishedAt, Expr::value(now))
+                .filter(job::Column::Id.is_in(ids))
+                .filter(job::Column::Attempts.eq(attempts))
+                .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
+                .filter(job::Column::PublishedAt.is_null())
+                .exec(&self.db)
+                .await?;
+            marked += result.rows_affected;
+        }
+        Ok(marked)
     }
 
     async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
@@ -301,16 +309,21 @@ impl JobStore for SeaStore {
             .select_only()
             .column(job::Column::Id)
             .column(job::Column::Queue)
+            .column(job::Column::Attempts)
             // Literals, so both engines can use the partial index on undispatched jobs.
             .filter(Expr::cust("status = 'queued' AND published_at IS NULL"))
-            .filter(job::Column::CreatedAt.lte(now - to_chrono(grace)))
-            .filter(job::Column::RunAfter.is_null().or(job::Column::RunAfter.lte(now)))
+            // Fresh submissions get `grace` for their submitter to publish them; a job
+            // waiting out a delay is nobody else's to publish once the delay is over.
+            .filter(
+                (job::Column::RunAfter.is_null().and(job::Column::CreatedAt.lte(now - to_chrono(grace))))
+                    .or(job::Column::RunAfter.lte(now)),
+            )
             .order_by_asc(job::Column::CreatedAt)
             .limit(limit)
-            .into_tuple::<(Uuid, String)>()
+            .into_tuple::<(Uuid, String, i32)>()
             .all(&self.db)
             .await?;
-        Ok(rows.into_iter().map(|(id, queue)| Dispatch { id, queue }).collect())
+        Ok(rows.into_iter().map(|(id, queue, attempts)| Dispatch { id, queue, attempts }).collect())
     }
 
     async fn forget_publications(&self) -> Result<u64, StoreError> {

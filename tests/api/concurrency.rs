@@ -76,8 +76,8 @@ impl JobStore for SuccessCannotCommit {
     async fn requeue_later(&self, id: Uuid, delay: Duration, reason: &str) -> Result<Option<Job>, StoreError> {
         self.0.requeue_later(id, delay, reason).await
     }
-    async fn mark_published(&self, ids: &[Uuid]) -> Result<u64, StoreError> {
-        self.0.mark_published(ids).await
+    async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
+        self.0.mark_published(jobs).await
     }
     async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
         self.0.due_for_dispatch(grace, limit).await

@@ -68,7 +68,7 @@ async fn health_and_readiness_answer(backend: Backend) {
     assert_eq!((code, ready["status"].as_str()), (200, Some("ready")), "{ready}");
 }
 
-on_both_backends!(
+on_every_backend!(
     bad_submissions_are_refused_and_write_nothing,
     unknown_jobs_paths_and_methods_are_problems,
     health_and_readiness_answer,

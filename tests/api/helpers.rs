@@ -9,17 +9,18 @@ use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
 use serde_json::{json, Value};
 use uuid::Uuid;
-use yardmaster::config::QueueSettings;
+use yardmaster::config::{QueueSettings, TransportKind};
 use yardmaster::ops::{JobContext, Operation, OperationError, OperationRegistry};
 use yardmaster::store::JobStore;
-use yardmaster::transport::{InProcessTransport, Transport};
+use yardmaster::transport::{AmqpTransport, InProcessTransport, Transport};
 use yardmaster::{Application, Settings};
 
 /// Where the test PostgreSQL server is; each test creates (and drops) its own database there.
 pub const POSTGRES_ADMIN_URL_ENV: &str = "YARDMASTER_TEST_POSTGRES_URL";
 const POSTGRES_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-/// Generates one `#[actix_rt::test]` per backend for each named `async fn(Backend)`.
+/// Generates one `#[actix_rt::test]` per store (SQLite, PostgreSQL; in-process transport)
+/// for each named `async fn(Backend)`.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -31,10 +32,34 @@ macro_rules! on_both_backends {
     };
 }
 
+/// As `on_both_backends!`, plus PostgreSQL with RabbitMQ. Tests whose path contains `amqp`
+/// run one at a time (`.config/nextest.toml`), since one of them restarts the broker.
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        on_both_backends!($($name),*);
+        mod amqp {
+            $( #[actix_rt::test] async fn $name() { super::$name($crate::helpers::Backend::Amqp).await } )*
+        }
+    };
+}
+
+/// Where a test's app keeps its jobs and sends its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
+    /// SQLite file, in-process transport: the embedded default.
     Sqlite,
+    /// PostgreSQL, in-process transport.
     Postgres,
+    /// PostgreSQL and RabbitMQ: production.
+    Amqp,
+}
+
+/// The RabbitMQ virtual host tests use; `scripts/test.sh` recreates it empty on each run.
+pub const AMQP_URL_ENV: &str = "YARDMASTER_TEST_AMQP_URL";
+const AMQP_URL: &str = "amqp://127.0.0.1:5672/yardmaster_test";
+
+pub fn amqp_url() -> String {
+    std::env::var(AMQP_URL_ENV).unwrap_or_else(|_| AMQP_URL.into())
 }
 
 /// A database that exists for one test and is removed afterwards.
@@ -52,7 +77,7 @@ impl TestDatabase {
                 let url = format!("sqlite://{}?mode=rwc", path.display());
                 (TestDatabase::Sqlite { path }, url)
             }
-            Backend::Postgres => {
+            Backend::Postgres | Backend::Amqp => {
                 let admin_url = std::env::var(POSTGRES_ADMIN_URL_ENV).unwrap_or_else(|_| POSTGRES_ADMIN_URL.into());
                 let name = format!("yardmaster_test_{id}");
                 let admin = Database::connect(&admin_url).await.expect("PostgreSQL must be running for tests");
@@ -120,7 +145,7 @@ pub struct TestOptions {
     pub queues: Vec<(&'static str, usize)>,
     pub max_body_bytes: usize,
     pub wrap_store: Option<Box<dyn FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore>>>,
-    /// Runs against the migrated database before the app starts (and its start-up sweep).
+    /// QUEUED `count` jobs inserted before the app (and its start-up dispatch) starts.
     pub seed_jobs: usize,
 }
 
@@ -162,14 +187,24 @@ impl TestApp {
         settings.store.max_connections = 16;
         settings.worker.enabled = options.workers;
         settings.worker.id = "test-worker".into();
+        settings.dispatch.interval_ms = 100;
+        settings.dispatch.grace_ms = 500;
+        if backend == Backend::Amqp {
+            settings.transport.kind = TransportKind::Amqp;
+            settings.transport.amqp.url = amqp_url();
+            settings.transport.amqp.queue_prefix = format!("t{}.", &Uuid::new_v4().simple().to_string()[..12]);
+        }
         settings.queues = options
             .queues
             .iter()
             .map(|(name, concurrency)| (name.to_string(), QueueSettings { concurrency: *concurrency, prefetch: 1 }))
             .collect();
 
-        let seeded = seed(&settings, options.seed_jobs).await;
-        let transport: Arc<dyn Transport> = Arc::new(InProcessTransport::new());
+        let seeded = seed(&settings.store.url, "count", options.seed_jobs).await;
+        let transport: Arc<dyn Transport> = match backend {
+            Backend::Amqp => Arc::new(AmqpTransport::new(settings.transport.amqp.clone()).unwrap()),
+            Backend::Sqlite | Backend::Postgres => Arc::new(InProcessTransport::new()),
+        };
         let mut builder = Application::builder(settings)
             .registry(OperationRegistry::builtin().with(Count))
             .transport(transport.clone());
@@ -245,17 +280,19 @@ impl TestApp {
     }
 }
 
-/// Migrates, creates `execution_log`, and inserts `jobs` QUEUED `count` jobs straight into
-/// the store, before any consumer exists.
-async fn seed(settings: &Settings, jobs: usize) -> Vec<Uuid> {
+/// Migrates, creates `execution_log`, and inserts `jobs` QUEUED jobs of `operation` on
+/// queue `default` straight into the store, before any consumer exists.
+pub async fn seed(url: &str, operation: &str, jobs: usize) -> Vec<Uuid> {
+    let mut settings = Settings::default();
+    settings.store.url = url.to_owned();
     let db = yardmaster::store::connect(&settings.store).await.unwrap();
     yardmaster::store::migrate(&db).await.unwrap();
-    db.execute_unprepared("CREATE TABLE execution_log (job_id VARCHAR(64) NOT NULL)").await.unwrap();
+    db.execute_unprepared("CREATE TABLE IF NOT EXISTS execution_log (job_id VARCHAR(64) NOT NULL)").await.unwrap();
     let store = yardmaster::store::SeaStore::new(db.clone());
     let mut ids = Vec::with_capacity(jobs);
     for _ in 0..jobs {
         let new = yardmaster::domain::NewJob {
-            operation: "count".into(),
+            operation: operation.into(),
             queue: Default::default(),
             payload: json!({}),
             parent_job_id: None,

@@ -172,7 +172,40 @@ async fn cancelling_a_parent_cancels_its_queued_children(backend: Backend) {
     assert_eq!(children["jobs"].as_array().unwrap().len(), 1);
 }
 
-on_both_backends!(
+async fn retry_later_runs_the_job_again_after_its_delay(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let payload = json!({ "times": 2, "delay_seconds": 0.3 });
+    let (code, job) = app.submit(json!({ "operation": "busy", "payload": payload })).await;
+    assert_eq!(code, 201, "{job}");
+    let id = job["id"].as_str().unwrap();
+    let done = app.wait_for_status(id, "succeeded").await;
+    assert_eq!((done["attempts"].as_i64(), &done["result"]), (Some(3), &json!({ "runs": 3 })));
+    let (_, body) = app.get(&format!("/jobs/{id}/events")).await;
+    let events = body["events"].as_array().unwrap();
+    let names: Vec<_> = events.iter().map(|event| event["event"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "job.queued",
+            "job.started",
+            "job.retry_later",
+            "job.started",
+            "job.retry_later",
+            "job.started",
+            "job.succeeded"
+        ]
+    );
+    // Each re-run started no sooner than the `run_after` its request set, 0.3 s later.
+    let time = |value: &serde_json::Value| chrono::DateTime::parse_from_rfc3339(value.as_str().unwrap()).unwrap();
+    for (asked, restarted) in [(2, 3), (4, 5)] {
+        let run_after = time(&events[asked]["fields"]["run_after"]);
+        assert!(run_after - time(&events[asked]["ts"]) >= chrono::Duration::milliseconds(290));
+        assert!(time(&events[restarted]["ts"]) >= run_after, "re-run before its delay was over");
+    }
+}
+
+on_every_backend!(
+    retry_later_runs_the_job_again_after_its_delay,
     ping_succeeds_with_its_events,
     fail_records_its_error_class,
     sleep_reports_progress,

@@ -3,6 +3,8 @@
 
 #[macro_use]
 mod helpers;
+mod amqp_processes;
 mod concurrency;
+mod dead_letters;
 mod errors;
 mod lifecycle;

@@ -1,0 +1,84 @@
+//! Operator endpoints: a queue's dead letters (summary, replay, purge).
+
+use actix_web::web;
+use serde::Deserialize;
+
+use super::error::{ApiError, Code};
+use super::AppState;
+use crate::dead_letters::{self, Selection, Settled, Summary};
+use crate::domain::QueueName;
+
+/// Most dead letters read by one call.
+const MAX_LIMIT: usize = 10_000;
+const DEFAULT_LIMIT: usize = 1_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SummaryQuery {
+    pub queue: String,
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettleRequest {
+    pub queue: String,
+    /// Only dead letters with this reason (`not_a_job_id`, `unknown_job`, `oversized`, …).
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Report what would happen, change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+pub async fn summary(
+    state: web::Data<AppState>,
+    query: web::Query<SummaryQuery>,
+) -> Result<web::Json<Summary>, ApiError> {
+    let queue = queue_name(&query.queue)?;
+    let limit = limit(query.limit)?;
+    let summary =
+        dead_letters::summarise(state.transport.as_ref(), queue.as_str(), limit).await.map_err(unavailable)?;
+    Ok(web::Json(summary))
+}
+
+pub async fn replay(
+    state: web::Data<AppState>,
+    body: web::Json<SettleRequest>,
+) -> Result<web::Json<Settled>, ApiError> {
+    let (queue, selection) = selection(body.into_inner())?;
+    let settled =
+        dead_letters::replay(state.transport.as_ref(), queue.as_str(), &selection).await.map_err(unavailable)?;
+    Ok(web::Json(settled))
+}
+
+pub async fn purge(state: web::Data<AppState>, body: web::Json<SettleRequest>) -> Result<web::Json<Settled>, ApiError> {
+    let (queue, selection) = selection(body.into_inner())?;
+    let settled =
+        dead_letters::purge(state.transport.as_ref(), queue.as_str(), &selection).await.map_err(unavailable)?;
+    Ok(web::Json(settled))
+}
+
+fn selection(request: SettleRequest) -> Result<(QueueName, Selection), ApiError> {
+    let queue = queue_name(&request.queue)?;
+    let selection = Selection { reason: request.reason, limit: limit(request.limit)?, dry_run: request.dry_run };
+    Ok((queue, selection))
+}
+
+fn queue_name(name: &str) -> Result<QueueName, ApiError> {
+    QueueName::parse(name).map_err(|err| ApiError::new(Code::InvalidQueue, err))
+}
+
+fn limit(requested: Option<usize>) -> Result<usize, ApiError> {
+    match requested {
+        None => Ok(DEFAULT_LIMIT),
+        Some(limit) if (1..=MAX_LIMIT).contains(&limit) => Ok(limit),
+        Some(_) => Err(ApiError::new(Code::InvalidRequest, format!("limit must be between 1 and {MAX_LIMIT}"))),
+    }
+}
+
+fn unavailable(err: crate::transport::TransportError) -> ApiError {
+    ApiError::new(Code::NotReady, format!("transport: {err}"))
+}

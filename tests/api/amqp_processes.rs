@@ -1,0 +1,189 @@
+//! Real processes against PostgreSQL and RabbitMQ: two worker processes draining one queue,
+//! a broker restart in the middle of a run, and a crash between commit and publish.
+
+use std::net::TcpListener;
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::helpers::{amqp_url, seed, Backend, TestApp, TestDatabase, TestOptions};
+
+/// A `yardmaster` child process, killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Settings shared by the processes of one test, as environment variables.
+struct Deployment {
+    store_url: String,
+    prefix: String,
+}
+
+impl Deployment {
+    fn new(store_url: &str) -> Self {
+        Deployment {
+            store_url: store_url.to_owned(),
+            prefix: format!("p{}.", &Uuid::new_v4().simple().to_string()[..12]),
+        }
+    }
+
+    fn spawn(&self, args: &[&str], extra: &[(&str, &str)]) -> Process {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_yardmaster"));
+        command
+            .args(args)
+            .env("YARDMASTER__STORE__URL", &self.store_url)
+            .env("YARDMASTER__TRANSPORT__KIND", "amqp")
+            .env("YARDMASTER__TRANSPORT__AMQP__URL", amqp_url())
+            .env("YARDMASTER__TRANSPORT__AMQP__QUEUE_PREFIX", &self.prefix)
+            .env("YARDMASTER__DISPATCH__INTERVAL_MS", "100")
+            .env("YARDMASTER__DISPATCH__GRACE_MS", "500")
+            .env("YARDMASTER__QUEUES__DEFAULT__CONCURRENCY", "4")
+            .env("YARDMASTER__QUEUES__DEFAULT__PREFETCH", "8")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (key, value) in extra {
+            command.env(key, value);
+        }
+        Process(command.spawn().expect("spawn yardmaster"))
+    }
+}
+
+async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
+    let row = db.query_one_raw(Statement::from_string(db.get_database_backend(), sql)).await.unwrap().unwrap();
+    row.try_get_by_index::<i64>(0).unwrap()
+}
+
+async fn wait_for_count(db: &DatabaseConnection, sql: &str, expected: i64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let value = count(db, sql).await;
+        if value == expected {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{sql} = {value}, expected {expected}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+const JOBS: i64 = 2_000;
+
+#[actix_rt::test]
+async fn two_worker_processes_drain_two_thousand_jobs_exactly_once() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    seed(&url, "ping", JOBS as usize).await;
+    let deployment = Deployment::new(&url);
+    // Each worker's start-up dispatch publishes every QUEUED job, so every job is
+    // delivered about twice and the two processes race for the claims.
+    let _first = deployment.spawn(&["worker", "--queue", "default"], &[("YARDMASTER__WORKER__ID", "first")]);
+    let _second = deployment.spawn(&["worker", "--queue", "default"], &[("YARDMASTER__WORKER__ID", "second")]);
+
+    let db = Database::connect(&url).await.unwrap();
+    wait_for_count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", JOBS, Duration::from_secs(240)).await;
+    // A claim writes `job.started` in its transaction and nothing executes without one.
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM job_event WHERE event = 'job.started'").await, JOBS);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM job_event WHERE event = 'job.succeeded'").await, JOBS);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM job WHERE attempts <> 1").await, 0);
+    assert_eq!(count(&db, "SELECT COUNT(DISTINCT owner) FROM job").await, 2, "both processes ran jobs");
+}
+
+/// Stops the RabbitMQ application and starts it again when dropped, whatever happened.
+struct BrokerDown;
+
+impl BrokerDown {
+    async fn stop() -> BrokerDown {
+        rabbitmqctl("stop_app").await;
+        BrokerDown
+    }
+}
+
+impl Drop for BrokerDown {
+    fn drop(&mut self) {
+        let status = Command::new("rabbitmqctl").arg("start_app").stdout(Stdio::null()).status();
+        assert!(status.map(|status| status.success()).unwrap_or(false), "rabbitmqctl start_app failed");
+    }
+}
+
+async fn rabbitmqctl(action: &'static str) {
+    let status =
+        actix_rt::task::spawn_blocking(move || Command::new("rabbitmqctl").arg(action).stdout(Stdio::null()).status())
+            .await
+            .unwrap();
+    assert!(status.map(|status| status.success()).unwrap_or(false), "rabbitmqctl {action} failed");
+}
+
+#[actix_rt::test]
+async fn a_broker_restart_mid_run_loses_no_job() {
+    let options = TestOptions { queues: vec![("default", 4)], ..Default::default() };
+    let app = TestApp::spawn_with(Backend::Amqp, options).await;
+    let sleep = json!({ "operation": "sleep", "payload": { "seconds": 0.02 } });
+    for _ in 0..300 {
+        let (code, body) = app.submit(sleep.clone()).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let succeeded = "SELECT COUNT(*) FROM job WHERE status = 'succeeded'";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while app.count(succeeded).await < 30 {
+        assert!(Instant::now() < deadline, "jobs never started running");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let broker = BrokerDown::stop().await;
+    let (code, ready) = app.get("/readyz").await;
+    assert_eq!((code, ready["code"].as_str()), (503, Some("not_ready")), "{ready}");
+    // Submissions while the broker is down are committed; their publish fails and the
+    // dispatch sweep sends them once the broker is back.
+    let during = join_all((0..20).map(|_| app.submit(sleep.clone()))).await;
+    assert!(during.iter().all(|(code, _)| *code == 201), "{during:?}");
+    drop(broker);
+
+    app.wait_for_count(succeeded, 320, Duration::from_secs(180)).await;
+    let (code, ready) = app.get("/readyz").await;
+    assert_eq!((code, ready["transport"].as_str()), (200, Some("amqp")), "{ready}");
+    assert_eq!(app.count("SELECT COUNT(*) FROM job_event WHERE event = 'job.started'").await, 320);
+    assert_eq!(app.count("SELECT COUNT(*) FROM job WHERE attempts <> 1").await, 0);
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[actix_rt::test]
+async fn a_crash_between_commit_and_publish_loses_no_job() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    let deployment = Deployment::new(&url);
+    let port = free_port().to_string();
+    let bind = format!("127.0.0.1:{port}");
+    let mut api = deployment.spawn(
+        &["serve", "--no-workers", "--bind", &bind],
+        &[("YARDMASTER_FAILPOINT", "submit.after_commit"), ("YARDMASTER__DISPATCH__ENABLED", "false")],
+    );
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while client.get(format!("http://{bind}/healthz")).send().await.is_err() {
+        assert!(Instant::now() < deadline, "the API never came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let submitted = client.post(format!("http://{bind}/jobs")).json(&json!({ "operation": "ping" })).send().await;
+    assert!(submitted.is_err(), "the process should have died before answering");
+    let status = actix_rt::task::spawn_blocking(move || api.0.wait()).await.unwrap().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+
+    let db = Database::connect(&url).await.unwrap();
+    let stranded = "SELECT COUNT(*) FROM job WHERE status = 'queued' AND published_at IS NULL";
+    assert_eq!(count(&db, stranded).await, 1, "the job was committed but never published");
+
+    let _worker = deployment.spawn(&["worker", "--queue", "default"], &[]);
+    wait_for_count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", 1, Duration::from_secs(60)).await;
+}

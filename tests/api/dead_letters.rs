@@ -1,0 +1,57 @@
+//! Messages no worker can process go to the dead letters, never run, and do not stop the
+//! consumer; operators summarise, replay and purge them.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use uuid::Uuid;
+use yardmaster::dispatch::encode_job_message;
+
+use crate::helpers::{Backend, TestApp, TestOptions};
+
+async fn unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on(backend: Backend) {
+    let options = TestOptions { queues: vec![("default", 1)], ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    app.transport.publish("default", b"not a job id".to_vec()).await.unwrap();
+    app.transport.publish("default", vec![b'x'; 2 * 1024 * 1024]).await.unwrap();
+    app.transport.publish("default", encode_job_message(Uuid::now_v7())).await.unwrap();
+    // One job at a time, in order: the sentinel finishing means the three were handled.
+    let (_, sentinel) = app.submit(json!({ "operation": "ping" })).await;
+    app.wait_for_status(sentinel["id"].as_str().unwrap(), "succeeded").await;
+    assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 1);
+
+    let (code, summary) = app.get("/admin/dead-letters?queue=default").await;
+    assert_eq!(code, 200, "{summary}");
+    assert_eq!(summary["total"], 3);
+    assert_eq!(summary["by_reason"], json!({ "not_a_job_id": 1, "oversized": 1, "unknown_job": 1 }));
+
+    let purge = |body| app.client.post(app.url("/admin/dead-letters/purge")).json(&body).send();
+    let dry = crate::helpers::read(
+        purge(json!({ "queue": "default", "reason": "oversized", "dry_run": true })).await.unwrap(),
+    )
+    .await;
+    assert_eq!((dry.1["matched"].as_i64(), dry.1["acted"].as_i64()), (Some(1), Some(0)), "{}", dry.1);
+    let done = crate::helpers::read(purge(json!({ "queue": "default", "reason": "oversized" })).await.unwrap()).await;
+    assert_eq!(done.1["acted"], 1, "{}", done.1);
+
+    // Replaying the unknown job's message sends it to a worker, which dead-letters it again.
+    let replay = app
+        .client
+        .post(app.url("/admin/dead-letters/replay"))
+        .json(&json!({ "queue": "default", "reason": "unknown_job" }));
+    let (code, replayed) = crate::helpers::read(replay.send().await.unwrap()).await;
+    assert_eq!((code, replayed["acted"].as_i64()), (200, Some(1)), "{replayed}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, summary) = app.get("/admin/dead-letters?queue=default").await;
+        if summary["by_reason"] == json!({ "not_a_job_id": 1, "unknown_job": 1 }) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "replayed letter never came back: {summary}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (code, problem) = app.get("/admin/dead-letters?queue=no%20such").await;
+    assert_eq!((code, problem["code"].as_str()), (422, Some("invalid_queue")));
+}
+
+on_every_backend!(unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on);
