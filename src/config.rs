@@ -117,12 +117,25 @@ pub struct QueueSettings {
     /// Messages the broker hands this process ahead of a free slot (AMQP prefetch).
     /// 1 suits long jobs: nothing waits here that another worker could run.
     pub prefetch: u16,
+    /// What the queue carries.
+    #[serde(default)]
+    pub kind: QueueKind,
 }
 
 impl Default for QueueSettings {
     fn default() -> Self {
-        QueueSettings { concurrency: 1, prefetch: 1 }
+        QueueSettings { concurrency: 1, prefetch: 1, kind: QueueKind::Jobs }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueKind {
+    /// Job ids: every job a row with a lifecycle and events (`QueueConsumer`).
+    #[default]
+    Jobs,
+    /// Serialised operation payloads run without a job row (`OperationConsumer`).
+    Operations,
 }
 
 impl Default for Settings {
@@ -153,7 +166,10 @@ impl Default for Settings {
             },
             worker: WorkerSettings { enabled: true, id: String::new(), lease_seconds: 300 },
             dispatch: DispatchSettings { enabled: true, interval_ms: 1000, grace_ms: 5000, batch: 1000 },
-            queues: BTreeMap::from([(QueueName::DEFAULT.to_owned(), QueueSettings { concurrency: 4, prefetch: 1 })]),
+            queues: BTreeMap::from([(
+                QueueName::DEFAULT.to_owned(),
+                QueueSettings { concurrency: 4, prefetch: 1, kind: QueueKind::Jobs },
+            )]),
         }
     }
 }

@@ -11,9 +11,9 @@ use anyhow::Context as _;
 use sea_orm::DatabaseConnection;
 use tracing::info;
 
-use crate::actors::{DispatchSweeper, QueueConsumer, Tick};
+use crate::actors::{DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, Tick};
 use crate::api::{self, AppState};
-use crate::config::{Settings, TransportKind};
+use crate::config::{QueueKind, Settings, TransportKind};
 use crate::dispatch::Dispatcher;
 use crate::ops::OperationRegistry;
 use crate::store::{self, JobStore, SeaStore};
@@ -30,7 +30,8 @@ pub struct Application {
     store: Arc<dyn JobStore>,
     db: DatabaseConnection,
     transport: Arc<dyn Transport>,
-    consumers: Vec<Addr<QueueConsumer>>,
+    /// Queue consumers started (each supervised on this arbiter).
+    consumers: usize,
     sweeper: Option<Addr<DispatchSweeper>>,
 }
 
@@ -95,7 +96,7 @@ impl ApplicationBuilder {
         }
         let consumers = match settings.worker.enabled {
             true => start_workers(&settings, &store, &transport, &registry, &db),
-            false => Vec::new(),
+            false => 0,
         };
         let (port, server) = match self.api {
             true => {
@@ -111,7 +112,7 @@ impl ApplicationBuilder {
             }
             false => (None, None),
         };
-        info!(port, store = ?store::Backend::of_url(&settings.store.url)?, transport = transport.kind(), consumers = consumers.len(), "started");
+        info!(port, store = ?store::Backend::of_url(&settings.store.url)?, transport = transport.kind(), consumers, "started");
         Ok(Application { port, server, store, db, transport, consumers, sweeper })
     }
 }
@@ -142,21 +143,31 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
     Ok((port, server))
 }
 
+/// Starts a supervised consumer per configured queue, of the queue's kind.
 fn start_workers(
     settings: &Settings,
     store: &Arc<dyn JobStore>,
     transport: &Arc<dyn Transport>,
     registry: &Arc<OperationRegistry>,
     db: &DatabaseConnection,
-) -> Vec<Addr<QueueConsumer>> {
+) -> usize {
     let config =
         ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_secs(settings.worker.lease_seconds) };
     let executor = Arc::new(Executor::new(store.clone(), registry.clone(), db.clone(), config));
-    let consumers = settings.queues.iter().map(|(queue, queue_settings)| {
-        QueueConsumer::new(queue.clone(), queue_settings.clone(), transport.clone(), executor.clone())
-            .start_supervised()
-    });
-    consumers.collect()
+    let jobs = Arc::new(JobMessages::new(executor));
+    let operations = Arc::new(OperationMessages::new(registry.clone(), store.clone(), db.clone()));
+    for (queue, queue_settings) in &settings.queues {
+        let (queue, queue_settings, transport) = (queue.clone(), queue_settings.clone(), transport.clone());
+        match queue_settings.kind {
+            QueueKind::Jobs => {
+                drop(QueueConsumer::new(queue, queue_settings, transport, jobs.clone()).start_supervised())
+            }
+            QueueKind::Operations => {
+                drop(OperationConsumer::new(queue, queue_settings, transport, operations.clone()).start_supervised())
+            }
+        }
+    }
+    settings.queues.len()
 }
 
 impl Application {
@@ -194,7 +205,7 @@ impl Application {
 
     /// How many queue consumers this instance runs.
     pub fn consumer_count(&self) -> usize {
-        self.consumers.len()
+        self.consumers
     }
 
     /// Runs one dispatch sweep now (tests and operators); `None` when the sweeper is off.

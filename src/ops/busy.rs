@@ -44,7 +44,7 @@ impl Operation for Busy {
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let payload = BusyPayload::parse(&payload).map_err(|err| OperationError::new("InvalidPayload", err))?;
         // `attempts` counts claims, this one included.
-        let run = u32::try_from(ctx.job().attempts).unwrap_or(u32::MAX);
+        let run = u32::try_from(ctx.attempt()).unwrap_or(u32::MAX);
         if run <= payload.times {
             let delay = Duration::from_secs_f64(payload.delay_seconds);
             return Err(OperationError::retry_later(delay, format!("resource busy (run {run})")));

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;
 use serde_json::{json, Value};
+use uuid::Uuid;
 
 use crate::domain::{EventLevel, Job, NewEvent};
 use crate::store::{JobStore, StoreError};
@@ -11,19 +12,33 @@ use crate::store::{JobStore, StoreError};
 /// Handed to [`super::Operation::execute`]; cheap to clone.
 #[derive(Clone)]
 pub struct JobContext {
-    job: Arc<Job>,
+    /// The claimed job; `None` for ephemeral work from an operation queue.
+    job: Option<Arc<Job>>,
+    /// Whose event log `emit` writes to: the job, or an ephemeral batch's parent.
+    events_to: Option<Uuid>,
     store: Arc<dyn JobStore>,
     db: DatabaseConnection,
 }
 
 impl JobContext {
+    /// The context of a claimed job.
     pub fn new(job: Job, store: Arc<dyn JobStore>, db: DatabaseConnection) -> Self {
-        JobContext { job: Arc::new(job), store, db }
+        JobContext { events_to: Some(job.id), job: Some(Arc::new(job)), store, db }
+    }
+
+    /// The context of ephemeral work (no job row) that reports to `parent`, if any.
+    pub fn ephemeral(parent: Option<Uuid>, store: Arc<dyn JobStore>, db: DatabaseConnection) -> Self {
+        JobContext { job: None, events_to: parent, store, db }
     }
 
     /// The job as it was claimed (status RUNNING, `attempts` counting this run).
-    pub fn job(&self) -> &Job {
-        &self.job
+    pub fn job(&self) -> Option<&Job> {
+        self.job.as_deref()
+    }
+
+    /// Which run this is, from 1 (ephemeral work is always run 1).
+    pub fn attempt(&self) -> i32 {
+        self.job.as_ref().map_or(1, |job| job.attempts)
     }
 
     /// The database pool, for operations that keep tables of their own. Each call runs in
@@ -32,8 +47,9 @@ impl JobContext {
         &self.db
     }
 
-    /// Appends an event to the job's log in its own short transaction.
-    /// `_progress_current` / `_progress_total` in `fields` are written back to the job.
+    /// Appends an event to the job's log (an ephemeral batch: its parent's) in its own short
+    /// transaction. `_progress_current` / `_progress_total` in `fields` are written back to
+    /// that job. Ephemeral work without a parent only logs the event.
     pub async fn emit(
         &self,
         event: &str,
@@ -41,11 +57,15 @@ impl JobContext {
         fields: Value,
         level: EventLevel,
     ) -> Result<(), StoreError> {
+        let Some(id) = self.events_to else {
+            tracing::info!(event, message, %fields, "ephemeral event");
+            return Ok(());
+        };
         let mut new = NewEvent::new(event).fields(fields).level(level);
         if let Some(message) = message {
             new = new.message(message);
         }
-        self.store.record_event(self.job.id, new).await
+        self.store.record_event(id, new).await
     }
 
     /// Reports progress as a `job.progress` event.

@@ -54,4 +54,37 @@ async fn unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on(backe
     assert_eq!((code, problem["code"].as_str()), (422, Some("invalid_queue")));
 }
 
-on_every_backend!(unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on);
+/// The ephemeral path: operation messages run with no job row; bad ones are dead-lettered.
+async fn operation_queues_run_payloads_without_job_rows(backend: Backend) {
+    let options = TestOptions { operation_queues: vec!["batch"], ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let message =
+        yardmaster::actors::OperationMessage { operation: "count".into(), payload: json!({}), parent_job_id: None };
+    for _ in 0..20 {
+        app.transport.publish("batch", message.encode()).await.unwrap();
+    }
+    let unknown = yardmaster::actors::OperationMessage { operation: "launch_rockets".into(), ..message.clone() };
+    app.transport.publish("batch", unknown.encode()).await.unwrap();
+    app.transport.publish("batch", b"{not json".to_vec()).await.unwrap();
+    let failing = yardmaster::actors::OperationMessage { operation: "fail".into(), ..message.clone() };
+    app.transport.publish("batch", failing.encode()).await.unwrap();
+
+    app.wait_for_count("SELECT COUNT(*) FROM execution_log WHERE job_id = 'ephemeral'", 20, Duration::from_secs(30))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let expected = json!({ "failed:OperationFailed": 1, "undecodable": 1, "unknown_operation": 1 });
+    loop {
+        let (_, summary) = app.get("/admin/dead-letters?queue=batch").await;
+        if summary["by_reason"] == expected {
+            break;
+        }
+        assert!(Instant::now() < deadline, "dead letters never matched: {summary}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 0, "no job rows for ephemeral work");
+}
+
+on_every_backend!(
+    unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on,
+    operation_queues_run_payloads_without_job_rows,
+);

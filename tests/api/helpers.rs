@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
 use serde_json::{json, Value};
 use uuid::Uuid;
-use yardmaster::config::{QueueSettings, TransportKind};
+use yardmaster::config::{QueueKind, QueueSettings, TransportKind};
 use yardmaster::ops::{JobContext, Operation, OperationError, OperationRegistry};
 use yardmaster::store::JobStore;
 use yardmaster::transport::{AmqpTransport, InProcessTransport, Transport};
@@ -132,7 +132,8 @@ impl Operation for Count {
     }
 
     async fn execute(&self, ctx: JobContext, _payload: Value) -> Result<Value, OperationError> {
-        let sql = format!("INSERT INTO execution_log (job_id) VALUES ('{}')", ctx.job().id);
+        let who = ctx.job().map_or_else(|| "ephemeral".to_owned(), |job| job.id.to_string());
+        let sql = format!("INSERT INTO execution_log (job_id) VALUES ('{who}')");
         ctx.db().execute_unprepared(&sql).await.map_err(|err| OperationError::new("CountFailed", err.to_string()))?;
         Ok(json!({ "counted": true }))
     }
@@ -141,8 +142,10 @@ impl Operation for Count {
 /// How to start the app under test.
 pub struct TestOptions {
     pub workers: bool,
-    /// (queue, concurrency) pairs consumed by this instance.
+    /// (queue, concurrency) pairs consumed by this instance, as job queues.
     pub queues: Vec<(&'static str, usize)>,
+    /// Queues consumed as operation (ephemeral batch) queues.
+    pub operation_queues: Vec<&'static str>,
     pub max_body_bytes: usize,
     pub wrap_store: Option<Box<dyn FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore>>>,
     /// QUEUED `count` jobs inserted before the app (and its start-up dispatch) starts.
@@ -154,6 +157,7 @@ impl Default for TestOptions {
         TestOptions {
             workers: true,
             queues: vec![("default", 2)],
+            operation_queues: Vec::new(),
             max_body_bytes: 64 * 1024,
             wrap_store: None,
             seed_jobs: 0,
@@ -197,8 +201,14 @@ impl TestApp {
         settings.queues = options
             .queues
             .iter()
-            .map(|(name, concurrency)| (name.to_string(), QueueSettings { concurrency: *concurrency, prefetch: 1 }))
+            .map(|(name, concurrency)| {
+                (name.to_string(), QueueSettings { concurrency: *concurrency, ..Default::default() })
+            })
             .collect();
+        for name in &options.operation_queues {
+            let operations = QueueSettings { concurrency: 2, kind: QueueKind::Operations, ..Default::default() };
+            settings.queues.insert(name.to_string(), operations);
+        }
 
         let seeded = seed(&settings.store.url, "count", options.seed_jobs).await;
         let transport: Arc<dyn Transport> = match backend {

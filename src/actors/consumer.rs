@@ -1,0 +1,129 @@
+//! `Consumer<H>`: the supervised actor behind every queue consumer. It subscribes to one
+//! queue and hands each delivery to its handler `H`, at most `concurrency` at a time. When
+//! the subscription fails (broker restart, lost connection) the actor stops and its
+//! supervisor starts it again, which subscribes anew; nothing else is affected.
+//!
+//! Two handlers exist: [`super::JobMessages`] (`QueueConsumer`: job ids, full lifecycle) and
+//! [`super::OperationMessages`] (`OperationConsumer`: ephemeral operation payloads).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use async_trait::async_trait;
+use tokio::sync::Semaphore;
+use tracing::{info, warn};
+
+use crate::config::QueueSettings;
+use crate::transport::{Acker, Delivery, Transport, TransportError};
+
+/// Pause before a failed subscription is retried, or a message given back after an error.
+pub(crate) const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// What a consumer does with one delivery. It must settle the delivery (ack, requeue or
+/// dead-letter) itself.
+#[async_trait]
+pub trait DeliveryHandler: Send + Sync + 'static {
+    /// A name for logs: which kind of consumer this is.
+    fn kind(&self) -> &'static str;
+
+    async fn handle(&self, queue: &str, transport: &dyn Transport, delivery: Delivery);
+}
+
+pub struct Consumer<H: DeliveryHandler> {
+    queue: String,
+    /// Deliveries handled at once in this process, and the broker prefetch.
+    settings: QueueSettings,
+    transport: Arc<dyn Transport>,
+    handler: Arc<H>,
+}
+
+impl<H: DeliveryHandler> Consumer<H> {
+    pub fn new(queue: String, settings: QueueSettings, transport: Arc<dyn Transport>, handler: Arc<H>) -> Self {
+        Consumer { queue, settings, transport, handler }
+    }
+
+    /// Starts the consumer under a supervisor on the current arbiter.
+    pub fn start_supervised(self) -> Addr<Self> {
+        Supervisor::start(move |_| self)
+    }
+}
+
+impl<H: DeliveryHandler> Actor for Consumer<H> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let (queue, settings) = (&self.queue, &self.settings);
+        info!(queue = %queue, kind = self.handler.kind(), concurrency = settings.concurrency, prefetch = settings.prefetch, "consumer started");
+        let consume = consume(queue.clone(), settings.clone(), self.transport.clone(), self.handler.clone());
+        ctx.spawn(consume.into_actor(self).map(|result, actor, ctx| {
+            match result {
+                Ok(()) => info!(queue = %actor.queue, "subscription closed"),
+                Err(err) => warn!(queue = %actor.queue, error = %err, "subscription failed"),
+            }
+            ctx.stop();
+        }));
+    }
+}
+
+impl<H: DeliveryHandler> Supervised for Consumer<H> {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        warn!(queue = %self.queue, kind = self.handler.kind(), "restarting consumer");
+    }
+}
+
+async fn consume<H: DeliveryHandler>(
+    queue: String,
+    settings: QueueSettings,
+    transport: Arc<dyn Transport>,
+    handler: Arc<H>,
+) -> Result<(), TransportError> {
+    let mut subscription = match transport.subscribe(&queue, settings.prefetch).await {
+        Ok(subscription) => subscription,
+        Err(err) => {
+            tokio::time::sleep(RETRY_PAUSE).await;
+            return Err(err);
+        }
+    };
+    let permits = Arc::new(Semaphore::new(settings.concurrency.max(1)));
+    loop {
+        let permit = permits.clone().acquire_owned().await.map_err(|_| TransportError::Closed)?;
+        let Some(delivery) = subscription.next().await else { return Ok(()) };
+        let (queue, transport, handler) = (queue.clone(), transport.clone(), handler.clone());
+        actix::spawn(async move {
+            handler.handle(&queue, transport.as_ref(), delivery).await;
+            drop(permit);
+        });
+    }
+}
+
+/// Sets a message aside in the queue's dead letters, then acks it; if it cannot be set
+/// aside it goes back to the queue instead, so nothing is dropped.
+pub(crate) async fn dead_letter(
+    transport: &dyn Transport,
+    queue: &str,
+    body: Vec<u8>,
+    acker: Box<dyn Acker>,
+    reason: &str,
+) {
+    warn!(queue, reason, bytes = body.len(), "dead-lettering a message");
+    match transport.dead_letter(queue, body, reason).await {
+        Ok(()) => settle(acker.ack().await),
+        Err(err) => {
+            warn!(error = %err, "could not dead-letter; message requeued");
+            requeue_later(acker, RETRY_PAUSE).await;
+        }
+    }
+}
+
+/// Gives a message back to the queue after a pause.
+pub(crate) async fn requeue_later(acker: Box<dyn Acker>, pause: Duration) {
+    tokio::time::sleep(pause).await;
+    settle(acker.requeue().await);
+}
+
+pub(crate) fn settle(result: Result<(), TransportError>) {
+    if let Err(err) = result {
+        warn!(error = %err, "could not settle a delivery; the transport will redeliver it");
+    }
+}
