@@ -20,7 +20,8 @@ use crate::store::{self, JobStore, SeaStore};
 use crate::transport::{AmqpTransport, InProcessTransport, Transport};
 use crate::worker::{Executor, ExecutorConfig};
 
-type StoreWrapper = Box<dyn FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore>>;
+/// Wraps the store, e.g. to inject faults in tests.
+pub type StoreWrapper = Box<dyn FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore>>;
 
 /// A running instance: the HTTP server (unless worker-only), the queue consumers when
 /// workers are enabled, and the dispatch sweeper.

@@ -46,7 +46,7 @@ impl DeliveryHandler for JobMessages {
         match self.executor.claim(id).await {
             Ok(Claim::Claimed(job)) => {
                 settle(acker.ack().await);
-                self.executor.run(job).await;
+                self.executor.run(*job).await;
             }
             Ok(Claim::NotClaimable) => settle(acker.ack().await),
             Ok(Claim::Missing) => dead_letter(transport, queue, body, acker, "unknown_job").await,

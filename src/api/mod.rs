@@ -34,45 +34,19 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
         .app_data(extract::path_config())
         .service(health::healthz)
         .service(health::readyz)
-        .service(
-            web::resource("/jobs")
-                .route(web::post().to(jobs::submit))
-                .route(web::get().to(jobs::list))
-                .default_service(web::to(method_not_allowed)),
-        )
-        .service(
-            web::resource("/jobs/{id}").route(web::get().to(jobs::get)).default_service(web::to(method_not_allowed)),
-        )
-        .service(
-            web::resource("/jobs/{id}/cancel")
-                .route(web::post().to(jobs::cancel))
-                .default_service(web::to(method_not_allowed)),
-        )
-        .service(
-            web::resource("/jobs/{id}/retry")
-                .route(web::post().to(jobs::retry))
-                .default_service(web::to(method_not_allowed)),
-        )
-        .service(
-            web::resource("/admin/dead-letters")
-                .route(web::get().to(admin::summary))
-                .default_service(web::to(method_not_allowed)),
-        )
-        .service(
-            web::resource("/admin/dead-letters/replay")
-                .route(web::post().to(admin::replay))
-                .default_service(web::to(method_not_allowed)),
-        )
-        .service(
-            web::resource("/admin/dead-letters/purge")
-                .route(web::post().to(admin::purge))
-                .default_service(web::to(method_not_allowed)),
-        )
-        .service(
-            web::resource("/jobs/{id}/events")
-                .route(web::get().to(jobs::events))
-                .default_service(web::to(method_not_allowed)),
-        );
+        .service(resource("/jobs").route(web::post().to(jobs::submit)).route(web::get().to(jobs::list)))
+        .service(resource("/jobs/{id}").route(web::get().to(jobs::get)))
+        .service(resource("/jobs/{id}/cancel").route(web::post().to(jobs::cancel)))
+        .service(resource("/jobs/{id}/retry").route(web::post().to(jobs::retry)))
+        .service(resource("/admin/dead-letters").route(web::get().to(admin::summary)))
+        .service(resource("/admin/dead-letters/replay").route(web::post().to(admin::replay)))
+        .service(resource("/admin/dead-letters/purge").route(web::post().to(admin::purge)))
+        .service(resource("/jobs/{id}/events").route(web::get().to(jobs::events)));
+}
+
+/// A resource that answers 405 problem+json to methods it has no route for.
+fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(method_not_allowed))
 }
 
 /// The answer for paths no route matches.

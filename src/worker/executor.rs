@@ -40,7 +40,7 @@ pub struct ExecutorConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
     /// Session 1 committed: the job is RUNNING and ours.
-    Claimed(Job),
+    Claimed(Box<Job>),
     /// The job exists but is not claimable (another worker has it, it was cancelled or
     /// finished, or it is waiting out a RetryLater delay).
     NotClaimable,
@@ -87,7 +87,7 @@ impl Executor {
     /// the caller should then give the message back for another try.
     pub async fn handle_job(&self, id: Uuid) -> Result<HandleOutcome, StoreError> {
         match self.claim(id).await? {
-            Claim::Claimed(job) => Ok(self.run(job).await),
+            Claim::Claimed(job) => Ok(self.run(*job).await),
             Claim::NotClaimable | Claim::Missing => Ok(HandleOutcome::NotClaimed),
         }
     }
@@ -96,7 +96,7 @@ impl Executor {
     pub async fn claim(&self, id: Uuid) -> Result<Claim, StoreError> {
         if let Some(job) = self.store.claim(id, &self.config.owner, self.config.lease).await? {
             info!(job_id = %id, operation = %job.operation, attempt = job.attempts, "claimed");
-            return Ok(Claim::Claimed(job));
+            return Ok(Claim::Claimed(Box::new(job)));
         }
         match self.store.get(id).await? {
             Some(job) => {

@@ -13,6 +13,7 @@ use yardmaster::config::{QueueKind, QueueSettings, TransportKind};
 use yardmaster::ops::{JobContext, Operation, OperationError, OperationRegistry};
 use yardmaster::store::JobStore;
 use yardmaster::transport::{AmqpTransport, InProcessTransport, Transport};
+use yardmaster::startup::StoreWrapper;
 use yardmaster::{Application, Settings};
 
 /// Where the test PostgreSQL server is; each test creates (and drops) its own database there.
@@ -147,7 +148,7 @@ pub struct TestOptions {
     /// Queues consumed as operation (ephemeral batch) queues.
     pub operation_queues: Vec<&'static str>,
     pub max_body_bytes: usize,
-    pub wrap_store: Option<Box<dyn FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore>>>,
+    pub wrap_store: Option<StoreWrapper>,
     /// QUEUED `count` jobs inserted before the app (and its start-up dispatch) starts.
     pub seed_jobs: usize,
 }
