@@ -31,8 +31,8 @@ pub struct Application {
     store: Arc<dyn JobStore>,
     db: DatabaseConnection,
     transport: Arc<dyn Transport>,
-    /// Queue consumers started (each supervised on this arbiter).
-    consumers: usize,
+    /// Queue consumers, each supervised on this arbiter.
+    consumers: Consumers,
     sweeper: Option<Addr<DispatchSweeper>>,
 }
 
@@ -97,7 +97,7 @@ impl ApplicationBuilder {
         }
         let consumers = match settings.worker.enabled {
             true => start_workers(&settings, &store, &transport, &registry, &db),
-            false => 0,
+            false => Consumers::default(),
         };
         let (port, server) = match self.api {
             true => {
@@ -113,7 +113,7 @@ impl ApplicationBuilder {
             }
             false => (None, None),
         };
-        info!(port, store = ?store::Backend::of_url(&settings.store.url)?, transport = transport.kind(), consumers, "started");
+        info!(port, store = ?store::Backend::of_url(&settings.store.url)?, transport = transport.kind(), consumers = consumers.len(), "started");
         Ok(Application { port, server, store, db, transport, consumers, sweeper })
     }
 }
@@ -144,6 +144,24 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
     Ok((port, server))
 }
 
+/// The addresses of the running consumers. A supervisor restarts a stopped actor only
+/// while its address is alive, so these are held for the life of the application.
+#[derive(Default)]
+pub struct Consumers {
+    jobs: Vec<Addr<QueueConsumer>>,
+    operations: Vec<Addr<OperationConsumer>>,
+}
+
+impl Consumers {
+    pub fn len(&self) -> usize {
+        self.jobs.len() + self.operations.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Starts a supervised consumer per configured queue, of the queue's kind.
 fn start_workers(
     settings: &Settings,
@@ -151,24 +169,26 @@ fn start_workers(
     transport: &Arc<dyn Transport>,
     registry: &Arc<OperationRegistry>,
     db: &DatabaseConnection,
-) -> usize {
-    let config =
-        ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_secs(settings.worker.lease_seconds) };
+) -> Consumers {
+    let config = ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_secs(settings.worker.lease_seconds) };
     let executor = Arc::new(Executor::new(store.clone(), registry.clone(), db.clone(), config));
     let jobs = Arc::new(JobMessages::new(executor));
     let operations = Arc::new(OperationMessages::new(registry.clone(), store.clone(), db.clone()));
+    let mut consumers = Consumers::default();
     for (queue, queue_settings) in &settings.queues {
         let (queue, queue_settings, transport) = (queue.clone(), queue_settings.clone(), transport.clone());
         match queue_settings.kind {
             QueueKind::Jobs => {
-                drop(QueueConsumer::new(queue, queue_settings, transport, jobs.clone()).start_supervised())
+                let consumer = QueueConsumer::new(queue, queue_settings, transport, jobs.clone());
+                consumers.jobs.push(consumer.start_supervised());
             }
             QueueKind::Operations => {
-                drop(OperationConsumer::new(queue, queue_settings, transport, operations.clone()).start_supervised())
+                let consumer = OperationConsumer::new(queue, queue_settings, transport, operations.clone());
+                consumers.operations.push(consumer.start_supervised());
             }
         }
     }
-    settings.queues.len()
+    consumers
 }
 
 impl Application {
@@ -206,7 +226,7 @@ impl Application {
 
     /// How many queue consumers this instance runs.
     pub fn consumer_count(&self) -> usize {
-        self.consumers
+        self.consumers.len()
     }
 
     /// Runs one dispatch sweep now (tests and operators); `None` when the sweeper is off.
@@ -218,10 +238,14 @@ impl Application {
     /// Runs until stopped: the HTTP server stops on SIGTERM or SIGINT; a worker waits for
     /// one of those signals.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        match self.server {
+        // Consumers and sweeper stay addressable (so supervisable) until the end.
+        let Application { server, consumers, sweeper, .. } = self;
+        let result = match server {
             Some(server) => server.await,
             None => wait_for_stop_signal().await,
-        }
+        };
+        drop((consumers, sweeper));
+        result
     }
 }
 
