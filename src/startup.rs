@@ -170,7 +170,8 @@ fn start_workers(
     registry: &Arc<OperationRegistry>,
     db: &DatabaseConnection,
 ) -> Consumers {
-    let config = ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_secs(settings.worker.lease_seconds) };
+    let config =
+        ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_secs(settings.worker.lease_seconds) };
     let executor = Arc::new(Executor::new(store.clone(), registry.clone(), db.clone(), config));
     let jobs = Arc::new(JobMessages::new(executor));
     let operations = Arc::new(OperationMessages::new(registry.clone(), store.clone(), db.clone()));

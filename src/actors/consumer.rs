@@ -17,8 +17,10 @@ use tracing::{info, warn};
 use crate::config::QueueSettings;
 use crate::transport::{Acker, Delivery, Transport, TransportError};
 
-/// Pause before a failed subscription is retried, or a message given back after an error.
+/// Pause before a message is given back after an error; also the first pause before a
+/// failed subscription is tried again, doubling per failure up to `MAX_RESUBSCRIBE_PAUSE`.
 pub(crate) const RETRY_PAUSE: Duration = Duration::from_secs(1);
+const MAX_RESUBSCRIBE_PAUSE: Duration = Duration::from_secs(30);
 
 /// What a consumer does with one delivery. It must settle the delivery (ack, requeue or
 /// dead-letter) itself.
@@ -36,11 +38,21 @@ pub struct Consumer<H: DeliveryHandler> {
     settings: QueueSettings,
     transport: Arc<dyn Transport>,
     handler: Arc<H>,
+    /// Subscriptions failed in a row; sets the pause before the next one (kept across
+    /// restarts, since the supervisor restarts this same value).
+    failures: u32,
 }
 
 impl<H: DeliveryHandler> Consumer<H> {
     pub fn new(queue: String, settings: QueueSettings, transport: Arc<dyn Transport>, handler: Arc<H>) -> Self {
-        Consumer { queue, settings, transport, handler }
+        Consumer { queue, settings, transport, handler, failures: 0 }
+    }
+
+    fn resubscribe_pause(&self) -> Duration {
+        match self.failures {
+            0 => Duration::ZERO,
+            n => RETRY_PAUSE.saturating_mul(1 << (n - 1).min(5)).min(MAX_RESUBSCRIBE_PAUSE),
+        }
     }
 
     /// Starts the consumer under a supervisor on the current arbiter.
@@ -56,10 +68,21 @@ impl<H: DeliveryHandler> Actor for Consumer<H> {
         let (queue, settings) = (&self.queue, &self.settings);
         info!(queue = %queue, kind = self.handler.kind(), concurrency = settings.concurrency, prefetch = settings.prefetch, "consumer started");
         let consume = consume(queue.clone(), settings.clone(), self.transport.clone(), self.handler.clone());
+        let pause = self.resubscribe_pause();
+        let consume = async move {
+            tokio::time::sleep(pause).await;
+            consume.await
+        };
         ctx.spawn(consume.into_actor(self).map(|result, actor, ctx| {
             match result {
-                Ok(()) => info!(queue = %actor.queue, "subscription closed"),
-                Err(err) => warn!(queue = %actor.queue, error = %err, "subscription failed"),
+                Ok(()) => {
+                    info!(queue = %actor.queue, "subscription closed");
+                    actor.failures = 0;
+                }
+                Err(err) => {
+                    actor.failures = actor.failures.saturating_add(1);
+                    warn!(queue = %actor.queue, error = %err, failures = actor.failures, "subscription failed");
+                }
             }
             ctx.stop();
         }));
@@ -78,13 +101,7 @@ async fn consume<H: DeliveryHandler>(
     transport: Arc<dyn Transport>,
     handler: Arc<H>,
 ) -> Result<(), TransportError> {
-    let mut subscription = match transport.subscribe(&queue, settings.prefetch).await {
-        Ok(subscription) => subscription,
-        Err(err) => {
-            tokio::time::sleep(RETRY_PAUSE).await;
-            return Err(err);
-        }
-    };
+    let mut subscription = transport.subscribe(&queue, settings.prefetch).await?;
     let permits = Arc::new(Semaphore::new(settings.concurrency.max(1)));
     loop {
         let permit = permits.clone().acquire_owned().await.map_err(|_| TransportError::Closed)?;

@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 use yardmaster::config::{QueueKind, QueueSettings, TransportKind};
 use yardmaster::ops::{JobContext, Operation, OperationError, OperationRegistry};
+use yardmaster::startup::StoreWrapper;
 use yardmaster::store::JobStore;
 use yardmaster::transport::{AmqpTransport, InProcessTransport, Transport};
-use yardmaster::startup::StoreWrapper;
 use yardmaster::{Application, Settings};
 
 /// Where the test PostgreSQL server is; each test creates (and drops) its own database there.
