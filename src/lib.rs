@@ -10,10 +10,11 @@
 //! - [`worker`]: the two-session executor that claims, runs and records a job.
 //! - [`actors`]: the supervised queue consumers and the dispatch sweeper.
 //! - [`api`]: the HTTP API and its problem+json errors.
-//! - [`config`], [`startup`], [`telemetry`]: settings, wiring, logs.
+//! - [`config`], [`startup`], [`telemetry`], [`cli`]: settings, wiring, logs, the command line.
 
 pub mod actors;
 pub mod api;
+pub mod cli;
 pub mod config;
 pub mod dead_letters;
 pub mod dispatch;

@@ -38,7 +38,19 @@ impl Deployment {
     }
 
     fn spawn(&self, args: &[&str], extra: &[(&str, &str)]) -> Process {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_yardmaster"));
+        self.spawn_program(env!("CARGO_BIN_EXE_yardmaster").into(), args, extra)
+    }
+
+    /// Runs `examples/custom_operation`: the same command line plus the `count` operation.
+    fn spawn_counting(&self, args: &[&str], extra: &[(&str, &str)]) -> Process {
+        let binary = std::path::Path::new(env!("CARGO_BIN_EXE_yardmaster"));
+        let example = binary.parent().unwrap().join("examples").join("custom_operation");
+        assert!(example.exists(), "build the example first: cargo build --examples");
+        self.spawn_program(example, args, extra)
+    }
+
+    fn spawn_program(&self, program: std::path::PathBuf, args: &[&str], extra: &[(&str, &str)]) -> Process {
+        let mut command = Command::new(program);
         command
             .args(args)
             .env("YARDMASTER__STORE__URL", &self.store_url)
@@ -81,16 +93,19 @@ const JOBS: i64 = 2_000;
 #[actix_rt::test]
 async fn two_worker_processes_drain_two_thousand_jobs_exactly_once() {
     let (_database, url) = TestDatabase::create(Backend::Postgres).await;
-    seed(&url, "ping", JOBS as usize).await;
+    seed(&url, "count", JOBS as usize).await;
     let deployment = Deployment::new(&url);
     // Each worker's start-up dispatch publishes every QUEUED job, so every job is
     // delivered about twice and the two processes race for the claims.
-    let _first = deployment.spawn(&["worker", "--queue", "default"], &[("YARDMASTER__WORKER__ID", "first")]);
-    let _second = deployment.spawn(&["worker", "--queue", "default"], &[("YARDMASTER__WORKER__ID", "second")]);
+    let args = ["worker", "--queue", "default"];
+    let _first = deployment.spawn_counting(&args, &[("YARDMASTER__WORKER__ID", "first")]);
+    let _second = deployment.spawn_counting(&args, &[("YARDMASTER__WORKER__ID", "second")]);
 
     let db = Database::connect(&url).await.unwrap();
     wait_for_count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", JOBS, Duration::from_secs(240)).await;
-    // A claim writes `job.started` in its transaction and nothing executes without one.
+    // Every execution inserted a row: exactly one per job.
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM execution_log").await, JOBS);
+    assert_eq!(count(&db, "SELECT COUNT(DISTINCT job_id) FROM execution_log").await, JOBS);
     assert_eq!(count(&db, "SELECT COUNT(*) FROM job_event WHERE event = 'job.started'").await, JOBS);
     assert_eq!(count(&db, "SELECT COUNT(*) FROM job_event WHERE event = 'job.succeeded'").await, JOBS);
     assert_eq!(count(&db, "SELECT COUNT(*) FROM job WHERE attempts <> 1").await, 0);

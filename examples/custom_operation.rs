@@ -1,0 +1,43 @@
+//! Embedding yardmaster with an operation of your own: this binary is the full `yardmaster`
+//! command line (`serve`, `worker`, `migrate`) plus `count`, which records each execution
+//! in a table `execution_log (job_id)` that must exist. The process tests use it to count
+//! executions across worker processes.
+//!
+//! ```sh
+//! cargo run --example custom_operation -- worker --queue default
+//! ```
+
+use std::process::ExitCode;
+
+use async_trait::async_trait;
+use sea_orm::ConnectionTrait;
+use serde_json::{json, Value};
+use yardmaster::ops::{JobContext, Operation, OperationError, OperationRegistry};
+
+/// Inserts one row per execution: the job id, or `ephemeral` for operation-queue work.
+struct Count;
+
+#[async_trait]
+impl Operation for Count {
+    fn name(&self) -> &'static str {
+        "count"
+    }
+
+    fn validate(&self, payload: &Value) -> Result<(), String> {
+        match payload {
+            Value::Object(_) => Ok(()),
+            _ => Err("count takes an object payload".into()),
+        }
+    }
+
+    async fn execute(&self, ctx: JobContext, _payload: Value) -> Result<Value, OperationError> {
+        let who = ctx.job().map_or_else(|| "ephemeral".to_owned(), |job| job.id.to_string());
+        let sql = format!("INSERT INTO execution_log (job_id) VALUES ('{who}')");
+        ctx.db().execute_unprepared(&sql).await.map_err(|err| OperationError::new("CountFailed", err.to_string()))?;
+        Ok(json!({ "counted": true }))
+    }
+}
+
+fn main() -> ExitCode {
+    yardmaster::cli::main_with(OperationRegistry::builtin().with(Count))
+}

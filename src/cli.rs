@@ -1,0 +1,97 @@
+//! The command line: `serve`, `worker`, `migrate`. The `yardmaster` binary calls
+//! [`main_with`] with the built-in operations; an application with operations of its own
+//! calls it with its registry (see `examples/custom_operation.rs`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::ops::OperationRegistry;
+use crate::{store, telemetry, Application, Settings};
+
+/// Durable job orchestration: submit jobs over HTTP, run them on workers, see every state change.
+#[derive(Debug, Parser)]
+#[command(name = "yardmaster", version)]
+struct Cli {
+    /// Settings file (TOML). Default: ./config.toml when it exists. Every setting can also be
+    /// set by environment, e.g. YARDMASTER__STORE__URL.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the HTTP API and, unless --no-workers, run the queue consumers.
+    Serve(ServeArgs),
+    /// Run queue consumers only (no HTTP API): a worker process, e.g. on another host.
+    Worker(WorkerArgs),
+    /// Apply pending database migrations and exit.
+    Migrate,
+}
+
+#[derive(Debug, Args)]
+struct WorkerArgs {
+    /// Queue to consume; repeat for several. Settings come from [queues.NAME] when present,
+    /// else concurrency 1, prefetch 1. Default: every queue in the configuration.
+    #[arg(long = "queue", value_name = "NAME")]
+    queues: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on, e.g. 127.0.0.1:8080 (overrides server.bind).
+    #[arg(long, value_name = "ADDR")]
+    bind: Option<String>,
+
+    /// Serve the API only; run no queue consumers in this process.
+    #[arg(long)]
+    no_workers: bool,
+}
+
+/// Parses the command line and runs it with `registry`'s operations; the process exit code.
+pub fn main_with(registry: OperationRegistry) -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init();
+    let result = actix_rt::System::new().block_on(run(cli, registry));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("yardmaster: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli, registry: OperationRegistry) -> anyhow::Result<()> {
+    let mut settings = Settings::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Serve(args) => {
+            if let Some(bind) = args.bind {
+                settings.server.bind = bind;
+            }
+            if args.no_workers {
+                settings.worker.enabled = false;
+            }
+            let app = Application::builder(settings).registry(registry).build().await?;
+            app.run_until_stopped().await?;
+        }
+        Command::Worker(args) => {
+            if !args.queues.is_empty() {
+                settings.consume_only(&args.queues)?;
+            }
+            settings.worker.enabled = true;
+            let app = Application::builder(settings).registry(registry).without_api().build().await?;
+            app.run_until_stopped().await?;
+        }
+        Command::Migrate => {
+            let db = store::connect(&settings.store).await?;
+            store::migrate(&db).await?;
+            println!("migrations applied");
+        }
+    }
+    Ok(())
+}
