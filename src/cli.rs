@@ -1,4 +1,5 @@
-//! The command line: `serve`, `worker`, `migrate`. The `yardmaster` binary calls
+//! The command line: `serve`, `worker`, `reaper`, `migrate`. SIGTERM or SIGINT stops a
+//! process gracefully (see `actors::ShutdownGuard`); it then exits with 143. The `yardmaster` binary calls
 //! [`main_with`] with the built-in operations; an application with operations of its own
 //! calls it with its registry (see `examples/custom_operation.rs`).
 
@@ -29,6 +30,8 @@ enum Command {
     Serve(ServeArgs),
     /// Run queue consumers only (no HTTP API): a worker process, e.g. on another host.
     Worker(WorkerArgs),
+    /// Run the reaper and the dispatch sweep only: rescue jobs whose worker died.
+    Reaper,
     /// Apply pending database migrations and exit.
     Migrate,
 }
@@ -58,7 +61,7 @@ pub fn main_with(registry: OperationRegistry) -> ExitCode {
     telemetry::init();
     let result = actix_rt::System::new().block_on(run(cli, registry));
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(err) => {
             eprintln!("yardmaster: {err:#}");
             ExitCode::FAILURE
@@ -66,9 +69,9 @@ pub fn main_with(registry: OperationRegistry) -> ExitCode {
     }
 }
 
-async fn run(cli: Cli, registry: OperationRegistry) -> anyhow::Result<()> {
+async fn run(cli: Cli, registry: OperationRegistry) -> anyhow::Result<i32> {
     let mut settings = Settings::load(cli.config.as_deref())?;
-    match cli.command {
+    let builder = match cli.command {
         Command::Serve(args) => {
             if let Some(bind) = args.bind {
                 settings.server.bind = bind;
@@ -76,22 +79,27 @@ async fn run(cli: Cli, registry: OperationRegistry) -> anyhow::Result<()> {
             if args.no_workers {
                 settings.worker.enabled = false;
             }
-            let app = Application::builder(settings).registry(registry).build().await?;
-            app.run_until_stopped().await?;
+            Application::builder(settings)
         }
         Command::Worker(args) => {
             if !args.queues.is_empty() {
                 settings.consume_only(&args.queues)?;
             }
             settings.worker.enabled = true;
-            let app = Application::builder(settings).registry(registry).without_api().build().await?;
-            app.run_until_stopped().await?;
+            Application::builder(settings).without_api()
+        }
+        Command::Reaper => {
+            settings.worker.enabled = false;
+            settings.reaper.enabled = true;
+            Application::builder(settings).without_api()
         }
         Command::Migrate => {
             let db = store::connect(&settings.store).await?;
             store::migrate(&db).await?;
             println!("migrations applied");
+            return Ok(0);
         }
-    }
-    Ok(())
+    };
+    let app = builder.registry(registry).handle_signals().build().await?;
+    Ok(app.run_until_stopped().await?)
 }

@@ -22,6 +22,7 @@ pub struct Settings {
     pub transport: TransportSettings,
     pub worker: WorkerSettings,
     pub dispatch: DispatchSettings,
+    pub reaper: ReaperSettings,
     /// Queues this process consumes, by name.
     pub queues: BTreeMap<String, QueueSettings>,
 }
@@ -37,8 +38,6 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     /// Largest page of `GET /jobs` and `GET /jobs/{id}/events`.
     pub max_page_size: u64,
-    /// How long in-flight HTTP requests may finish after a stop signal.
-    pub shutdown_timeout_seconds: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -105,8 +104,32 @@ pub struct WorkerSettings {
     pub enabled: bool,
     /// Worker name written to `job.owner`; empty means `HOSTNAME:PID`.
     pub id: String,
-    /// Lease taken on a claimed job.
-    pub lease_seconds: u64,
+    /// Lease taken on a claimed job; a worker that stops renewing it loses the job to the reaper.
+    pub lease_ms: u64,
+    /// How often the heartbeat renews a running job's lease (well under `lease_ms`).
+    pub heartbeat_ms: u64,
+    /// After SIGTERM: how long in-flight jobs may finish before they are re-queued.
+    pub grace_seconds: u64,
+}
+
+/// The reaper: rescues jobs nobody runs any more.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReaperSettings {
+    /// Run the reaper in this process.
+    pub enabled: bool,
+    /// Milliseconds between passes.
+    pub interval_ms: u64,
+    /// Times a job whose lease expired is re-queued before it is FAILED with `lease_expired`.
+    pub max_lease_requeues: u32,
+    /// A RUNNING job older than this ...
+    pub timeout_seconds: u64,
+    /// ... that wrote no event for this long is FAILED with `JobTimeout`.
+    pub stall_seconds: u64,
+    /// A QUEUED job runnable for longer than this is FAILED with `QueueTimeout`; 0 is off.
+    pub queue_timeout_seconds: u64,
+    /// Jobs handled per pass and kind at most.
+    pub batch: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -146,7 +169,6 @@ impl Default for Settings {
                 http_workers: 2,
                 max_body_bytes: 1024 * 1024,
                 max_page_size: 500,
-                shutdown_timeout_seconds: 30,
             },
             store: StoreSettings {
                 url: "sqlite://yardmaster.db?mode=rwc".into(),
@@ -164,7 +186,22 @@ impl Default for Settings {
                     publish_attempts: 5,
                 },
             },
-            worker: WorkerSettings { enabled: true, id: String::new(), lease_seconds: 300 },
+            worker: WorkerSettings {
+                enabled: true,
+                id: String::new(),
+                lease_ms: 60_000,
+                heartbeat_ms: 10_000,
+                grace_seconds: 30,
+            },
+            reaper: ReaperSettings {
+                enabled: true,
+                interval_ms: 10_000,
+                max_lease_requeues: 3,
+                timeout_seconds: 6 * 3600,
+                stall_seconds: 1800,
+                queue_timeout_seconds: 0,
+                batch: 500,
+            },
             dispatch: DispatchSettings { enabled: true, interval_ms: 1000, grace_ms: 5000, batch: 1000 },
             queues: BTreeMap::from([(
                 QueueName::DEFAULT.to_owned(),
@@ -202,7 +239,12 @@ impl Settings {
             anyhow::ensure!(queue.concurrency >= 1, "queues.{name}.concurrency must be at least 1");
             anyhow::ensure!(queue.prefetch >= 1, "queues.{name}.prefetch must be at least 1");
         }
-        anyhow::ensure!(self.worker.lease_seconds >= 1, "worker.lease_seconds must be at least 1");
+        anyhow::ensure!(self.worker.heartbeat_ms >= 1, "worker.heartbeat_ms must be at least 1");
+        anyhow::ensure!(
+            self.worker.lease_ms > self.worker.heartbeat_ms,
+            "worker.lease_ms must be longer than worker.heartbeat_ms, or leases expire between heartbeats"
+        );
+        anyhow::ensure!(self.reaper.interval_ms >= 1, "reaper.interval_ms must be at least 1");
         anyhow::ensure!(self.dispatch.interval_ms >= 1, "dispatch.interval_ms must be at least 1");
         anyhow::ensure!(
             self.transport.amqp.publish_attempts >= 1,
@@ -250,6 +292,14 @@ mod tests {
         assert_eq!(settings.transport.kind, TransportKind::InProcess);
         assert_eq!(settings.server.bind, "127.0.0.1:8080");
         assert!(settings.validate().is_ok());
+    }
+
+    #[test]
+    fn the_shipped_config_file_parses_and_matches_the_defaults() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_CONFIG_FILE);
+        let from_file = Settings::load(Some(&path)).map_err(|err| err.to_string());
+        let from_file = serde_json::to_value(from_file.unwrap()).unwrap();
+        assert_eq!(from_file, serde_json::to_value(Settings::default()).unwrap());
     }
 
     #[test]

@@ -4,27 +4,31 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Addr, Supervisor};
+use actix::{Actor as _, Addr, Supervisor};
 use actix_web::dev::Server;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context as _;
 use sea_orm::DatabaseConnection;
+use tokio::sync::oneshot;
 use tracing::info;
 
-use crate::actors::{DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, Tick};
+use crate::actors::{
+    DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, Reap, ReapCounts, Reaper,
+    ShutdownGuard, StopIntake, Tick,
+};
 use crate::api::{self, AppState};
 use crate::config::{QueueKind, Settings, TransportKind};
 use crate::dispatch::Dispatcher;
 use crate::ops::OperationRegistry;
 use crate::store::{self, JobStore, SeaStore};
 use crate::transport::{AmqpTransport, InProcessTransport, Transport};
-use crate::worker::{Executor, ExecutorConfig};
+use crate::worker::{Executor, ExecutorConfig, InFlight};
 
 /// Wraps the store, e.g. to inject faults in tests.
 pub type StoreWrapper = Box<dyn FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore>>;
 
 /// A running instance: the HTTP server (unless worker-only), the queue consumers when
-/// workers are enabled, and the dispatch sweeper.
+/// workers are enabled, the dispatch sweeper, the reaper, and the shutdown guard.
 pub struct Application {
     port: Option<u16>,
     server: Option<Server>,
@@ -34,15 +38,19 @@ pub struct Application {
     /// Queue consumers, each supervised on this arbiter.
     consumers: Consumers,
     sweeper: Option<Addr<DispatchSweeper>>,
+    reaper: Option<Addr<Reaper>>,
+    /// Resolves with the exit code when the shutdown guard is done.
+    stopped: Option<oneshot::Receiver<i32>>,
 }
 
-/// Options beyond the settings: what tests and embedders swap in.
+/// Which parts run in this process, and what tests and embedders swap in.
 pub struct ApplicationBuilder {
     settings: Settings,
     registry: OperationRegistry,
     wrap_store: Option<StoreWrapper>,
     transport: Option<Arc<dyn Transport>>,
     api: bool,
+    signals: bool,
 }
 
 impl ApplicationBuilder {
@@ -64,14 +72,21 @@ impl ApplicationBuilder {
         self
     }
 
-    /// Runs no HTTP server: a worker process.
+    /// Runs no HTTP server: a worker or reaper process.
     pub fn without_api(mut self) -> Self {
         self.api = false;
         self
     }
 
-    /// Connects, migrates if configured, re-dispatches QUEUED jobs, starts consumers and the
-    /// sweeper, and binds the listener. Must run inside an actix `System`.
+    /// Lets the shutdown guard own SIGTERM and SIGINT (the command line does; tests do not).
+    pub fn handle_signals(mut self) -> Self {
+        self.signals = true;
+        self
+    }
+
+    /// Connects, migrates if configured, re-dispatches QUEUED jobs, starts consumers, the
+    /// sweeper, the reaper and the guard, and binds the listener. Must run inside an actix
+    /// `System`.
     pub async fn build(self) -> anyhow::Result<Application> {
         let settings = self.settings;
         let db = store::connect(&settings.store).await?;
@@ -88,15 +103,14 @@ impl ApplicationBuilder {
         };
         let registry = Arc::new(self.registry);
         let dispatcher = Dispatcher::new(store.clone(), transport.clone());
-        let mut sweeper = None;
-        if settings.dispatch.enabled {
-            let sent = dispatcher.recover(settings.dispatch.batch).await.context("re-dispatching queued jobs")?;
-            info!(sent, "start-up dispatch done");
-            let actor = DispatchSweeper::new(dispatcher.clone(), &settings.dispatch);
-            sweeper = Some(Supervisor::start(move |_| actor));
-        }
+        let sweeper = start_sweeper(&settings, &dispatcher).await?;
+        let reaper = settings.reaper.enabled.then(|| {
+            let reaper = Reaper::new(store.clone(), dispatcher.clone(), settings.reaper.clone());
+            Supervisor::start(move |_| reaper)
+        });
+        let in_flight = InFlight::new();
         let consumers = match settings.worker.enabled {
-            true => start_workers(&settings, &store, &transport, &registry, &db),
+            true => start_workers(&settings, &store, &transport, &registry, &db, &in_flight),
             false => Consumers::default(),
         };
         let (port, server) = match self.api {
@@ -104,7 +118,7 @@ impl ApplicationBuilder {
                 let state = AppState {
                     store: store.clone(),
                     transport: transport.clone(),
-                    dispatcher,
+                    dispatcher: dispatcher.clone(),
                     registry,
                     max_page_size: settings.server.max_page_size,
                 };
@@ -113,8 +127,16 @@ impl ApplicationBuilder {
             }
             false => (None, None),
         };
-        info!(port, store = ?store::Backend::of_url(&settings.store.url)?, transport = transport.kind(), consumers = consumers.len(), "started");
-        Ok(Application { port, server, store, db, transport, consumers, sweeper })
+        let stopped = self.signals.then(|| {
+            let (done, stopped) = oneshot::channel();
+            let grace = Duration::from_secs(settings.worker.grace_seconds);
+            let handle = server.as_ref().map(Server::handle);
+            ShutdownGuard::new(in_flight, store.clone(), dispatcher, grace, consumers.intake(), handle, done).start();
+            stopped
+        });
+        let backend = store::Backend::of_url(&settings.store.url)?;
+        info!(port, store = ?backend, transport = transport.kind(), consumers = consumers.len(), "started");
+        Ok(Application { port, server, store, db, transport, consumers, sweeper, reaper, stopped })
     }
 }
 
@@ -123,6 +145,17 @@ fn build_transport(settings: &Settings) -> anyhow::Result<Arc<dyn Transport>> {
         TransportKind::InProcess => Arc::new(InProcessTransport::new()),
         TransportKind::Amqp => Arc::new(AmqpTransport::new(settings.transport.amqp.clone())?),
     })
+}
+
+/// Re-dispatches what start-up finds QUEUED, then starts the periodic sweep.
+async fn start_sweeper(settings: &Settings, dispatcher: &Dispatcher) -> anyhow::Result<Option<Addr<DispatchSweeper>>> {
+    if !settings.dispatch.enabled {
+        return Ok(None);
+    }
+    let sent = dispatcher.recover(settings.dispatch.batch).await.context("re-dispatching queued jobs")?;
+    info!(sent, "start-up dispatch done");
+    let sweeper = DispatchSweeper::new(dispatcher.clone(), &settings.dispatch);
+    Ok(Some(Supervisor::start(move |_| sweeper)))
 }
 
 fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Server)> {
@@ -138,7 +171,9 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
             .default_service(web::to(api::not_found))
     })
     .workers(settings.server.http_workers.max(1))
-    .shutdown_timeout(settings.server.shutdown_timeout_seconds)
+    // Long requests drain within the same budget as jobs; the guard owns the signals.
+    .shutdown_timeout(settings.worker.grace_seconds)
+    .disable_signals()
     .listen(listener)?
     .run();
     Ok((port, server))
@@ -160,6 +195,12 @@ impl Consumers {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Where to send [`StopIntake`] at shutdown.
+    fn intake(&self) -> Vec<actix::Recipient<StopIntake>> {
+        let jobs = self.jobs.iter().map(|addr| addr.clone().recipient());
+        jobs.chain(self.operations.iter().map(|addr| addr.clone().recipient())).collect()
+    }
 }
 
 /// Starts a supervised consumer per configured queue, of the queue's kind.
@@ -169,11 +210,12 @@ fn start_workers(
     transport: &Arc<dyn Transport>,
     registry: &Arc<OperationRegistry>,
     db: &DatabaseConnection,
+    in_flight: &Arc<InFlight>,
 ) -> Consumers {
-    let config =
-        ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_secs(settings.worker.lease_seconds) };
+    let config = ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_millis(settings.worker.lease_ms) };
     let executor = Arc::new(Executor::new(store.clone(), registry.clone(), db.clone(), config));
-    let jobs = Arc::new(JobMessages::new(executor));
+    let heartbeat = Duration::from_millis(settings.worker.heartbeat_ms);
+    let jobs = Arc::new(JobMessages::new(executor, store.clone(), in_flight.clone(), heartbeat));
     let operations = Arc::new(OperationMessages::new(registry.clone(), store.clone(), db.clone()));
     let mut consumers = Consumers::default();
     for (queue, queue_settings) in &settings.queues {
@@ -200,6 +242,7 @@ impl Application {
             wrap_store: None,
             transport: None,
             api: true,
+            signals: false,
         }
     }
 
@@ -232,32 +275,34 @@ impl Application {
 
     /// Runs one dispatch sweep now (tests and operators); `None` when the sweeper is off.
     pub async fn sweep_now(&self) -> Option<u64> {
-        let sweeper = self.sweeper.as_ref()?;
-        sweeper.send(Tick).await.ok()
+        self.sweeper.as_ref()?.send(Tick).await.ok()
     }
 
-    /// Runs until stopped: the HTTP server stops on SIGTERM or SIGINT; a worker waits for
-    /// one of those signals.
-    pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        // Consumers and sweeper stay addressable (so supervisable) until the end.
-        let Application { server, consumers, sweeper, .. } = self;
-        let result = match server {
-            Some(server) => server.await,
-            None => wait_for_stop_signal().await,
+    /// Runs one reaper pass now; `None` when the reaper is off.
+    pub async fn reap_now(&self) -> Option<ReapCounts> {
+        self.reaper.as_ref()?.send(Reap).await.ok()
+    }
+
+    /// Runs until stopped and returns the exit code. With the shutdown guard: until it has
+    /// drained (143). Without: until the HTTP server stops, or a signal for a worker (0).
+    pub async fn run_until_stopped(self) -> std::io::Result<i32> {
+        // Consumers, sweeper and reaper stay addressable (so supervisable) until the end.
+        let Application { server, consumers, sweeper, reaper, stopped, .. } = self;
+        let code = match (stopped, server) {
+            (Some(stopped), server) => {
+                if let Some(server) = server {
+                    actix_rt::spawn(server);
+                }
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+                stopped.await.unwrap_or(crate::actors::EXIT_CODE)
+            }
+            (None, Some(server)) => server.await.map(|()| 0)?,
+            (None, None) => {
+                tokio::signal::ctrl_c().await?;
+                0
+            }
         };
-        drop((consumers, sweeper));
-        result
+        drop((consumers, sweeper, reaper));
+        Ok(code)
     }
-}
-
-async fn wait_for_stop_signal() -> std::io::Result<()> {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = terminate.recv() => info!("SIGTERM received; stopping"),
-        result = tokio::signal::ctrl_c() => {
-            result?;
-            info!("SIGINT received; stopping");
-        }
-    }
-    Ok(())
 }

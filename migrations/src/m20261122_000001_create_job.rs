@@ -88,4 +88,6 @@ pub enum Job {
     Owner,
     RunAfter,
     PublishedAt,
+    Failures,
+    RetryPolicy,
 }

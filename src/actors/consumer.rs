@@ -41,11 +41,15 @@ pub struct Consumer<H: DeliveryHandler> {
     /// Subscriptions failed in a row; sets the pause before the next one (kept across
     /// restarts, since the supervisor restarts this same value).
     failures: u32,
+    /// The running subscription loop, cancelled by [`StopIntake`].
+    consuming: Option<SpawnHandle>,
+    /// Intake stopped for good (shutdown): do not subscribe again.
+    stopping: bool,
 }
 
 impl<H: DeliveryHandler> Consumer<H> {
     pub fn new(queue: String, settings: QueueSettings, transport: Arc<dyn Transport>, handler: Arc<H>) -> Self {
-        Consumer { queue, settings, transport, handler, failures: 0 }
+        Consumer { queue, settings, transport, handler, failures: 0, consuming: None, stopping: false }
     }
 
     fn resubscribe_pause(&self) -> Duration {
@@ -65,6 +69,9 @@ impl<H: DeliveryHandler> Actor for Consumer<H> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        if self.stopping {
+            return;
+        }
         let (queue, settings) = (&self.queue, &self.settings);
         info!(queue = %queue, kind = self.handler.kind(), concurrency = settings.concurrency, prefetch = settings.prefetch, "consumer started");
         let consume = consume(queue.clone(), settings.clone(), self.transport.clone(), self.handler.clone());
@@ -73,7 +80,7 @@ impl<H: DeliveryHandler> Actor for Consumer<H> {
             tokio::time::sleep(pause).await;
             consume.await
         };
-        ctx.spawn(consume.into_actor(self).map(|result, actor, ctx| {
+        self.consuming = Some(ctx.spawn(consume.into_actor(self).map(|result, actor, ctx| {
             match result {
                 Ok(()) => {
                     info!(queue = %actor.queue, "subscription closed");
@@ -85,7 +92,25 @@ impl<H: DeliveryHandler> Actor for Consumer<H> {
                 }
             }
             ctx.stop();
-        }));
+        })));
+    }
+}
+
+/// Stop taking deliveries (shutdown): the subscription is dropped, so the transport gets
+/// back what was prefetched; deliveries already being handled finish.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopIntake;
+
+impl<H: DeliveryHandler> Handler<StopIntake> for Consumer<H> {
+    type Result = ();
+
+    fn handle(&mut self, _: StopIntake, ctx: &mut Self::Context) {
+        self.stopping = true;
+        if let Some(consuming) = self.consuming.take() {
+            ctx.cancel_future(consuming);
+        }
+        info!(queue = %self.queue, "intake stopped");
     }
 }
 

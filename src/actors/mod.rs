@@ -2,10 +2,16 @@
 
 mod consumer;
 mod dispatch_sweeper;
+mod heartbeat;
 mod operation_consumer;
 mod queue_consumer;
+pub mod reaper;
+mod shutdown_guard;
 
-pub use consumer::{Consumer, DeliveryHandler};
+pub use consumer::{Consumer, DeliveryHandler, StopIntake};
 pub use dispatch_sweeper::{DispatchSweeper, Tick};
+pub use heartbeat::{Heartbeat, StopHeartbeat};
 pub use operation_consumer::{OperationConsumer, OperationMessage, OperationMessages};
 pub use queue_consumer::{JobMessages, QueueConsumer};
+pub use reaper::{Reap, ReapCounts, Reaper};
+pub use shutdown_guard::{ShutdownGuard, Stop, EXIT_CODE, WORKER_SHUTDOWN};

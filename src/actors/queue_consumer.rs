@@ -1,19 +1,25 @@
 //! `QueueConsumer`: consumes job ids and drives the two-session executor.
 //!
 //! A delivery is acknowledged right after the claim commits: from then on the job row (its
-//! lease) keeps the job, not the message, so a long job never holds a broker delivery open.
-//! A message that is oversized, not a job id, or names no job goes to the dead letters; a
-//! claim that fails on the store gives the message back.
+//! lease, renewed by a `Heartbeat` actor for the run) keeps the job, not the message, so a
+//! long job never holds a broker delivery open. A message that is oversized, not a job id,
+//! or names no job goes to the dead letters; a claim that fails on the store, or arrives
+//! while the process shuts down, gives the message back.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use actix::Actor as _;
 use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
+use super::heartbeat::{Heartbeat, StopHeartbeat};
 use crate::dispatch::decode_job_message;
+use crate::store::{JobStore, RunRef};
 use crate::transport::{Delivery, Transport, MAX_MESSAGE_BYTES};
-use crate::worker::{Claim, Executor};
+use crate::worker::{Claim, Executor, InFlight};
 
 /// The consumer of a job queue.
 pub type QueueConsumer = Consumer<JobMessages>;
@@ -21,11 +27,19 @@ pub type QueueConsumer = Consumer<JobMessages>;
 /// Handles job-id messages with the executor.
 pub struct JobMessages {
     executor: Arc<Executor>,
+    store: Arc<dyn JobStore>,
+    in_flight: Arc<InFlight>,
+    heartbeat: Duration,
 }
 
 impl JobMessages {
-    pub fn new(executor: Arc<Executor>) -> Self {
-        JobMessages { executor }
+    pub fn new(
+        executor: Arc<Executor>,
+        store: Arc<dyn JobStore>,
+        in_flight: Arc<InFlight>,
+        heartbeat: Duration,
+    ) -> Self {
+        JobMessages { executor, store, in_flight, heartbeat }
     }
 }
 
@@ -37,6 +51,9 @@ impl DeliveryHandler for JobMessages {
 
     async fn handle(&self, queue: &str, transport: &dyn Transport, delivery: Delivery) {
         let Delivery { body, acker } = delivery;
+        if self.in_flight.is_closed() {
+            return settle(acker.requeue().await);
+        }
         if body.len() > MAX_MESSAGE_BYTES {
             return dead_letter(transport, queue, body, acker, "oversized").await;
         }
@@ -46,7 +63,13 @@ impl DeliveryHandler for JobMessages {
         match self.executor.claim(id).await {
             Ok(Claim::Claimed(job)) => {
                 settle(acker.ack().await);
-                self.executor.run(*job).await;
+                let run = RunRef::from(&*job);
+                let _tracked = self.in_flight.track(run);
+                let cancel = CancellationToken::new();
+                let lease = self.executor.config().lease;
+                let heartbeat = Heartbeat::new(run, self.store.clone(), lease, self.heartbeat, cancel.clone()).start();
+                self.executor.run(*job, cancel).await;
+                heartbeat.do_send(StopHeartbeat);
             }
             Ok(Claim::NotClaimable) => settle(acker.ack().await),
             Ok(Claim::Missing) => dead_letter(transport, queue, body, acker, "unknown_job").await,

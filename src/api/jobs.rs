@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::error::{ApiError, Code};
 use super::AppState;
-use crate::domain::{Job, JobEvent, JobStatus, NewJob, QueueName};
+use crate::domain::{Job, JobEvent, JobStatus, NewJob, QueueName, RetryPolicy};
 use crate::store::JobFilter;
 
 /// Longest idempotency key accepted.
@@ -28,8 +28,12 @@ pub struct SubmitRequest {
     /// The same key returns the same job instead of creating another.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// Retries after a failure; default: the operation's.
     #[serde(default)]
     pub max_retries: Option<i32>,
+    /// Backoff and error classes for those retries; default: the operation's.
+    #[serde(default)]
+    pub retry: Option<RetryPolicy>,
     #[serde(default)]
     pub parent_job_id: Option<Uuid>,
 }
@@ -62,6 +66,10 @@ async fn validate_submission(
 ) -> Result<NewJob, ApiError> {
     let payload = body.payload.unwrap_or_else(|| Value::Object(Default::default()));
     state.registry.validate(&body.operation, &payload)?;
+    let (default_retries, default_policy) =
+        state.registry.get(&body.operation).map(|operation| operation.retry_defaults()).unwrap_or_default();
+    let retry_policy = body.retry.unwrap_or(default_policy);
+    retry_policy.validate().map_err(|err| ApiError::new(Code::InvalidRequest, err))?;
     let queue = match body.queue {
         Some(name) => QueueName::parse(&name).map_err(|err| ApiError::new(Code::InvalidQueue, err))?,
         None => QueueName::default(),
@@ -73,7 +81,7 @@ async fn validate_submission(
             return Err(ApiError::new(Code::InvalidRequest, detail));
         }
     }
-    let max_retries = body.max_retries.unwrap_or(0);
+    let max_retries = body.max_retries.unwrap_or(default_retries);
     if !(0..=MAX_RETRIES_LIMIT).contains(&max_retries) {
         let detail = format!("max_retries must be between 0 and {MAX_RETRIES_LIMIT}");
         return Err(ApiError::new(Code::InvalidRequest, detail));
@@ -89,6 +97,7 @@ async fn validate_submission(
         payload,
         parent_job_id: body.parent_job_id,
         max_retries,
+        retry_policy,
         idempotency_key,
     })
 }

@@ -18,6 +18,10 @@ impl EventName {
     pub const RETRIED: &'static str = "job.retried";
     pub const CANCELLED_BY_PARENT: &'static str = "job.cancelled_by_parent";
     pub const RETRY_LATER: &'static str = "job.retry_later";
+    pub const RETRY_SCHEDULED: &'static str = "job.retry_scheduled";
+    pub const LEASE_EXPIRED_REQUEUE: &'static str = "job.lease_expired_requeue";
+    pub const LEASE_EXPIRED: &'static str = "job.lease_expired";
+    pub const REQUEUED_ON_SHUTDOWN: &'static str = "job.requeued_on_shutdown";
 }
 
 /// Severity of an event, as shown on a timeline.

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{EventLevel, JobStatus};
+use super::{EventLevel, JobStatus, RetryPolicy};
 
 /// A job row, read from the store.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,6 +39,10 @@ pub struct Job {
     /// When the transport confirmed the job's message; `None` means the dispatch sweep
     /// must (re)send it.
     pub published_at: Option<DateTime<Utc>>,
+    /// Attempts that ended in a failure so far (retries with backoff count these).
+    pub failures: i32,
+    /// How failures are retried, up to `max_retries`.
+    pub retry_policy: RetryPolicy,
 }
 
 /// One entry in a job's event log.
@@ -61,6 +65,7 @@ pub struct NewJob {
     pub payload: Value,
     pub parent_job_id: Option<Uuid>,
     pub max_retries: i32,
+    pub retry_policy: RetryPolicy,
     pub idempotency_key: Option<String>,
 }
 

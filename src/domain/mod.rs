@@ -4,8 +4,10 @@
 
 mod event;
 mod job;
+mod retry;
 mod status;
 
 pub use event::{EventLevel, EventName, NewEvent};
 pub use job::{Job, JobEvent, NewJob, QueueName};
+pub use retry::{RetryPolicy, NEVER_RETRIED};
 pub use status::{InvalidTransition, JobStatus};

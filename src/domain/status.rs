@@ -3,9 +3,14 @@
 //! ```text
 //! QUEUED ──▶ RUNNING ──▶ SUCCEEDED
 //!   │           ├──────▶ FAILED ──▶ QUEUED (manual retry)
-//!   │           └──────▶ QUEUED (requeue)
-//!   └──────────┴───────▶ CANCELLED ──▶ QUEUED (manual retry)
+//!   │           └──────▶ QUEUED (RetryLater, retry after failure, lease expired, shutdown)
+//!   ├──────────┴───────▶ CANCELLED ──▶ QUEUED (manual retry)
+//!   └──────────────────▶ FAILED (queue timeout)
 //! ```
+//!
+//! Who moves a job out of each state: QUEUED — a worker's claim, a cancel, the reaper's
+//! queue timeout; RUNNING — its worker's outcome, a cancel, the reaper (lease expired,
+//! timeout), the shutdown guard.
 
 use std::fmt;
 use std::str::FromStr;
@@ -53,7 +58,9 @@ impl JobStatus {
         match to {
             Queued => &[Running, Failed, Cancelled],
             Running => &[Queued],
-            Succeeded | Failed => &[Running],
+            Succeeded => &[Running],
+            // QUEUED → FAILED only for a job that waited past the queue timeout (reaper).
+            Failed => &[Running, Queued],
             Cancelled => &[Queued, Running],
         }
     }
@@ -127,6 +134,7 @@ mod tests {
             }
         }
         assert!(!Queued.can_transition_to(Succeeded));
+        assert!(Queued.can_transition_to(Failed), "queue timeout");
         assert!(!Succeeded.can_transition_to(Queued));
     }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::domain::{EventLevel, Job, NewEvent};
@@ -18,17 +19,29 @@ pub struct JobContext {
     events_to: Option<Uuid>,
     store: Arc<dyn JobStore>,
     db: DatabaseConnection,
+    /// Fires when the job is cancelled (or its run taken away): stop early if you can.
+    cancel: CancellationToken,
 }
 
 impl JobContext {
     /// The context of a claimed job.
-    pub fn new(job: Job, store: Arc<dyn JobStore>, db: DatabaseConnection) -> Self {
-        JobContext { events_to: Some(job.id), job: Some(Arc::new(job)), store, db }
+    pub fn new(job: Job, store: Arc<dyn JobStore>, db: DatabaseConnection, cancel: CancellationToken) -> Self {
+        JobContext { events_to: Some(job.id), job: Some(Arc::new(job)), store, db, cancel }
     }
 
     /// The context of ephemeral work (no job row) that reports to `parent`, if any.
     pub fn ephemeral(parent: Option<Uuid>, store: Arc<dyn JobStore>, db: DatabaseConnection) -> Self {
-        JobContext { job: None, events_to: parent, store, db }
+        JobContext { job: None, events_to: parent, store, db, cancel: CancellationToken::new() }
+    }
+
+    /// True once the job was cancelled: a cooperative operation returns early.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Completes when the job is cancelled; race it against slow work with `select!`.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
     }
 
     /// The job as it was claimed (status RUNNING, `attempts` counting this run).

@@ -15,6 +15,8 @@ use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::domain::RetryPolicy;
+
 pub use busy::Busy;
 pub use context::JobContext;
 pub use fail::Fail;
@@ -30,7 +32,14 @@ pub trait Operation: Send + Sync + 'static {
     /// Checks a payload at submit time, so a bad one is refused before it is queued.
     fn validate(&self, payload: &Value) -> Result<(), String>;
 
-    /// Runs the work; `Ok` carries the job's result.
+    /// Retries a job of this operation gets when its submission names none:
+    /// `(max_retries, policy)`. Default: no retries.
+    fn retry_defaults(&self) -> (i32, RetryPolicy) {
+        (0, RetryPolicy::default())
+    }
+
+    /// Runs the work; `Ok` carries the job's result. Long work should watch
+    /// `ctx.cancelled()` and return early when the job is cancelled.
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError>;
 }
 

@@ -53,7 +53,10 @@ impl Operation for Sleep {
         let payload = SleepPayload::parse(&payload).map_err(|err| OperationError::new("InvalidPayload", err))?;
         let slice = Duration::from_secs_f64(payload.seconds / f64::from(payload.steps));
         for step in 1..=payload.steps {
-            tokio::time::sleep(slice).await;
+            tokio::select! {
+                _ = tokio::time::sleep(slice) => {}
+                _ = ctx.cancelled() => return Err(OperationError::new("Cancelled", format!("stopped after {} of {} steps", step - 1, payload.steps))),
+            }
             ctx.progress(i64::from(step), i64::from(payload.steps))
                 .await
                 .map_err(|err| OperationError::new("ProgressNotRecorded", err.to_string()))?;

@@ -41,9 +41,31 @@ pub trait JobStore: Send + Sync + 'static {
     /// missing or not QUEUED (another worker has it, or it was cancelled): do nothing.
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError>;
 
-    /// Session 2 of execution: RUNNING → the completion's state with its event. `None` when
-    /// the job is no longer RUNNING (for example cancelled meanwhile): the outcome is dropped.
-    async fn finish(&self, id: Uuid, completion: &Completion) -> Result<Option<Job>, StoreError>;
+    /// Session 2 of execution: RUNNING → the completion's state with its event, for this
+    /// run only. `None` when the run is no longer the job's current RUNNING one (cancelled
+    /// meanwhile, or taken away by the reaper or a shutdown): the outcome is dropped.
+    async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError>;
+
+    /// RUNNING → QUEUED for this run, for the reason given; the dispatch sweep re-sends the
+    /// job once its `run_after` (if any) is over. `None` when the run is no longer current.
+    async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError>;
+
+    /// Renews this run's lease (database clock). False once the run is no longer the job's
+    /// RUNNING one: cancelled, finished, or taken away.
+    async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError>;
+
+    /// RUNNING jobs whose lease expired (database clock), with how often the reaper already
+    /// requeued each for that reason.
+    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError>;
+
+    /// RUNNING jobs started more than `timeout` ago that wrote no event within `stall`.
+    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError>;
+
+    /// QUEUED jobs runnable for longer than `timeout`.
+    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError>;
+
+    /// QUEUED → FAILED (the queue timeout), with `job.failed`.
+    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError>;
 
     /// QUEUED | RUNNING → CANCELLED, with the job's QUEUED children in the same transaction.
     /// A job already terminal is returned unchanged.
@@ -56,10 +78,6 @@ pub trait JobStore: Send + Sync + 'static {
     /// Appends an operation's event; `_progress_current` / `_progress_total` in its fields
     /// are written back to the job in the same transaction.
     async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError>;
-
-    /// RUNNING → QUEUED, not claimable for `delay`, with `job.retry_later`: the operation
-    /// asked to run again later (for example its GPU is busy). The dispatch sweep re-sends it.
-    async fn requeue_later(&self, id: Uuid, delay: Duration, reason: &str) -> Result<Option<Job>, StoreError>;
 
     /// Records that the transport confirmed these jobs' messages (bookkeeping, not a
     /// transition): only rows still QUEUED, unpublished and at the same `attempts` change.
@@ -100,28 +118,69 @@ pub struct Cancellation {
     pub children_cancelled: u64,
 }
 
+/// One claimed run of a job: its id and the `attempts` value its claim set. Every write a
+/// worker makes about its run names it, so a run the reaper or a shutdown took away can
+/// never finish, extend or requeue a later run of the same job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunRef {
+    pub id: Uuid,
+    pub attempt: i32,
+}
+
+impl From<&Job> for RunRef {
+    fn from(job: &Job) -> Self {
+        RunRef { id: job.id, attempt: job.attempts }
+    }
+}
+
 /// How a RUNNING job ends.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Completion {
     Succeeded {
         result: Value,
     },
+    /// The operation failed for good (no retry left, or not retryable).
     Failed {
         error_code: String,
         message: String,
     },
     /// Its parent was cancelled between claim and execute; it never ran.
     CancelledByParent,
+    /// The reaper gave up on a run whose lease kept expiring (only while it is expired).
+    LeaseExpired {
+        message: String,
+    },
 }
 
 impl Completion {
     pub fn status(&self) -> JobStatus {
         match self {
             Completion::Succeeded { .. } => JobStatus::Succeeded,
-            Completion::Failed { .. } => JobStatus::Failed,
+            Completion::Failed { .. } | Completion::LeaseExpired { .. } => JobStatus::Failed,
             Completion::CancelledByParent => JobStatus::Cancelled,
         }
     }
+}
+
+/// Why a RUNNING job goes back to QUEUED.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Requeue {
+    /// The operation asked to run again after `delay` (a busy resource); not a failure.
+    RetryLater { delay: Duration, reason: String },
+    /// Failure number `failure` of the job; the retry policy allows another try after `delay`.
+    RetryAfterFailure { failure: i32, delay: Duration, error_code: String, message: String },
+    /// The worker is shutting down and could not finish within its grace period.
+    Shutdown,
+    /// The reaper found the lease expired (only while it still is).
+    LeaseExpired,
+}
+
+/// A RUNNING job whose lease expired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredLease {
+    pub run: RunRef,
+    /// `job.lease_expired_requeue` events so far.
+    pub requeues: i64,
 }
 
 /// Filters for [`JobStore::list`].

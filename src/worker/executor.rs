@@ -1,8 +1,9 @@
 //! The two-session executor.
 //!
 //! Session 1 claims (QUEUED → RUNNING, `job.started`, commit). The operation then runs with
-//! no transaction open. Session 2 records SUCCEEDED or FAILED; if it cannot commit, a
-//! fallback session marks the job FAILED so it never stays RUNNING.
+//! no transaction open. Session 2 records the outcome for this run: SUCCEEDED, FAILED, a
+//! retry after a failure (the job's retry policy), or RetryLater. If session 2 cannot commit,
+//! a fallback session marks the job FAILED so it never stays RUNNING.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -10,12 +11,13 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use sea_orm::DatabaseConnection;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use crate::domain::{Job, JobStatus};
 use crate::ops::{JobContext, OperationError, OperationRegistry};
-use crate::store::{Completion, JobStore, StoreError};
+use crate::store::{Completion, JobStore, Requeue, RunRef, StoreError};
 
 /// Error class recorded when the outcome could not be committed.
 pub const RESULT_COMMIT_FAILED: &str = "ResultCommitFailed";
@@ -32,7 +34,7 @@ const FALLBACK_FIRST_PAUSE: Duration = Duration::from_millis(50);
 pub struct ExecutorConfig {
     /// Written to `job.owner` on claim: which worker holds the job.
     pub owner: String,
-    /// How long a claim is leased before the heartbeat must renew it.
+    /// How long a claim is leased; the heartbeat renews it.
     pub lease: Duration,
 }
 
@@ -42,7 +44,7 @@ pub enum Claim {
     /// Session 1 committed: the job is RUNNING and ours.
     Claimed(Box<Job>),
     /// The job exists but is not claimable (another worker has it, it was cancelled or
-    /// finished, or it is waiting out a RetryLater delay).
+    /// finished, or it is waiting out a delay).
     NotClaimable,
     /// No such job: the message is garbage and goes to the dead letters.
     Missing,
@@ -55,14 +57,20 @@ pub enum HandleOutcome {
     NotClaimed,
     /// Ran and was recorded as this status.
     Finished(JobStatus),
-    /// Asked to run again later; back to QUEUED with `run_after` set.
-    RetryLater,
-    /// Ran, but the job had left RUNNING meanwhile (cancelled): the outcome was dropped.
+    /// Back to QUEUED: RetryLater, or a failure with retries left.
+    Requeued,
+    /// Ran, but the run was no longer current (cancelled, reaped, shut down): dropped.
     Superseded,
     /// Ran, the outcome could not be committed, and the fallback recorded FAILED.
     ForcedFailed,
     /// Neither the outcome nor the fallback could be committed; the lease will expire.
     Unrecorded,
+}
+
+/// How a run ended, before it is written.
+enum Outcome {
+    Complete(Completion),
+    Requeue(Requeue),
 }
 
 /// Runs jobs by id. Shared by every consumer of a process.
@@ -83,11 +91,15 @@ impl Executor {
         Executor { store, registry, db, config }
     }
 
-    /// Claims and executes one job. `Err` only when the claim itself could not be made;
-    /// the caller should then give the message back for another try.
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.config
+    }
+
+    /// Claims and executes one job without a heartbeat (tests and tools). `Err` only when
+    /// the claim itself could not be made.
     pub async fn handle_job(&self, id: Uuid) -> Result<HandleOutcome, StoreError> {
         match self.claim(id).await? {
-            Claim::Claimed(job) => Ok(self.run(*job).await),
+            Claim::Claimed(job) => Ok(self.run(*job, CancellationToken::new()).await),
             Claim::NotClaimable | Claim::Missing => Ok(HandleOutcome::NotClaimed),
         }
     }
@@ -108,39 +120,40 @@ impl Executor {
     }
 
     /// Executes a claimed job and records its outcome (session 2, or the fallback).
-    pub async fn run(&self, job: Job) -> HandleOutcome {
-        let id = job.id;
-        let completion = match self.parent_cancelled(&job).await {
-            true => Ok(Completion::CancelledByParent),
-            false => self.execute(job).await,
+    /// `cancel` fires when the run is cancelled or taken away; cooperative operations stop.
+    pub async fn run(&self, job: Job, cancel: CancellationToken) -> HandleOutcome {
+        let run = RunRef::from(&job);
+        let outcome = match self.parent_cancelled(&job).await {
+            true => Outcome::Complete(Completion::CancelledByParent),
+            false => self.execute(job, cancel).await,
         };
-        match completion {
-            Ok(completion) => self.record(id, completion).await,
-            Err((delay, reason)) => self.retry_later(id, delay, &reason).await,
-        }
-    }
-
-    async fn retry_later(&self, id: Uuid, delay: Duration, reason: &str) -> HandleOutcome {
-        match self.store.requeue_later(id, delay, reason).await {
-            Ok(Some(_)) => {
-                info!(job_id = %id, delay_seconds = delay.as_secs_f64(), reason, "retry later");
-                HandleOutcome::RetryLater
+        let written = match &outcome {
+            Outcome::Complete(completion) => {
+                self.store.finish(run, completion).await.map(|job| job.map(|job| job.status))
             }
-            Ok(None) => HandleOutcome::Superseded,
-            Err(err) => {
-                let completion = Completion::Failed {
-                    error_code: RESULT_COMMIT_FAILED.to_owned(),
-                    message: format!("the retry-later request could not be committed: {err}"),
-                };
-                self.record_fallback(id, completion).await
+            Outcome::Requeue(requeue) => {
+                self.store.requeue(run, requeue).await.map(|job| job.map(|_| JobStatus::Queued))
             }
+        };
+        match written {
+            Ok(Some(JobStatus::Queued)) => {
+                info!(job_id = %run.id, "re-queued");
+                HandleOutcome::Requeued
+            }
+            Ok(Some(status)) => {
+                info!(job_id = %run.id, %status, "finished");
+                HandleOutcome::Finished(status)
+            }
+            Ok(None) => {
+                info!(job_id = %run.id, "run no longer current; outcome dropped");
+                HandleOutcome::Superseded
+            }
+            Err(err) => self.record_fallback(run, err).await,
         }
     }
 
     async fn parent_cancelled(&self, job: &Job) -> bool {
-        let Some(parent) = job.parent_job_id else {
-            return false;
-        };
+        let Some(parent) = job.parent_job_id else { return false };
         match self.store.get(parent).await {
             Ok(Some(parent)) => parent.status == JobStatus::Cancelled,
             Ok(None) => false,
@@ -151,53 +164,46 @@ impl Executor {
         }
     }
 
-    /// Runs the operation with no transaction open. A panic becomes a failure; `Err` is a
-    /// request to run again after a delay.
-    async fn execute(&self, job: Job) -> Result<Completion, (Duration, String)> {
+    /// Runs the operation with no transaction open and decides what to record. A panic is a
+    /// failure; a failure with retries left becomes a delayed requeue.
+    async fn execute(&self, job: Job, cancel: CancellationToken) -> Outcome {
         let Some(operation) = self.registry.get(&job.operation) else {
             let message = format!("this worker has no operation named {:?}", job.operation);
-            return Ok(failed(UNKNOWN_OPERATION.to_owned(), message));
+            return Outcome::Complete(Completion::Failed { error_code: UNKNOWN_OPERATION.into(), message });
         };
-        let payload = job.payload.clone();
-        let ctx = JobContext::new(job, self.store.clone(), self.db.clone());
-        match AssertUnwindSafe(operation.execute(ctx, payload)).catch_unwind().await {
-            Ok(Ok(result)) => Ok(Completion::Succeeded { result }),
-            Ok(Err(OperationError::Failed { class, message })) => Ok(failed(class, message)),
-            Ok(Err(OperationError::RetryLater { delay, reason })) => Err((delay, reason)),
-            Err(panic) => Ok(failed(OPERATION_PANICKED.to_owned(), panic_message(&panic))),
+        let (payload, policy_job) = (job.payload.clone(), job.clone());
+        let ctx = JobContext::new(job, self.store.clone(), self.db.clone(), cancel);
+        let (error_code, message) = match AssertUnwindSafe(operation.execute(ctx, payload)).catch_unwind().await {
+            Ok(Ok(result)) => return Outcome::Complete(Completion::Succeeded { result }),
+            Ok(Err(OperationError::RetryLater { delay, reason })) => {
+                return Outcome::Requeue(Requeue::RetryLater { delay, reason });
+            }
+            Ok(Err(OperationError::Failed { class, message })) => (class, message),
+            Err(panic) => (OPERATION_PANICKED.to_owned(), panic_message(&panic)),
+        };
+        let failure = policy_job.failures + 1;
+        let policy = &policy_job.retry_policy;
+        match policy.next_delay(policy_job.max_retries, failure, &error_code, jitter()) {
+            Some(delay) => Outcome::Requeue(Requeue::RetryAfterFailure { failure, delay, error_code, message }),
+            None => Outcome::Complete(Completion::Failed { error_code, message }),
         }
     }
 
-    /// Session 2, then the fallback session if session 2 cannot commit.
-    async fn record(&self, id: Uuid, completion: Completion) -> HandleOutcome {
-        let first_error = match self.store.finish(id, &completion).await {
-            Ok(Some(job)) => {
-                info!(job_id = %id, status = %job.status, "finished");
-                return HandleOutcome::Finished(job.status);
-            }
-            Ok(None) => {
-                info!(job_id = %id, "job left RUNNING while executing; outcome dropped");
-                return HandleOutcome::Superseded;
-            }
-            Err(err) => err,
-        };
-        warn!(job_id = %id, error = %first_error, "outcome not committed; marking the job failed");
+    /// The fallback session: session 2 could not commit, so record FAILED, retrying a few
+    /// times with a growing pause.
+    async fn record_fallback(&self, run: RunRef, first_error: StoreError) -> HandleOutcome {
+        warn!(job_id = %run.id, error = %first_error, "outcome not committed; marking the job failed");
         let fallback = Completion::Failed {
             error_code: RESULT_COMMIT_FAILED.to_owned(),
             message: format!("the outcome could not be committed: {first_error}"),
         };
-        self.record_fallback(id, fallback).await
-    }
-
-    /// The fallback session: records FAILED, retrying a few times with a growing pause.
-    async fn record_fallback(&self, id: Uuid, fallback: Completion) -> HandleOutcome {
         let mut pause = FALLBACK_FIRST_PAUSE;
         for attempt in 1..=FALLBACK_ATTEMPTS {
-            match self.store.finish(id, &fallback).await {
+            match self.store.finish(run, &fallback).await {
                 Ok(Some(_)) => return HandleOutcome::ForcedFailed,
                 Ok(None) => return HandleOutcome::Superseded,
                 Err(err) if attempt == FALLBACK_ATTEMPTS => {
-                    error!(job_id = %id, error = %err, "fallback failed too; the lease will expire");
+                    error!(job_id = %run.id, error = %err, "fallback failed too; the lease will expire");
                 }
                 Err(_) => {
                     tokio::time::sleep(pause).await;
@@ -209,8 +215,9 @@ impl Executor {
     }
 }
 
-fn failed(error_code: String, message: String) -> Completion {
-    Completion::Failed { error_code, message }
+/// A number in [0, 1) to spread retries; randomness from a v4 UUID, no extra dependency.
+fn jitter() -> f64 {
+    (Uuid::new_v4().as_u128() % 1_000_000) as f64 / 1_000_000.0
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -1,5 +1,7 @@
-//! Executing one job: the two-session pattern (claim, then execute and record).
+//! Executing jobs: the two-session executor, and the registry of runs in flight.
 
 mod executor;
+mod in_flight;
 
 pub use executor::{Claim, Executor, ExecutorConfig, HandleOutcome};
+pub use in_flight::{InFlight, Tracked};

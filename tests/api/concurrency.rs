@@ -9,7 +9,10 @@ use serde_json::json;
 use uuid::Uuid;
 use yardmaster::dispatch::encode_job_message;
 use yardmaster::domain::{Job, JobEvent, NewEvent, NewJob};
-use yardmaster::store::{Cancellation, Completion, Dispatch, JobFilter, JobStore, Page, StoreError, Submission};
+use yardmaster::store::{
+    Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Requeue, RunRef, StoreError,
+    Submission,
+};
 
 use crate::helpers::{Backend, TestApp, TestOptions};
 
@@ -56,13 +59,31 @@ impl JobStore for SuccessCannotCommit {
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
         self.0.claim(id, owner, lease).await
     }
-    async fn finish(&self, id: Uuid, completion: &Completion) -> Result<Option<Job>, StoreError> {
+    async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
         match completion {
             Completion::Succeeded { .. } => {
                 Err(StoreError::Database(sea_orm::DbErr::Custom("injected: connection lost at commit".into())))
             }
-            _ => self.0.finish(id, completion).await,
+            _ => self.0.finish(run, completion).await,
         }
+    }
+    async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
+        self.0.requeue(run, requeue).await
+    }
+    async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
+        self.0.extend_lease(run, lease).await
+    }
+    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
+        self.0.expired_leases(limit).await
+    }
+    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.0.stalled_runs(timeout, stall, limit).await
+    }
+    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.0.overdue_queued(timeout, limit).await
+    }
+    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
+        self.0.fail_queued(id, error_code, message).await
     }
     async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
         self.0.cancel(id).await
@@ -72,9 +93,6 @@ impl JobStore for SuccessCannotCommit {
     }
     async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError> {
         self.0.record_event(id, event).await
-    }
-    async fn requeue_later(&self, id: Uuid, delay: Duration, reason: &str) -> Result<Option<Job>, StoreError> {
-        self.0.requeue_later(id, delay, reason).await
     }
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
         self.0.mark_published(jobs).await

@@ -187,11 +187,13 @@ impl TestApp {
         settings.server.bind = "127.0.0.1:0".into();
         settings.server.http_workers = 1;
         settings.server.max_body_bytes = options.max_body_bytes;
-        settings.server.shutdown_timeout_seconds = 1;
         settings.store.url = url;
         settings.store.max_connections = 16;
         settings.worker.enabled = options.workers;
         settings.worker.id = "test-worker".into();
+        settings.worker.lease_ms = 3_000;
+        settings.worker.heartbeat_ms = 300;
+        settings.reaper.interval_ms = 200;
         settings.dispatch.interval_ms = 100;
         settings.dispatch.grace_ms = 500;
         if backend == Backend::Amqp {
@@ -308,6 +310,7 @@ pub async fn seed(url: &str, operation: &str, jobs: usize) -> Vec<Uuid> {
             payload: json!({}),
             parent_job_id: None,
             max_retries: 0,
+            retry_policy: Default::default(),
             idempotency_key: None,
         };
         ids.push(store.submit(new).await.unwrap().job.id);

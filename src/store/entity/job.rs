@@ -27,6 +27,8 @@ pub struct Model {
     pub owner: Option<String>,
     pub run_after: Option<ChronoDateTimeUtc>,
     pub published_at: Option<ChronoDateTimeUtc>,
+    pub failures: i32,
+    pub retry_policy: Option<Json>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

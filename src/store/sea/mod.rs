@@ -1,14 +1,19 @@
 //! `JobStore` over SeaORM: the same SQL on SQLite and PostgreSQL.
 //!
 //! Write transactions start with their compare-and-set `UPDATE … RETURNING`, so SQLite takes
-//! its write lock first (`BEGIN IMMEDIATE`) and never fails on a lock upgrade.
+//! its write lock first (`BEGIN IMMEDIATE`) and never fails on a lock upgrade. This file holds
+//! submission, reads, cancel and manual retry; `runs.rs` what workers write about a run;
+//! `maintenance.rs` what the reaper and the dispatch sweep read and write.
 
-use std::collections::BTreeMap;
+mod maintenance;
+mod rows;
+mod runs;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
-use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
     IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, SqlErr, SqliteTransactionMode, TransactionOptions,
@@ -17,9 +22,13 @@ use sea_orm::{
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use self::rows::{new_row, to_event, to_job};
 use super::entity::{job, job_event};
-use super::{Cancellation, Completion, Dispatch, JobFilter, JobStore, Page, StoreError, Submission};
-use crate::domain::{EventLevel, EventName, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
+use super::{
+    Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Requeue, RunRef, StoreError,
+    Submission,
+};
+use crate::domain::{EventName, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
 
 /// The SQL store. Cheap to clone: it holds a connection pool.
 #[derive(Clone)]
@@ -161,52 +170,35 @@ impl JobStore for SeaStore {
     }
 
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
-        let now = Utc::now();
-        let leased_until = now + to_chrono(lease);
-        let owner = owner.to_owned();
-        let event = NewEvent::new(EventName::STARTED).fields(json!({ "owner": owner }));
-        let set = move |update: UpdateMany<job::Entity>| {
-            update
-                .col_expr(job::Column::StartedAt, Expr::value(now))
-                .col_expr(job::Column::Attempts, Expr::col(job::Column::Attempts).add(1))
-                .col_expr(job::Column::LeasedUntil, Expr::value(leased_until))
-                .col_expr(job::Column::Owner, Expr::value(owner))
-                // A job waiting out a RetryLater delay is not claimable early, whatever
-                // stale message arrives.
-                .filter(job::Column::RunAfter.is_null().or(job::Column::RunAfter.lte(now)))
-        };
-        self.transition(id, &[JobStatus::Queued], JobStatus::Running, set, event).await
+        self.claim_run(id, owner, lease).await
     }
 
-    async fn finish(&self, id: Uuid, completion: &Completion) -> Result<Option<Job>, StoreError> {
-        let now = Utc::now();
-        let (event, result, error_code, error_message) = match completion {
-            Completion::Succeeded { result } => (NewEvent::new(EventName::SUCCEEDED), Some(result.clone()), None, None),
-            Completion::Failed { error_code, message } => (
-                NewEvent::new(EventName::FAILED)
-                    .message(message.clone())
-                    .fields(json!({ "error_code": error_code }))
-                    .level(EventLevel::Error),
-                None,
-                Some(error_code.clone()),
-                Some(message.clone()),
-            ),
-            Completion::CancelledByParent => (
-                NewEvent::new(EventName::CANCELLED_BY_PARENT).message("parent was cancelled before this job ran"),
-                None,
-                None,
-                None,
-            ),
-        };
-        let set = move |update: UpdateMany<job::Entity>| {
-            update
-                .col_expr(job::Column::FinishedAt, Expr::value(now))
-                .col_expr(job::Column::LeasedUntil, Expr::value(None::<chrono::DateTime<Utc>>))
-                .col_expr(job::Column::Result, Expr::value(result))
-                .col_expr(job::Column::ErrorCode, Expr::value(error_code))
-                .col_expr(job::Column::ErrorMessage, Expr::value(error_message))
-        };
-        self.transition(id, &[JobStatus::Running], completion.status(), set, event).await
+    async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
+        self.finish_run(run, completion).await
+    }
+
+    async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
+        self.requeue_run(run, requeue).await
+    }
+
+    async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
+        self.extend_run_lease(run, lease).await
+    }
+
+    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
+        self.find_expired_leases(limit).await
+    }
+
+    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.find_stalled_runs(timeout, stall, limit).await
+    }
+
+    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.find_overdue_queued(timeout, limit).await
+    }
+
+    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
+        self.fail_queued_job(id, error_code, message).await
     }
 
     async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
@@ -237,6 +229,8 @@ impl JobStore for SeaStore {
                 .col_expr(job::Column::Owner, Expr::value(None::<String>))
                 .col_expr(job::Column::RunAfter, Expr::value(no_time))
                 .col_expr(job::Column::PublishedAt, Expr::value(no_time))
+                // A manual retry starts a fresh retry budget.
+                .col_expr(job::Column::Failures, Expr::value(0))
         };
         let event = NewEvent::new(EventName::RETRIED).message("re-queued by request");
         let from = [JobStatus::Failed, JobStatus::Cancelled];
@@ -265,75 +259,16 @@ impl JobStore for SeaStore {
         Ok(())
     }
 
-    async fn requeue_later(&self, id: Uuid, delay: Duration, reason: &str) -> Result<Option<Job>, StoreError> {
-        let run_after = Utc::now() + to_chrono(delay);
-        let event = NewEvent::new(EventName::RETRY_LATER)
-            .message(reason)
-            .fields(json!({ "delay_seconds": delay.as_secs_f64(), "run_after": run_after }));
-        let set = move |update: UpdateMany<job::Entity>| {
-            let no_time = None::<chrono::DateTime<Utc>>;
-            update
-                .col_expr(job::Column::RunAfter, Expr::value(run_after))
-                .col_expr(job::Column::PublishedAt, Expr::value(no_time))
-                .col_expr(job::Column::StartedAt, Expr::value(no_time))
-                .col_expr(job::Column::LeasedUntil, Expr::value(no_time))
-                .col_expr(job::Column::Owner, Expr::value(None::<String>))
-        };
-        self.transition(id, &[JobStatus::Running], JobStatus::Queued, set, event).await
-    }
-
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
-        let mut by_attempts: BTreeMap<i32, Vec<Uuid>> = BTreeMap::new();
-        for job in jobs {
-            by_attempts.entry(job.attempts).or_default().push(job.id);
-        }
-        let now = Utc::now();
-        let mut marked = 0;
-        for (attempts, ids) in by_attempts {
-            let result = job::Entity::update_many()
-                .col_expr(job::Column::PublishedAt, Expr::value(now))
-                .filter(job::Column::Id.is_in(ids))
-                .filter(job::Column::Attempts.eq(attempts))
-                .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
-                .filter(job::Column::PublishedAt.is_null())
-                .exec(&self.db)
-                .await?;
-            marked += result.rows_affected;
-        }
-        Ok(marked)
+        self.record_publications(jobs).await
     }
 
     async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
-        let now = Utc::now();
-        let rows = job::Entity::find()
-            .select_only()
-            .column(job::Column::Id)
-            .column(job::Column::Queue)
-            .column(job::Column::Attempts)
-            // Literals, so both engines can use the partial index on undispatched jobs.
-            .filter(Expr::cust("status = 'queued' AND published_at IS NULL"))
-            // Fresh submissions get `grace` for their submitter to publish them; a job
-            // waiting out a delay is nobody else's to publish once the delay is over.
-            .filter(
-                (job::Column::RunAfter.is_null().and(job::Column::CreatedAt.lte(now - to_chrono(grace))))
-                    .or(job::Column::RunAfter.lte(now)),
-            )
-            .order_by_asc(job::Column::CreatedAt)
-            .limit(limit)
-            .into_tuple::<(Uuid, String, i32)>()
-            .all(&self.db)
-            .await?;
-        Ok(rows.into_iter().map(|(id, queue, attempts)| Dispatch { id, queue, attempts }).collect())
+        self.find_due_for_dispatch(grace, limit).await
     }
 
     async fn forget_publications(&self) -> Result<u64, StoreError> {
-        let result = job::Entity::update_many()
-            .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
-            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
-            .filter(job::Column::PublishedAt.is_not_null())
-            .exec(&self.db)
-            .await?;
-        Ok(result.rows_affected)
+        self.clear_publications().await
     }
 }
 
@@ -397,74 +332,4 @@ async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent
     };
     job_event::Entity::insert(row).exec_without_returning(db).await?;
     Ok(())
-}
-
-fn new_row(new: &NewJob) -> job::Model {
-    job::Model {
-        id: Uuid::now_v7(),
-        operation: new.operation.clone(),
-        queue: new.queue.as_str().to_owned(),
-        payload: new.payload.clone(),
-        result: None,
-        status: JobStatus::Queued.as_str().to_owned(),
-        parent_job_id: new.parent_job_id,
-        progress_current: 0,
-        progress_total: None,
-        attempts: 0,
-        max_retries: new.max_retries,
-        error_code: None,
-        error_message: None,
-        idempotency_key: new.idempotency_key.clone(),
-        created_at: Utc::now(),
-        started_at: None,
-        finished_at: None,
-        leased_until: None,
-        owner: None,
-        run_after: None,
-        published_at: None,
-    }
-}
-
-fn to_chrono(duration: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
-}
-
-fn to_job(row: job::Model) -> Result<Job, StoreError> {
-    let status = row.status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
-    Ok(Job {
-        id: row.id,
-        operation: row.operation,
-        queue: row.queue,
-        status,
-        payload: row.payload,
-        result: row.result,
-        parent_job_id: row.parent_job_id,
-        progress_current: row.progress_current,
-        progress_total: row.progress_total,
-        attempts: row.attempts,
-        max_retries: row.max_retries,
-        error_code: row.error_code,
-        error_message: row.error_message,
-        idempotency_key: row.idempotency_key,
-        created_at: row.created_at,
-        started_at: row.started_at,
-        finished_at: row.finished_at,
-        leased_until: row.leased_until,
-        owner: row.owner,
-        run_after: row.run_after,
-        published_at: row.published_at,
-    })
-}
-
-fn to_event(row: job_event::Model) -> Result<JobEvent, StoreError> {
-    let level = row.level.parse::<EventLevel>().map_err(StoreError::Corrupt)?;
-    Ok(JobEvent {
-        id: row.id,
-        job_id: row.job_id,
-        ts: row.ts,
-        event: row.event,
-        message: row.message,
-        fields: row.fields,
-        level,
-    })
 }

@@ -1,0 +1,77 @@
+//! `Heartbeat`: one per in-flight job. Every interval it renews the run's lease in its own
+//! short statement. When the renewal finds the run no longer current (cancelled, finished,
+//! reaped) it fires the run's cancellation token, so a cooperative operation stops, and
+//! stops itself. If the heartbeat dies the lease simply expires and the reaper takes over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::store::{JobStore, RunRef};
+
+pub struct Heartbeat {
+    run: RunRef,
+    store: Arc<dyn JobStore>,
+    lease: Duration,
+    interval: Duration,
+    cancel: CancellationToken,
+    /// A renewal is under way; a tick that finds one skips.
+    busy: bool,
+}
+
+impl Heartbeat {
+    pub fn new(
+        run: RunRef,
+        store: Arc<dyn JobStore>,
+        lease: Duration,
+        interval: Duration,
+        cancel: CancellationToken,
+    ) -> Self {
+        Heartbeat { run, store, lease, interval, cancel, busy: false }
+    }
+
+    fn beat(&mut self, ctx: &mut Context<Self>) {
+        if self.busy {
+            return;
+        }
+        self.busy = true;
+        let (store, run, lease) = (self.store.clone(), self.run, self.lease);
+        let renew = async move { store.extend_lease(run, lease).await };
+        ctx.spawn(renew.into_actor(self).map(|renewed, actor, ctx| {
+            actor.busy = false;
+            match renewed {
+                Ok(true) => {}
+                Ok(false) => {
+                    info!(job_id = %actor.run.id, "run no longer current; signalling the operation to stop");
+                    actor.cancel.cancel();
+                    ctx.stop();
+                }
+                Err(err) => warn!(job_id = %actor.run.id, error = %err, "lease not renewed; will retry"),
+            }
+        }));
+    }
+}
+
+impl Actor for Heartbeat {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(self.interval, |actor, ctx| actor.beat(ctx));
+    }
+}
+
+/// The run ended: stop renewing.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopHeartbeat;
+
+impl Handler<StopHeartbeat> for Heartbeat {
+    type Result = ();
+
+    fn handle(&mut self, _: StopHeartbeat, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}

@@ -1,0 +1,133 @@
+//! `Reaper`: every `interval`, rescues jobs nobody is running any more.
+//!
+//! - A RUNNING job whose lease expired (database clock) is re-queued
+//!   (`job.lease_expired_requeue`), up to `max_lease_requeues` times, then FAILED with
+//!   `lease_expired`: a job that kills its worker every time ends, without a crash loop.
+//! - A RUNNING job past `timeout` that also wrote no event within `stall` is FAILED with
+//!   `JobTimeout` (progress-aware: a long job that reports progress is left alone).
+//! - A QUEUED job runnable for longer than `queue_timeout` (when set) is FAILED with
+//!   `QueueTimeout`.
+//!
+//! Every move is a compare-and-set on the run, so a worker that is merely slow and the
+//! reaper can never both win.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tracing::{info, warn};
+
+use crate::config::ReaperSettings;
+use crate::dispatch::Dispatcher;
+use crate::store::{Completion, JobStore, Requeue, StoreError};
+
+pub const JOB_TIMEOUT: &str = "JobTimeout";
+pub const QUEUE_TIMEOUT: &str = "QueueTimeout";
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, MessageResponse)]
+pub struct ReapCounts {
+    pub lease_requeued: u64,
+    pub lease_failed: u64,
+    pub timed_out: u64,
+    pub queue_timed_out: u64,
+}
+
+impl ReapCounts {
+    pub fn total(&self) -> u64 {
+        self.lease_requeued + self.lease_failed + self.timed_out + self.queue_timed_out
+    }
+}
+
+pub struct Reaper {
+    store: Arc<dyn JobStore>,
+    dispatcher: Dispatcher,
+    settings: ReaperSettings,
+    busy: bool,
+}
+
+impl Reaper {
+    pub fn new(store: Arc<dyn JobStore>, dispatcher: Dispatcher, settings: ReaperSettings) -> Self {
+        Reaper { store, dispatcher, settings, busy: false }
+    }
+}
+
+/// One pass over expired leases, stalled runs and overdue queued jobs.
+pub async fn run_once(
+    store: &dyn JobStore,
+    dispatcher: &Dispatcher,
+    settings: &ReaperSettings,
+) -> Result<ReapCounts, StoreError> {
+    let mut counts = ReapCounts::default();
+    for expired in store.expired_leases(settings.batch).await? {
+        if expired.requeues < i64::from(settings.max_lease_requeues) {
+            if let Some(job) = store.requeue(expired.run, &Requeue::LeaseExpired).await? {
+                dispatcher.publish(&job).await;
+                counts.lease_requeued += 1;
+            }
+        } else {
+            let message = format!("lease expired {} times; giving up", expired.requeues + 1);
+            if store.finish(expired.run, &Completion::LeaseExpired { message }).await?.is_some() {
+                counts.lease_failed += 1;
+            }
+        }
+    }
+    let timeout = Duration::from_secs(settings.timeout_seconds);
+    let stall = Duration::from_secs(settings.stall_seconds);
+    for run in store.stalled_runs(timeout, stall, settings.batch).await? {
+        let message =
+            format!("running for over {}s with no event in {}s", settings.timeout_seconds, settings.stall_seconds);
+        let completion = Completion::Failed { error_code: JOB_TIMEOUT.into(), message };
+        if store.finish(run, &completion).await?.is_some() {
+            counts.timed_out += 1;
+        }
+    }
+    if settings.queue_timeout_seconds > 0 {
+        let queue_timeout = Duration::from_secs(settings.queue_timeout_seconds);
+        for id in store.overdue_queued(queue_timeout, settings.batch).await? {
+            let message = format!("queued for over {}s", settings.queue_timeout_seconds);
+            if store.fail_queued(id, QUEUE_TIMEOUT, &message).await?.is_some() {
+                counts.queue_timed_out += 1;
+            }
+        }
+    }
+    if counts.total() > 0 {
+        info!(?counts, "reaper pass");
+    }
+    Ok(counts)
+}
+
+impl Actor for Reaper {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(Duration::from_millis(self.settings.interval_ms), |_, ctx| ctx.notify(Reap));
+    }
+}
+
+impl Supervised for Reaper {}
+
+/// Runs one pass now (the interval sends it too); answers what it did.
+#[derive(Message)]
+#[rtype(result = "ReapCounts")]
+pub struct Reap;
+
+impl Handler<Reap> for Reaper {
+    type Result = ResponseActFuture<Self, ReapCounts>;
+
+    fn handle(&mut self, _: Reap, _ctx: &mut Self::Context) -> Self::Result {
+        if self.busy {
+            return Box::pin(fut::ready(ReapCounts::default()));
+        }
+        self.busy = true;
+        let (store, dispatcher, settings) = (self.store.clone(), self.dispatcher.clone(), self.settings.clone());
+        let pass = async move { run_once(store.as_ref(), &dispatcher, &settings).await };
+        Box::pin(pass.into_actor(self).map(|result, actor, _| {
+            actor.busy = false;
+            result.unwrap_or_else(|err| {
+                warn!(error = %err, "reaper pass failed");
+                ReapCounts::default()
+            })
+        }))
+    }
+}

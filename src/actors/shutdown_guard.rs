@@ -1,0 +1,147 @@
+//! `ShutdownGuard`: owns SIGTERM and SIGINT. On the first signal it stops intake (consumers
+//! drop their subscriptions, no new claims), drains HTTP, and lets in-flight jobs finish
+//! within `grace`. Jobs still running then are re-queued (RUNNING → QUEUED, lease and start
+//! cleared, message re-published) so another worker takes them; a job whose requeue cannot
+//! commit is force-failed with `WorkerShutdown`. Then the process exits with 143. A second
+//! signal changes nothing: one timer, one exit. It also feeds the systemd watchdog.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use actix_web::dev::ServerHandle;
+use tokio::sync::oneshot;
+use tracing::{error, info, warn};
+
+use super::consumer::StopIntake;
+use crate::dispatch::Dispatcher;
+use crate::store::{Completion, JobStore, Requeue};
+use crate::worker::InFlight;
+
+/// Error class of a job force-failed because its worker stopped and could not requeue it.
+pub const WORKER_SHUTDOWN: &str = "WorkerShutdown";
+/// 128 + SIGTERM: what systemd and shells expect from a process stopped by SIGTERM.
+pub const EXIT_CODE: i32 = 143;
+
+pub struct ShutdownGuard {
+    in_flight: Arc<InFlight>,
+    store: Arc<dyn JobStore>,
+    dispatcher: Dispatcher,
+    grace: Duration,
+    consumers: Vec<Recipient<StopIntake>>,
+    server: Option<ServerHandle>,
+    /// Resolved with the exit code once shutdown is complete.
+    done: Option<oneshot::Sender<i32>>,
+    armed: bool,
+}
+
+impl ShutdownGuard {
+    pub fn new(
+        in_flight: Arc<InFlight>,
+        store: Arc<dyn JobStore>,
+        dispatcher: Dispatcher,
+        grace: Duration,
+        consumers: Vec<Recipient<StopIntake>>,
+        server: Option<ServerHandle>,
+        done: oneshot::Sender<i32>,
+    ) -> Self {
+        ShutdownGuard { in_flight, store, dispatcher, grace, consumers, server, done: Some(done), armed: false }
+    }
+
+    fn listen_for_signals(ctx: &mut Context<Self>) {
+        use tokio::signal::unix::{signal, SignalKind};
+        for (kind, name) in [(SignalKind::terminate(), "SIGTERM"), (SignalKind::interrupt(), "SIGINT")] {
+            match signal(kind) {
+                Ok(mut stream) => {
+                    let addr = ctx.address();
+                    actix::spawn(async move {
+                        while stream.recv().await.is_some() {
+                            addr.do_send(Stop { signal: name });
+                        }
+                    });
+                }
+                Err(err) => error!(signal = name, error = %err, "cannot listen for the signal"),
+            }
+        }
+    }
+}
+
+impl Actor for ShutdownGuard {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        Self::listen_for_signals(ctx);
+        if let Some(period) = sd_notify::watchdog_enabled() {
+            ctx.run_interval(period / 2, |_, _| {
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+            });
+        }
+    }
+}
+
+/// Begin shutting down (what a signal sends).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Stop {
+    pub signal: &'static str,
+}
+
+impl Handler<Stop> for ShutdownGuard {
+    type Result = ();
+
+    fn handle(&mut self, stop: Stop, ctx: &mut Self::Context) {
+        if self.armed {
+            info!(signal = stop.signal, "already shutting down");
+            return;
+        }
+        self.armed = true;
+        info!(
+            signal = stop.signal,
+            grace_seconds = self.grace.as_secs_f64(),
+            "shutting down: intake stopped, draining"
+        );
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+        self.in_flight.close();
+        for consumer in &self.consumers {
+            consumer.do_send(StopIntake);
+        }
+        if let Some(server) = self.server.clone() {
+            actix::spawn(async move { server.stop(true).await });
+        }
+        let (in_flight, store, dispatcher, grace) =
+            (self.in_flight.clone(), self.store.clone(), self.dispatcher.clone(), self.grace);
+        let drain = async move { drain_or_requeue(&in_flight, store.as_ref(), &dispatcher, grace).await };
+        ctx.spawn(drain.into_actor(self).map(|_, actor, _| {
+            if let Some(done) = actor.done.take() {
+                let _ = done.send(EXIT_CODE);
+            }
+        }));
+    }
+}
+
+/// Waits up to `grace` for in-flight runs; re-queues (else force-fails) what is left.
+async fn drain_or_requeue(in_flight: &InFlight, store: &dyn JobStore, dispatcher: &Dispatcher, grace: Duration) {
+    if tokio::time::timeout(grace, in_flight.drained()).await.is_ok() {
+        info!("in-flight jobs finished within the grace period");
+        return;
+    }
+    for run in in_flight.snapshot() {
+        match store.requeue(run, &Requeue::Shutdown).await {
+            Ok(Some(job)) => {
+                info!(job_id = %run.id, "re-queued on shutdown");
+                dispatcher.publish(&job).await;
+            }
+            Ok(None) => info!(job_id = %run.id, "finished while shutting down"),
+            Err(err) => {
+                warn!(job_id = %run.id, error = %err, "requeue failed; force-failing the job");
+                let completion = Completion::Failed {
+                    error_code: WORKER_SHUTDOWN.into(),
+                    message: format!("the worker shut down and could not requeue the job: {err}"),
+                };
+                if let Err(err) = store.finish(run, &completion).await {
+                    error!(job_id = %run.id, error = %err, "force-fail failed; the lease will expire");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Converting between rows and domain types, and the clock used in SQL.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use sea_orm::sea_query::Expr;
+use sea_orm::DbBackend;
+use uuid::Uuid;
+
+use super::super::entity::{job, job_event};
+use super::super::StoreError;
+use crate::domain::{EventLevel, Job, JobEvent, JobStatus, NewJob, RetryPolicy};
+
+/// "Now" for lease and timeout arithmetic. On PostgreSQL it is the database's clock, so
+/// workers on many hosts judge leases by one clock; SQLite is embedded, one host, one clock.
+pub(super) fn db_now(backend: DbBackend) -> Expr {
+    match backend {
+        DbBackend::Postgres => Expr::cust("CURRENT_TIMESTAMP"),
+        _ => Expr::value(Utc::now()),
+    }
+}
+
+/// `db_now` shifted by `offset_ms` milliseconds (negative: in the past).
+pub(super) fn db_now_plus(backend: DbBackend, offset_ms: i64) -> Expr {
+    match backend {
+        DbBackend::Postgres => Expr::cust(format!("CURRENT_TIMESTAMP + INTERVAL '{offset_ms} milliseconds'")),
+        _ => Expr::value(Utc::now() + chrono::Duration::milliseconds(offset_ms)),
+    }
+}
+
+pub(super) fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 2)
+}
+
+pub(super) fn to_chrono(duration: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+}
+
+pub(super) fn new_row(new: &NewJob) -> job::Model {
+    job::Model {
+        id: Uuid::now_v7(),
+        operation: new.operation.clone(),
+        queue: new.queue.as_str().to_owned(),
+        payload: new.payload.clone(),
+        result: None,
+        status: JobStatus::Queued.as_str().to_owned(),
+        parent_job_id: new.parent_job_id,
+        progress_current: 0,
+        progress_total: None,
+        attempts: 0,
+        max_retries: new.max_retries,
+        error_code: None,
+        error_message: None,
+        idempotency_key: new.idempotency_key.clone(),
+        created_at: Utc::now(),
+        started_at: None,
+        finished_at: None,
+        leased_until: None,
+        owner: None,
+        run_after: None,
+        published_at: None,
+        failures: 0,
+        retry_policy: serde_json::to_value(&new.retry_policy).ok(),
+    }
+}
+
+pub(super) fn to_job(row: job::Model) -> Result<Job, StoreError> {
+    let status = row.status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
+    Ok(Job {
+        id: row.id,
+        operation: row.operation,
+        queue: row.queue,
+        status,
+        payload: row.payload,
+        result: row.result,
+        parent_job_id: row.parent_job_id,
+        progress_current: row.progress_current,
+        progress_total: row.progress_total,
+        attempts: row.attempts,
+        max_retries: row.max_retries,
+        error_code: row.error_code,
+        error_message: row.error_message,
+        idempotency_key: row.idempotency_key,
+        created_at: row.created_at,
+        started_at: row.started_at,
+        finished_at: row.finished_at,
+        leased_until: row.leased_until,
+        owner: row.owner,
+        run_after: row.run_after,
+        published_at: row.published_at,
+        failures: row.failures,
+        retry_policy: row
+            .retry_policy
+            .map(|policy| {
+                serde_json::from_value::<RetryPolicy>(policy).map_err(|err| StoreError::Corrupt(err.to_string()))
+            })
+            .transpose()?
+            .unwrap_or_default(),
+    })
+}
+
+pub(super) fn to_event(row: job_event::Model) -> Result<JobEvent, StoreError> {
+    let level = row.level.parse::<EventLevel>().map_err(StoreError::Corrupt)?;
+    Ok(JobEvent {
+        id: row.id,
+        job_id: row.job_id,
+        ts: row.ts,
+        event: row.event,
+        message: row.message,
+        fields: row.fields,
+        level,
+    })
+}
