@@ -1,7 +1,8 @@
-//! Embedding yardmaster with an operation of your own: this binary is the full `yardmaster`
-//! command line (`serve`, `worker`, `migrate`) plus `count`, which records each execution
-//! in a table `execution_log (job_id)` that must exist. The process tests use it to count
-//! executions across worker processes.
+//! Embedding yardmaster with operations of your own: this binary is the full `yardmaster`
+//! command line (`serve`, `worker`, `reaper`, `migrate`) plus `count`, which records each
+//! execution in a table `execution_log (job_id)` that must exist, and `crash`, which kills
+//! its worker. The process tests use them to count executions across worker processes and
+//! to crash workers on purpose.
 //!
 //! ```sh
 //! cargo run --example custom_operation -- worker --queue default
@@ -38,6 +39,28 @@ impl Operation for Count {
     }
 }
 
+/// Kills its own worker process with SIGKILL, every time: a job that crashes its worker.
+struct Crash;
+
+#[async_trait]
+impl Operation for Crash {
+    fn name(&self) -> &'static str {
+        "crash"
+    }
+
+    fn validate(&self, _payload: &Value) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn execute(&self, _ctx: JobContext, _payload: Value) -> Result<Value, OperationError> {
+        // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+        Err(OperationError::new("Unreachable", "the process should be gone"))
+    }
+}
+
 fn main() -> ExitCode {
-    yardmaster::cli::main_with(OperationRegistry::builtin().with(Count))
+    yardmaster::cli::main_with(OperationRegistry::builtin().with(Count).with(Crash))
 }

@@ -1,4 +1,5 @@
-//! `fail`: fails with the error class and message it is given, for testing failure paths.
+//! `fail`: fails with the error class and message it is given, for testing failure paths;
+//! with `times`, only the first `times` runs fail and the next succeeds (a flaky dependency).
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -15,6 +16,9 @@ struct FailPayload {
     error_class: String,
     #[serde(default = "default_message")]
     message: String,
+    /// Fail only this many runs; `None`: every run.
+    #[serde(default)]
+    times: Option<u32>,
 }
 
 fn default_class() -> String {
@@ -46,8 +50,12 @@ impl Operation for Fail {
         FailPayload::parse(payload).map(drop)
     }
 
-    async fn execute(&self, _ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
+    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let payload = FailPayload::parse(&payload).map_err(|err| OperationError::new("InvalidPayload", err))?;
-        Err(OperationError::new(payload.error_class, payload.message))
+        let run = u32::try_from(ctx.attempt()).unwrap_or(u32::MAX);
+        match payload.times {
+            Some(times) if run > times => Ok(serde_json::json!({ "succeeded_on_run": run })),
+            _ => Err(OperationError::new(payload.error_class, payload.message)),
+        }
     }
 }

@@ -170,6 +170,7 @@ pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
     pub db: DatabaseConnection,
+    pub store: Arc<dyn JobStore>,
     pub transport: Arc<dyn Transport>,
     pub seeded: Vec<Uuid>,
     _database: TestDatabase,
@@ -226,9 +227,9 @@ impl TestApp {
         }
         let app = builder.build().await.expect("app builds");
         let address = format!("http://127.0.0.1:{}", app.port().expect("the API is served"));
-        let db = app.db();
+        let (db, store) = (app.db(), app.store());
         actix_rt::spawn(app.run_until_stopped());
-        TestApp { address, client: reqwest::Client::new(), db, transport, seeded, _database: database }
+        TestApp { address, client: reqwest::Client::new(), db, store, transport, seeded, _database: database }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -204,7 +204,95 @@ async fn retry_later_runs_the_job_again_after_its_delay(backend: Backend) {
     }
 }
 
+async fn a_retryable_failure_is_retried_with_growing_delays(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let body = json!({
+        "operation": "fail",
+        "payload": { "error_class": "Timeout", "times": 2 },
+        "max_retries": 3,
+        "retry": { "base_seconds": 0.2, "cap_seconds": 2.0, "retry_on": ["Timeout"] },
+    });
+    let (code, job) = app.submit(body).await;
+    assert_eq!(code, 201, "{job}");
+    let id = job["id"].as_str().unwrap();
+    let done = app.wait_for_status(id, "succeeded").await;
+    assert_eq!((done["attempts"].as_i64(), done["failures"].as_i64()), (Some(3), Some(2)), "{done}");
+    let (_, body) = app.get(&format!("/jobs/{id}/events")).await;
+    let events = body["events"].as_array().unwrap();
+    let names: Vec<_> = events.iter().map(|event| event["event"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["job.queued", "job.started", "job.retry_scheduled", "job.started", "job.retry_scheduled", "job.started", "job.succeeded"]
+    );
+    let delay = |i: usize| events[i]["fields"]["delay_seconds"].as_f64().unwrap();
+    assert!((0.1..=0.2).contains(&delay(2)), "first delay {}", delay(2));
+    assert!((0.2..=0.4).contains(&delay(4)), "second delay {}", delay(4));
+    assert!(delay(4) >= delay(2), "delays grow");
+    assert_eq!(events[2]["fields"]["failure"], 1);
+    assert_eq!(events[4]["fields"]["failure"], 2);
+}
+
+async fn a_non_retryable_failure_fails_at_once(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let body = json!({
+        "operation": "fail",
+        "payload": { "error_class": "ValidationError" },
+        "max_retries": 5,
+        "retry": { "base_seconds": 0.1, "no_retry_on": ["ValidationError"] },
+    });
+    let (_, job) = app.submit(body).await;
+    let id = job["id"].as_str().unwrap();
+    let failed = app.wait_for_status(id, "failed").await;
+    assert_eq!((failed["attempts"].as_i64(), failed["failures"].as_i64()), (Some(1), Some(1)));
+    assert_eq!(failed["error_code"], "ValidationError");
+    assert_eq!(app.event_names(id).await, ["job.queued", "job.started", "job.failed"]);
+}
+
+async fn cancelling_a_running_job_stops_its_work(backend: Backend) {
+    let options = TestOptions { queues: vec![("default", 1)], ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let (_, job) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 60, "steps": 600 } })).await;
+    let id = job["id"].as_str().unwrap();
+    app.wait_for_status(id, "running").await;
+    let (code, cancelled) = app.post(&format!("/jobs/{id}/cancel")).await;
+    assert_eq!((code, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled}");
+    // One job at a time: the next job runs only once the cancelled one has stopped, long
+    // before its minute is up.
+    let started = std::time::Instant::now();
+    let (_, next) = app.submit(json!({ "operation": "ping" })).await;
+    app.wait_for_status(next["id"].as_str().unwrap(), "succeeded").await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "the cancelled job kept its slot");
+    let (_, after) = app.get(&format!("/jobs/{id}")).await;
+    assert_eq!(after["status"], "cancelled");
+    assert!(after["progress_current"].as_i64().unwrap_or(0) < 600);
+    assert!(!app.event_names(id).await.iter().any(|name| name == "job.succeeded" || name == "job.failed"));
+}
+
+async fn the_reaper_requeues_a_job_whose_worker_vanished(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let (_, job) = app.submit(json!({ "operation": "count", "queue": "parked" })).await;
+    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    // A worker elsewhere claims it with a short lease and is never heard from again.
+    let ghost = app.store.claim(id, "ghost", std::time::Duration::from_millis(50)).await.unwrap().unwrap();
+    assert_eq!(ghost.status, yardmaster::domain::JobStatus::Running);
+    // Nobody consumes "parked", so the requeued job stays visible as QUEUED.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !app.event_names(&id.to_string()).await.iter().any(|name| name == "job.lease_expired_requeue") {
+        assert!(std::time::Instant::now() < deadline, "the reaper never requeued the job");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (_, requeued) = app.get(&format!("/jobs/{id}")).await;
+    assert_eq!((requeued["status"].as_str(), requeued["owner"].as_str()), (Some("queued"), None), "{requeued}");
+    // The ghost's late outcome is refused: its run is no longer current.
+    let late = app.store.finish((&ghost).into(), &yardmaster::store::Completion::Succeeded { result: json!({}) }).await;
+    assert!(late.unwrap().is_none());
+}
+
 on_every_backend!(
+    a_retryable_failure_is_retried_with_growing_delays,
+    a_non_retryable_failure_fails_at_once,
+    cancelling_a_running_job_stops_its_work,
+    the_reaper_requeues_a_job_whose_worker_vanished,
     retry_later_runs_the_job_again_after_its_delay,
     ping_succeeds_with_its_events,
     fail_records_its_error_class,
