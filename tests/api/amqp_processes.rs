@@ -202,3 +202,126 @@ async fn a_crash_between_commit_and_publish_loses_no_job() {
     let _worker = deployment.spawn(&["worker", "--queue", "default"], &[]);
     wait_for_count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", 1, Duration::from_secs(60)).await;
 }
+
+/// Short leases and fast reaper passes, so crash tests take seconds.
+const FAST: [(&str, &str); 4] = [
+    ("YARDMASTER__WORKER__LEASE_MS", "1500"),
+    ("YARDMASTER__WORKER__HEARTBEAT_MS", "300"),
+    ("YARDMASTER__REAPER__INTERVAL_MS", "200"),
+    ("YARDMASTER__WORKER__GRACE_SECONDS", "1"),
+];
+
+fn with_fast<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    FAST.iter().copied().chain(extra.iter().copied()).collect()
+}
+
+/// Inserts a QUEUED job straight into the store (unpublished: a worker's sweep sends it).
+async fn insert_job(url: &str, operation: &str, payload: serde_json::Value) -> Uuid {
+    let mut settings = yardmaster::Settings::default();
+    settings.store.url = url.to_owned();
+    let db = yardmaster::store::connect(&settings.store).await.unwrap();
+    let store = yardmaster::store::SeaStore::new(db.clone());
+    let new = yardmaster::domain::NewJob {
+        operation: operation.into(),
+        queue: Default::default(),
+        payload,
+        parent_job_id: None,
+        max_retries: 0,
+        retry_policy: Default::default(),
+        idempotency_key: None,
+    };
+    let id = yardmaster::store::JobStore::submit(&store, new).await.unwrap().job.id;
+    db.close().await.ok();
+    id
+}
+
+async fn wait_for_row(db: &DatabaseConnection, sql: &str, within: Duration) {
+    wait_for_count(db, sql, 1, within).await;
+}
+
+#[actix_rt::test]
+async fn a_worker_killed_mid_job_loses_it_to_the_reaper_and_another_finishes_it() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    seed(&url, "count", 0).await;
+    let deployment = Deployment::new(&url);
+    let args = ["worker", "--queue", "default"];
+    let mut first = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "first")]));
+    let id = insert_job(&url, "sleep", json!({ "seconds": 4, "steps": 40 })).await;
+    let db = Database::connect(&url).await.unwrap();
+    let running = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'running' AND owner = 'first'");
+    wait_for_row(&db, &running, Duration::from_secs(30)).await;
+    let _second = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "second")]));
+
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+
+    let done = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'succeeded' AND owner = 'second'");
+    wait_for_row(&db, &done, Duration::from_secs(60)).await;
+    let requeued =
+        format!("SELECT COUNT(*) FROM job_event WHERE job_id = '{id}' AND event = 'job.lease_expired_requeue'");
+    assert_eq!(count(&db, &requeued).await, 1);
+    assert_eq!(count(&db, &format!("SELECT attempts::bigint FROM job WHERE id = '{id}'")).await, 2);
+}
+
+#[actix_rt::test]
+async fn sigterm_mid_job_requeues_it_within_the_grace_and_exits_143() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    seed(&url, "count", 0).await;
+    let deployment = Deployment::new(&url);
+    let args = ["worker", "--queue", "default"];
+    let mut first = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "first")]));
+    let id = insert_job(&url, "sleep", json!({ "seconds": 5, "steps": 50 })).await;
+    let db = Database::connect(&url).await.unwrap();
+    let running = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'running' AND owner = 'first'");
+    wait_for_row(&db, &running, Duration::from_secs(30)).await;
+    let _second = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "second")]));
+
+    let stopping = Instant::now();
+    // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
+    unsafe {
+        libc::kill(first.0.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let status = actix_rt::task::spawn_blocking(move || first.0.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(143), "{status:?}");
+    assert!(stopping.elapsed() < Duration::from_secs(10), "took {:?} with a 1 s grace", stopping.elapsed());
+
+    let requeued =
+        format!("SELECT COUNT(*) FROM job_event WHERE job_id = '{id}' AND event = 'job.requeued_on_shutdown'");
+    assert_eq!(count(&db, &requeued).await, 1);
+    let done = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'succeeded' AND owner = 'second'");
+    wait_for_row(&db, &done, Duration::from_secs(60)).await;
+}
+
+#[actix_rt::test]
+async fn a_job_that_kills_its_worker_every_time_fails_after_its_budget() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    seed(&url, "count", 0).await;
+    let deployment = Deployment::new(&url);
+    let budget = [("YARDMASTER__REAPER__MAX_LEASE_REQUEUES", "1")];
+    let _reaper = deployment.spawn(&["reaper"], &with_fast(&budget));
+    let id = insert_job(&url, "crash", json!({})).await;
+    let db = Database::connect(&url).await.unwrap();
+
+    // Play systemd: restart the worker whenever it dies, until the job is settled.
+    let failed = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'failed'");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut restarts = 0;
+    let mut worker = deployment.spawn_counting(&["worker", "--queue", "default"], &with_fast(&budget));
+    while count(&db, &failed).await == 0 {
+        assert!(Instant::now() < deadline, "the crashing job never failed");
+        if worker.0.try_wait().unwrap().is_some() {
+            restarts += 1;
+            assert!(restarts <= 4, "crash loop: the worker keeps dying");
+            worker = deployment.spawn_counting(&["worker", "--queue", "default"], &with_fast(&budget));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let code = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND error_code = 'lease_expired' AND attempts = 2");
+    assert_eq!(count(&db, &code).await, 1);
+
+    // The same worker now runs other work and stays up.
+    let next = insert_job(&url, "count", json!({})).await;
+    let done = format!("SELECT COUNT(*) FROM job WHERE id = '{next}' AND status = 'succeeded'");
+    wait_for_row(&db, &done, Duration::from_secs(30)).await;
+    assert!(worker.0.try_wait().unwrap().is_none(), "the worker died again");
+}

@@ -222,7 +222,15 @@ async fn a_retryable_failure_is_retried_with_growing_delays(backend: Backend) {
     let names: Vec<_> = events.iter().map(|event| event["event"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["job.queued", "job.started", "job.retry_scheduled", "job.started", "job.retry_scheduled", "job.started", "job.succeeded"]
+        [
+            "job.queued",
+            "job.started",
+            "job.retry_scheduled",
+            "job.started",
+            "job.retry_scheduled",
+            "job.started",
+            "job.succeeded"
+        ]
     );
     let delay = |i: usize| events[i]["fields"]["delay_seconds"].as_f64().unwrap();
     assert!((0.1..=0.2).contains(&delay(2)), "first delay {}", delay(2));
