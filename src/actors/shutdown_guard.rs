@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use actix_web::dev::ServerHandle;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
 
@@ -33,6 +34,9 @@ pub struct ShutdownGuard {
     /// Resolved with the exit code once shutdown is complete.
     done: Option<oneshot::Sender<i32>>,
     armed: bool,
+    /// Registered at construction, before the service reports READY, so no early signal
+    /// meets the default disposition (which would kill the process without draining).
+    signals: Vec<(Signal, &'static str)>,
 }
 
 impl ShutdownGuard {
@@ -45,23 +49,34 @@ impl ShutdownGuard {
         server: Option<ServerHandle>,
         done: oneshot::Sender<i32>,
     ) -> Self {
-        ShutdownGuard { in_flight, store, dispatcher, grace, consumers, server, done: Some(done), armed: false }
-    }
-
-    fn listen_for_signals(ctx: &mut Context<Self>) {
-        use tokio::signal::unix::{signal, SignalKind};
+        let mut signals = Vec::new();
         for (kind, name) in [(SignalKind::terminate(), "SIGTERM"), (SignalKind::interrupt(), "SIGINT")] {
             match signal(kind) {
-                Ok(mut stream) => {
-                    let addr = ctx.address();
-                    actix::spawn(async move {
-                        while stream.recv().await.is_some() {
-                            addr.do_send(Stop { signal: name });
-                        }
-                    });
-                }
+                Ok(stream) => signals.push((stream, name)),
                 Err(err) => error!(signal = name, error = %err, "cannot listen for the signal"),
             }
+        }
+        ShutdownGuard {
+            in_flight,
+            store,
+            dispatcher,
+            grace,
+            consumers,
+            server,
+            done: Some(done),
+            armed: false,
+            signals,
+        }
+    }
+
+    fn listen_for_signals(&mut self, ctx: &mut Context<Self>) {
+        for (mut stream, name) in self.signals.drain(..) {
+            let addr = ctx.address();
+            actix::spawn(async move {
+                while stream.recv().await.is_some() {
+                    addr.do_send(Stop { signal: name });
+                }
+            });
         }
     }
 }
@@ -70,7 +85,7 @@ impl Actor for ShutdownGuard {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        Self::listen_for_signals(ctx);
+        self.listen_for_signals(ctx);
         if let Some(period) = sd_notify::watchdog_enabled() {
             ctx.run_interval(period / 2, |_, _| {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);

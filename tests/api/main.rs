@@ -8,3 +8,4 @@ mod concurrency;
 mod dead_letters;
 mod errors;
 mod lifecycle;
+mod systemd;
