@@ -266,11 +266,17 @@ impl TestApp {
         }
     }
 
-    /// The event names of a job, in order.
-    pub async fn event_names(&self, id: &str) -> Vec<String> {
+    /// The events of a job, in order.
+    pub async fn events(&self, id: &str) -> Vec<Value> {
         let (code, body) = self.get(&format!("/jobs/{id}/events")).await;
         assert_eq!(code, 200, "{body}");
-        body["events"].as_array().unwrap().iter().map(|event| event["event"].as_str().unwrap().to_owned()).collect()
+        body["events"].as_array().unwrap().clone()
+    }
+
+    /// The event names of a job, in order.
+    pub async fn event_names(&self, id: &str) -> Vec<String> {
+        let events = self.events(id).await;
+        events.iter().map(|event| event["event"].as_str().unwrap().to_owned()).collect()
     }
 
     /// A single integer from SQL, e.g. a `COUNT(*)`.

@@ -180,11 +180,9 @@ async fn retry_later_runs_the_job_again_after_its_delay(backend: Backend) {
     let id = job["id"].as_str().unwrap();
     let done = app.wait_for_status(id, "succeeded").await;
     assert_eq!((done["attempts"].as_i64(), &done["result"]), (Some(3), &json!({ "runs": 3 })));
-    let (_, body) = app.get(&format!("/jobs/{id}/events")).await;
-    let events = body["events"].as_array().unwrap();
-    let names: Vec<_> = events.iter().map(|event| event["event"].as_str().unwrap()).collect();
+    let events = app.events(id).await;
     assert_eq!(
-        names,
+        app.event_names(id).await,
         [
             "job.queued",
             "job.started",
@@ -217,11 +215,9 @@ async fn a_retryable_failure_is_retried_with_growing_delays(backend: Backend) {
     let id = job["id"].as_str().unwrap();
     let done = app.wait_for_status(id, "succeeded").await;
     assert_eq!((done["attempts"].as_i64(), done["failures"].as_i64()), (Some(3), Some(2)), "{done}");
-    let (_, body) = app.get(&format!("/jobs/{id}/events")).await;
-    let events = body["events"].as_array().unwrap();
-    let names: Vec<_> = events.iter().map(|event| event["event"].as_str().unwrap()).collect();
+    let events = app.events(id).await;
     assert_eq!(
-        names,
+        app.event_names(id).await,
         [
             "job.queued",
             "job.started",
