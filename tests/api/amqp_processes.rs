@@ -277,9 +277,12 @@ async fn sigterm_mid_job_requeues_it_within_the_grace_and_exits_143() {
     let _second = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "second")]));
 
     let stopping = Instant::now();
-    // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
-    unsafe {
-        libc::kill(first.0.id() as libc::pid_t, libc::SIGTERM);
+    // Two signals, as an impatient operator sends: the second arms nothing more.
+    for _ in 0..2 {
+        // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
+        unsafe {
+            libc::kill(first.0.id() as libc::pid_t, libc::SIGTERM);
+        }
     }
     let status = actix_rt::task::spawn_blocking(move || first.0.wait()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(143), "{status:?}");

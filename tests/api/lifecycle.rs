@@ -292,7 +292,43 @@ async fn the_reaper_requeues_a_job_whose_worker_vanished(backend: Backend) {
     assert!(late.unwrap().is_none());
 }
 
+async fn the_reaper_times_out_stalled_runs_and_overdue_queued_jobs(backend: Backend) {
+    use yardmaster::actors::reaper::run_once;
+    let app = TestApp::spawn(backend).await;
+    let dispatcher = yardmaster::dispatch::Dispatcher::new(app.store.clone(), app.transport.clone());
+    let (_, job) = app.submit(json!({ "operation": "count", "queue": "parked" })).await;
+    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let lease = std::time::Duration::from_secs(3600);
+    app.store.claim(id, "slow-worker", lease).await.unwrap().unwrap();
+
+    // Past its timeout (0 s) but its last event (the claim) is within the stall window.
+    let mut settings = yardmaster::Settings::default().reaper;
+    settings.timeout_seconds = 0;
+    settings.stall_seconds = 3600;
+    let counts = run_once(app.store.as_ref(), &dispatcher, &settings).await.unwrap();
+    assert_eq!(counts.timed_out, 0, "a run that reports progress is left alone");
+    assert_eq!(app.get(&format!("/jobs/{id}")).await.1["status"], "running");
+
+    settings.stall_seconds = 0;
+    let counts = run_once(app.store.as_ref(), &dispatcher, &settings).await.unwrap();
+    assert_eq!(counts.timed_out, 1);
+    let (_, failed) = app.get(&format!("/jobs/{id}")).await;
+    assert_eq!((failed["status"].as_str(), failed["error_code"].as_str()), (Some("failed"), Some("JobTimeout")));
+
+    // A queued job nobody consumes fails once it has waited longer than the queue timeout.
+    let (_, waiting) = app.submit(json!({ "operation": "count", "queue": "parked" })).await;
+    settings.queue_timeout_seconds = 1;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while run_once(app.store.as_ref(), &dispatcher, &settings).await.unwrap().queue_timed_out == 0 {
+        assert!(std::time::Instant::now() < deadline, "the queued job never timed out");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, expired) = app.get(&format!("/jobs/{}", waiting["id"].as_str().unwrap())).await;
+    assert_eq!((expired["status"].as_str(), expired["error_code"].as_str()), (Some("failed"), Some("QueueTimeout")));
+}
+
 on_every_backend!(
+    the_reaper_times_out_stalled_runs_and_overdue_queued_jobs,
     a_retryable_failure_is_retried_with_growing_delays,
     a_non_retryable_failure_fails_at_once,
     cancelling_a_running_job_stops_its_work,
