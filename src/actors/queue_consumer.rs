@@ -51,9 +51,10 @@ impl DeliveryHandler for JobMessages {
 
     async fn handle(&self, queue: &str, transport: &dyn Transport, delivery: Delivery) {
         let Delivery { body, acker } = delivery;
-        if self.in_flight.is_closed() {
+        // The slot is taken before the claim, so the shutdown guard sees every claim.
+        let Some(mut slot) = self.in_flight.enter() else {
             return settle(acker.requeue().await);
-        }
+        };
         if body.len() > MAX_MESSAGE_BYTES {
             return dead_letter(transport, queue, body, acker, "oversized").await;
         }
@@ -62,14 +63,15 @@ impl DeliveryHandler for JobMessages {
         };
         match self.executor.claim(id).await {
             Ok(Claim::Claimed(job)) => {
-                settle(acker.ack().await);
                 let run = RunRef::from(&*job);
-                let _tracked = self.in_flight.track(run);
+                slot.bind(run);
+                settle(acker.ack().await);
                 let cancel = CancellationToken::new();
                 let lease = self.executor.config().lease;
                 let heartbeat = Heartbeat::new(run, self.store.clone(), lease, self.heartbeat, cancel.clone()).start();
+                // Stops the heartbeat however the run ends, a panic included.
+                let _stop = StopOnDrop(heartbeat);
                 self.executor.run(*job, cancel).await;
-                heartbeat.do_send(StopHeartbeat);
             }
             Ok(Claim::NotClaimable) => settle(acker.ack().await),
             Ok(Claim::Missing) => dead_letter(transport, queue, body, acker, "unknown_job").await,
@@ -78,5 +80,14 @@ impl DeliveryHandler for JobMessages {
                 requeue_later(acker, RETRY_PAUSE).await;
             }
         }
+    }
+}
+
+/// Sends [`StopHeartbeat`] when dropped.
+struct StopOnDrop(actix::Addr<Heartbeat>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.do_send(StopHeartbeat);
     }
 }

@@ -121,7 +121,7 @@ pub struct Cancellation {
 /// One claimed run of a job: its id and the `attempts` value its claim set. Every write a
 /// worker makes about its run names it, so a run the reaper or a shutdown took away can
 /// never finish, extend or requeue a later run of the same job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RunRef {
     pub id: Uuid,
     pub attempt: i32,

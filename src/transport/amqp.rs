@@ -164,10 +164,14 @@ impl Connector {
         Ok(link)
     }
 
-    /// Forgets the link so the next call reconnects.
+    /// Forgets the link so the next call reconnects, if it is broken. A healthy link is kept:
+    /// one slow confirm must not tear down the connection every consumer shares.
     async fn reset(&self) {
-        if let Some(link) = self.link.lock().await.take() {
-            let _ = link.connection.close(200, "reconnecting".into()).await;
+        let mut current = self.link.lock().await;
+        if current.as_ref().is_some_and(|link| !link.is_usable()) {
+            if let Some(link) = current.take() {
+                let _ = link.connection.close(200, "reconnecting".into()).await;
+            }
         }
     }
 

@@ -1,22 +1,30 @@
 //! The runs this process is executing, for the shutdown guard: what to wait for, and what
-//! to requeue when the grace period runs out. Closing it stops new claims.
+//! to requeue when the grace period runs out. A delivery takes a slot *before* it claims, so
+//! no claim can slip past the guard; closing refuses new slots.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
-use uuid::Uuid;
 
 use crate::store::RunRef;
 
 #[derive(Default)]
+struct State {
+    /// Set when shutdown begins: no new slots.
+    closed: bool,
+    /// Slots taken whose claim is still under way.
+    claiming: usize,
+    /// Runs executing, by job and attempt (a job may be claimed again while an older run
+    /// of it still winds down).
+    runs: HashMap<RunRef, ()>,
+}
+
+#[derive(Default)]
 pub struct InFlight {
-    runs: Mutex<HashMap<Uuid, RunRef>>,
-    /// Set when shutdown begins: no new claims.
-    closed: AtomicBool,
-    /// Woken whenever a run ends.
-    ended: Notify,
+    state: Mutex<State>,
+    /// Woken whenever a slot is released.
+    released: Notify,
 }
 
 impl InFlight {
@@ -24,68 +32,112 @@ impl InFlight {
         Arc::new(Self::default())
     }
 
-    /// Records a run until the returned guard is dropped.
-    pub fn track(self: &Arc<Self>, run: RunRef) -> Tracked {
-        self.lock().insert(run.id, run);
-        Tracked { in_flight: self.clone(), id: run.id }
+    /// A slot for one delivery, or `None` once shutdown began.
+    pub fn enter(self: &Arc<Self>) -> Option<Slot> {
+        let mut state = self.lock();
+        if state.closed {
+            return None;
+        }
+        state.claiming += 1;
+        Some(Slot { in_flight: self.clone(), run: None })
     }
 
     pub fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
+        self.lock().closed = true;
     }
 
     pub fn snapshot(&self) -> Vec<RunRef> {
-        self.lock().values().copied().collect()
+        self.lock().runs.keys().copied().collect()
     }
 
-    /// Waits until no run is in flight.
+    /// Waits until no claim is under way and no run is executing.
     pub async fn drained(&self) {
         loop {
-            let ended = self.ended.notified();
-            if self.lock().is_empty() {
-                return;
+            let released = self.released.notified();
+            {
+                let state = self.lock();
+                if state.claiming == 0 && state.runs.is_empty() {
+                    return;
+                }
             }
-            ended.await;
+            released.await;
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, RunRef>> {
-        self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-/// Removes its run from [`InFlight`] when dropped.
-pub struct Tracked {
+/// One delivery's place in [`InFlight`], released when dropped.
+pub struct Slot {
     in_flight: Arc<InFlight>,
-    id: Uuid,
+    run: Option<RunRef>,
 }
 
-impl Drop for Tracked {
+impl Slot {
+    /// The claim succeeded: the slot now stands for `run`.
+    pub fn bind(&mut self, run: RunRef) {
+        let mut state = self.in_flight.lock();
+        state.claiming -= 1;
+        state.runs.insert(run, ());
+        self.run = Some(run);
+    }
+}
+
+impl Drop for Slot {
     fn drop(&mut self) {
-        self.in_flight.lock().remove(&self.id);
-        self.in_flight.ended.notify_waiters();
+        {
+            let mut state = self.in_flight.lock();
+            match self.run {
+                Some(run) => {
+                    state.runs.remove(&run);
+                }
+                None => state.claiming -= 1,
+            }
+        }
+        self.in_flight.released.notify_waiters();
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use uuid::Uuid;
+
     use super::*;
 
     #[actix_rt::test]
-    async fn drained_waits_for_the_last_run() {
+    async fn drained_waits_for_claims_and_runs() {
         let in_flight = InFlight::new();
-        let tracked = in_flight.track(RunRef { id: Uuid::now_v7(), attempt: 1 });
-        assert_eq!(in_flight.snapshot().len(), 1);
+        let mut slot = in_flight.enter().unwrap();
         let waiter = {
             let in_flight = in_flight.clone();
             actix_rt::spawn(async move { in_flight.drained().await })
         };
-        drop(tracked);
+        slot.bind(RunRef { id: Uuid::now_v7(), attempt: 1 });
+        assert_eq!(in_flight.snapshot().len(), 1);
+        drop(slot);
         waiter.await.unwrap();
         assert!(in_flight.snapshot().is_empty());
+    }
+
+    #[test]
+    fn an_old_run_does_not_erase_a_newer_one() {
+        let in_flight = InFlight::new();
+        let id = Uuid::now_v7();
+        let mut old = in_flight.enter().unwrap();
+        old.bind(RunRef { id, attempt: 1 });
+        let mut new = in_flight.enter().unwrap();
+        new.bind(RunRef { id, attempt: 2 });
+        drop(old);
+        assert_eq!(in_flight.snapshot(), [RunRef { id, attempt: 2 }]);
+        drop(new);
+    }
+
+    #[test]
+    fn closing_refuses_new_slots() {
+        let in_flight = InFlight::new();
+        in_flight.close();
+        assert!(in_flight.enter().is_none());
     }
 }

@@ -4,4 +4,4 @@ mod executor;
 mod in_flight;
 
 pub use executor::{Claim, Executor, ExecutorConfig, HandleOutcome};
-pub use in_flight::{InFlight, Tracked};
+pub use in_flight::{InFlight, Slot};

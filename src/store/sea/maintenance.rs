@@ -33,8 +33,20 @@ impl SeaStore {
             .await?;
         let mut expired = Vec::with_capacity(runs.len());
         for (id, attempt) in runs {
+            // A manual retry starts a fresh budget: count only requeues after the last one.
+            let since = job_event::Entity::find()
+                .select_only()
+                .column(job_event::Column::Id)
+                .filter(job_event::Column::JobId.eq(id))
+                .filter(job_event::Column::Event.eq(EventName::RETRIED))
+                .order_by_desc(job_event::Column::Id)
+                .into_tuple::<i64>()
+                .one(&self.db)
+                .await?
+                .unwrap_or(0);
             let requeues = job_event::Entity::find()
                 .filter(job_event::Column::JobId.eq(id))
+                .filter(job_event::Column::Id.gt(since))
                 .filter(job_event::Column::Event.eq(EventName::LEASE_EXPIRED_REQUEUE))
                 .count(&self.db)
                 .await?;
@@ -82,6 +94,7 @@ impl SeaStore {
     }
 
     pub(super) async fn find_overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        let backend = self.db.get_database_backend();
         let since = Utc::now() - to_chrono(timeout);
         let ids = job::Entity::find()
             .select_only()
@@ -90,7 +103,7 @@ impl SeaStore {
             // Waiting counts from when the job became runnable.
             .filter(
                 (job::Column::RunAfter.is_null().and(job::Column::CreatedAt.lt(since)))
-                    .or(job::Column::RunAfter.lt(since)),
+                    .or(Expr::col(job::Column::RunAfter).lt(db_now_plus(backend, -millis(timeout)))),
             )
             .limit(limit)
             .into_tuple::<Uuid>()
@@ -154,7 +167,7 @@ impl SeaStore {
             // waiting out a delay is nobody else's to publish once the delay is over.
             .filter(
                 (job::Column::RunAfter.is_null().and(job::Column::CreatedAt.lte(now - to_chrono(grace))))
-                    .or(job::Column::RunAfter.lte(now)),
+                    .or(Expr::col(job::Column::RunAfter).lte(db_now(self.db.get_database_backend()))),
             )
             .order_by_asc(job::Column::CreatedAt)
             .limit(limit)

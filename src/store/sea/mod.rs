@@ -227,7 +227,7 @@ impl JobStore for SeaStore {
                 .col_expr(job::Column::FinishedAt, Expr::value(no_time))
                 .col_expr(job::Column::LeasedUntil, Expr::value(no_time))
                 .col_expr(job::Column::Owner, Expr::value(None::<String>))
-                .col_expr(job::Column::RunAfter, Expr::value(no_time))
+                .col_expr(job::Column::RunAfter, Expr::value(Utc::now()))
                 .col_expr(job::Column::PublishedAt, Expr::value(no_time))
                 // A manual retry starts a fresh retry budget.
                 .col_expr(job::Column::Failures, Expr::value(0))

@@ -28,12 +28,16 @@ pub(super) fn db_now_plus(backend: DbBackend, offset_ms: i64) -> Expr {
     }
 }
 
+/// Longest delay or timeout the store computes with (a century): keeps date arithmetic far
+/// from overflow whatever a configuration or an operation asks for.
+const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 pub(super) fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 2)
+    i64::try_from(duration.min(LONGEST).as_millis()).unwrap_or(i64::MAX / 2)
 }
 
 pub(super) fn to_chrono(duration: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+    chrono::Duration::milliseconds(millis(duration))
 }
 
 pub(super) fn new_row(new: &NewJob) -> job::Model {

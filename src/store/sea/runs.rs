@@ -31,8 +31,9 @@ impl SeaStore {
                 .col_expr(job::Column::Attempts, Expr::col(job::Column::Attempts).add(1))
                 .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
                 .col_expr(job::Column::Owner, Expr::value(owner))
-                // A job waiting out a delay is not claimable early, whatever stale message arrives.
-                .filter(job::Column::RunAfter.is_null().or(job::Column::RunAfter.lte(now)))
+                // A job waiting out a delay is not claimable early, whatever stale message
+                // arrives; judged by the same clock the sweep uses to send it.
+                .filter(job::Column::RunAfter.is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))))
         };
         self.transition(id, &[JobStatus::Queued], JobStatus::Running, set, event).await
     }
@@ -82,10 +83,12 @@ impl SeaStore {
         let backend = self.db.get_database_backend();
         let now = Utc::now();
         let at = |delay: &Duration| now + to_chrono(*delay);
-        let (event, run_after, error) = match requeue {
+        // `run_after` is when the job may run again: after its delay, or now. It also marks
+        // when its wait in the queue began (the queue timeout counts from it).
+        let (event, delay, error) = match requeue {
             Requeue::RetryLater { delay, reason } => {
                 let fields = json!({ "delay_seconds": delay.as_secs_f64(), "run_after": at(delay) });
-                (NewEvent::new(EventName::RETRY_LATER).message(reason.clone()).fields(fields), Some(at(delay)), None)
+                (NewEvent::new(EventName::RETRY_LATER).message(reason.clone()).fields(fields), *delay, None)
             }
             Requeue::RetryAfterFailure { failure, delay, error_code, message } => {
                 let fields = json!({
@@ -96,24 +99,24 @@ impl SeaStore {
                     .message(message.clone())
                     .fields(fields)
                     .level(EventLevel::Warning);
-                (event, Some(at(delay)), Some((error_code.clone(), message.clone())))
+                (event, *delay, Some((error_code.clone(), message.clone())))
             }
             Requeue::Shutdown => {
                 let event =
                     NewEvent::new(EventName::REQUEUED_ON_SHUTDOWN).message("worker shut down before the job finished");
-                (event, None, None)
+                (event, Duration::ZERO, None)
             }
             Requeue::LeaseExpired => {
                 let event = NewEvent::new(EventName::LEASE_EXPIRED_REQUEUE)
                     .message("lease expired; re-queued")
                     .level(EventLevel::Warning);
-                (event, None, None)
+                (event, Duration::ZERO, None)
             }
         };
         let lease_must_be_expired = matches!(requeue, Requeue::LeaseExpired);
         let set = move |update: UpdateMany<job::Entity>| {
             let mut update = update
-                .col_expr(job::Column::RunAfter, Expr::value(run_after))
+                .col_expr(job::Column::RunAfter, db_now_plus(backend, millis(delay)))
                 .col_expr(job::Column::PublishedAt, Expr::value(NoTime::None))
                 .col_expr(job::Column::StartedAt, Expr::value(NoTime::None))
                 .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
