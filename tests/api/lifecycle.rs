@@ -197,7 +197,10 @@ async fn retry_later_runs_the_job_again_after_its_delay(backend: Backend) {
     let time = |value: &serde_json::Value| chrono::DateTime::parse_from_rfc3339(value.as_str().unwrap()).unwrap();
     for (asked, restarted) in [(2, 3), (4, 5)] {
         let run_after = time(&events[asked]["fields"]["run_after"]);
-        assert!(run_after - time(&events[asked]["ts"]) >= chrono::Duration::milliseconds(290));
+        // The event carries the writer's estimate of the stored `run_after`; under load the
+        // event itself is written some milliseconds later.
+        let ahead = run_after - time(&events[asked]["ts"]);
+        assert!(ahead >= chrono::Duration::milliseconds(200), "run_after only {ahead} after the request: {events:?}");
         assert!(time(&events[restarted]["ts"]) >= run_after, "re-run before its delay was over");
     }
 }
