@@ -239,42 +239,53 @@ async fn wait_for_row(db: &DatabaseConnection, sql: &str, within: Duration) {
     wait_for_count(db, sql, 1, within).await;
 }
 
+/// Worker "first" running a `sleep` job, worker "second" idle beside it.
+struct MidJob {
+    db: DatabaseConnection,
+    id: Uuid,
+    first: Process,
+    _second: Process,
+    _deployment: Deployment,
+    _database: TestDatabase,
+}
+
+impl MidJob {
+    async fn start(seconds: f64) -> MidJob {
+        let (database, url) = TestDatabase::create(Backend::Postgres).await;
+        seed(&url, "count", 0).await;
+        let deployment = Deployment::new(&url);
+        let args = ["worker", "--queue", "default"];
+        let first = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "first")]));
+        let payload = json!({ "seconds": seconds, "steps": (seconds * 10.0) as u32 });
+        let id = insert_job(&url, "sleep", payload).await;
+        let db = Database::connect(&url).await.unwrap();
+        let running = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'running' AND owner = 'first'");
+        wait_for_row(&db, &running, Duration::from_secs(30)).await;
+        let second = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "second")]));
+        MidJob { db, id, first, _second: second, _deployment: deployment, _database: database }
+    }
+}
+
 #[actix_rt::test]
 async fn a_worker_killed_mid_job_loses_it_to_the_reaper_and_another_finishes_it() {
-    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
-    seed(&url, "count", 0).await;
-    let deployment = Deployment::new(&url);
-    let args = ["worker", "--queue", "default"];
-    let mut first = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "first")]));
-    let id = insert_job(&url, "sleep", json!({ "seconds": 4, "steps": 40 })).await;
-    let db = Database::connect(&url).await.unwrap();
-    let running = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'running' AND owner = 'first'");
-    wait_for_row(&db, &running, Duration::from_secs(30)).await;
-    let _second = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "second")]));
+    let mid_job = MidJob::start(4.0).await;
+    let (db, id, mut first) = (&mid_job.db, mid_job.id, mid_job.first);
 
     first.0.kill().unwrap();
     first.0.wait().unwrap();
 
     let done = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'succeeded' AND owner = 'second'");
-    wait_for_row(&db, &done, Duration::from_secs(60)).await;
+    wait_for_row(db, &done, Duration::from_secs(60)).await;
     let requeued =
         format!("SELECT COUNT(*) FROM job_event WHERE job_id = '{id}' AND event = 'job.lease_expired_requeue'");
-    assert_eq!(count(&db, &requeued).await, 1);
-    assert_eq!(count(&db, &format!("SELECT attempts::bigint FROM job WHERE id = '{id}'")).await, 2);
+    assert_eq!(count(db, &requeued).await, 1);
+    assert_eq!(count(db, &format!("SELECT attempts::bigint FROM job WHERE id = '{id}'")).await, 2);
 }
 
 #[actix_rt::test]
 async fn sigterm_mid_job_requeues_it_within_the_grace_and_exits_143() {
-    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
-    seed(&url, "count", 0).await;
-    let deployment = Deployment::new(&url);
-    let args = ["worker", "--queue", "default"];
-    let mut first = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "first")]));
-    let id = insert_job(&url, "sleep", json!({ "seconds": 5, "steps": 50 })).await;
-    let db = Database::connect(&url).await.unwrap();
-    let running = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'running' AND owner = 'first'");
-    wait_for_row(&db, &running, Duration::from_secs(30)).await;
-    let _second = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "second")]));
+    let mid_job = MidJob::start(5.0).await;
+    let (db, id, mut first) = (&mid_job.db, mid_job.id, mid_job.first);
 
     let stopping = Instant::now();
     // Two signals, as an impatient operator sends: the second arms nothing more.
@@ -290,9 +301,9 @@ async fn sigterm_mid_job_requeues_it_within_the_grace_and_exits_143() {
 
     let requeued =
         format!("SELECT COUNT(*) FROM job_event WHERE job_id = '{id}' AND event = 'job.requeued_on_shutdown'");
-    assert_eq!(count(&db, &requeued).await, 1);
+    assert_eq!(count(db, &requeued).await, 1);
     let done = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'succeeded' AND owner = 'second'");
-    wait_for_row(&db, &done, Duration::from_secs(60)).await;
+    wait_for_row(db, &done, Duration::from_secs(60)).await;
 }
 
 #[actix_rt::test]
