@@ -116,7 +116,9 @@ async fn plain_sql(jobs: usize, batch: usize) -> Figure {
     )
     .await
     .unwrap();
-    db.execute_unprepared(&format!("INSERT INTO q (state) SELECT 'queued' FROM generate_series(1, {jobs})")).await.unwrap();
+    db.execute_unprepared(&format!("INSERT INTO q (state) SELECT 'queued' FROM generate_series(1, {jobs})"))
+        .await
+        .unwrap();
     let claim = format!(
         "UPDATE q SET state = 'running' WHERE id IN \
          (SELECT id FROM q WHERE state = 'queued' ORDER BY id LIMIT {batch} FOR UPDATE SKIP LOCKED) RETURNING id"
@@ -131,7 +133,8 @@ async fn plain_sql(jobs: usize, batch: usize) -> Figure {
                 if rows.is_empty() {
                     return;
                 }
-                let ids: Vec<String> = rows.iter().map(|row| row.try_get_by_index::<i64>(0).unwrap().to_string()).collect();
+                let ids: Vec<String> =
+                    rows.iter().map(|row| row.try_get_by_index::<i64>(0).unwrap().to_string()).collect();
                 let complete = format!("UPDATE q SET state = 'done' WHERE id IN ({})", ids.join(","));
                 db.execute_unprepared(&complete).await.unwrap();
             }

@@ -49,6 +49,9 @@ pub struct StoreSettings {
     pub connect_timeout_seconds: u64,
     /// Apply pending migrations when `serve` starts.
     pub migrate_on_start: bool,
+    /// Claims and outcomes of concurrent jobs committed together, up to this many per
+    /// transaction (one fsync for many jobs); 1 commits each on its own.
+    pub group_commit_max: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -175,6 +178,7 @@ impl Default for Settings {
                 max_connections: 8,
                 connect_timeout_seconds: 10,
                 migrate_on_start: true,
+                group_commit_max: 64,
             },
             transport: TransportSettings {
                 kind: TransportKind::InProcess,

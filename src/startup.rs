@@ -93,7 +93,8 @@ impl ApplicationBuilder {
         if settings.store.migrate_on_start {
             store::migrate(&db).await?;
         }
-        let mut store: Arc<dyn JobStore> = Arc::new(SeaStore::new(db.clone()));
+        let mut store: Arc<dyn JobStore> =
+            Arc::new(SeaStore::new(db.clone()).with_group_commit(settings.store.group_commit_max));
         if let Some(wrap) = self.wrap_store {
             store = wrap(store);
         }

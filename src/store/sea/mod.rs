@@ -5,6 +5,7 @@
 //! submission, reads, cancel and manual retry; `runs.rs` what workers write about a run;
 //! `maintenance.rs` what the reaper and the dispatch sweep read and write.
 
+mod group_commit;
 mod maintenance;
 mod rows;
 mod runs;
@@ -34,11 +35,22 @@ use crate::domain::{EventName, InvalidTransition, Job, JobEvent, JobStatus, NewE
 #[derive(Clone)]
 pub struct SeaStore {
     db: DatabaseConnection,
+    /// When set, claims and outcomes go through the group-commit writer.
+    writer: Option<group_commit::Writer>,
 }
 
 impl SeaStore {
     pub fn new(db: DatabaseConnection) -> Self {
-        SeaStore { db }
+        SeaStore { db, writer: None }
+    }
+
+    /// Writes claims and outcomes of concurrent jobs in shared transactions of up to
+    /// `max_batch`: one commit (one fsync) for many jobs. Needs a tokio runtime.
+    pub fn with_group_commit(mut self, max_batch: usize) -> Self {
+        if max_batch > 1 {
+            self.writer = Some(group_commit::Writer::start(self.clone(), max_batch));
+        }
+        self
     }
 
     /// The pool, for operations that keep tables of their own.
@@ -73,6 +85,27 @@ impl SeaStore {
         set: impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity>,
         event: NewEvent,
     ) -> Result<Option<Job>, StoreError> {
+        self.transition_in(None, id, from, to, set, event).await
+    }
+
+    /// As [`Self::transition`], inside `shared` when given (a group commit: the caller
+    /// commits), else in a transaction of its own.
+    async fn transition_in(
+        &self,
+        shared: Option<&DatabaseTransaction>,
+        id: Uuid,
+        from: &[JobStatus],
+        to: JobStatus,
+        set: impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity>,
+        event: NewEvent,
+    ) -> Result<Option<Job>, StoreError> {
+        if let Some(txn) = shared {
+            let Some(row) = compare_and_set(txn, id, from, to, set).await? else {
+                return Ok(None);
+            };
+            append_event(txn, id, &event).await?;
+            return to_job(row).map(Some);
+        }
         let txn = self.write_txn().await?;
         let Some(row) = compare_and_set(&txn, id, from, to, set).await? else {
             return Ok(None);
@@ -170,11 +203,17 @@ impl JobStore for SeaStore {
     }
 
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
-        self.claim_run(id, owner, lease).await
+        match &self.writer {
+            Some(writer) => writer.write(group_commit::Write::Claim { id, owner: owner.to_owned(), lease }).await,
+            None => self.claim_run(None, id, owner, lease).await,
+        }
     }
 
     async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
-        self.finish_run(run, completion).await
+        match &self.writer {
+            Some(writer) => writer.write(group_commit::Write::Finish { run, completion: completion.clone() }).await,
+            None => self.finish_run(None, run, completion).await,
+        }
     }
 
     async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {

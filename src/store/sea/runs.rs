@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, UpdateMany};
+use sea_orm::{ColumnTrait, DatabaseTransaction, EntityTrait, QueryFilter, UpdateMany};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -20,7 +20,13 @@ type NoTime = Option<chrono::DateTime<Utc>>;
 
 impl SeaStore {
     /// Session 1: QUEUED → RUNNING, leased until database-now + `lease`.
-    pub(super) async fn claim_run(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
+    pub(super) async fn claim_run(
+        &self,
+        shared: Option<&DatabaseTransaction>,
+        id: Uuid,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<Job>, StoreError> {
         let backend = self.db.get_database_backend();
         let now = Utc::now();
         let owner = owner.to_owned();
@@ -35,11 +41,16 @@ impl SeaStore {
                 // arrives; judged by the same clock the sweep uses to send it.
                 .filter(job::Column::RunAfter.is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))))
         };
-        self.transition(id, &[JobStatus::Queued], JobStatus::Running, set, event).await
+        self.transition_in(shared, id, &[JobStatus::Queued], JobStatus::Running, set, event).await
     }
 
     /// Session 2: RUNNING → the completion's state, for this run only.
-    pub(super) async fn finish_run(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
+    pub(super) async fn finish_run(
+        &self,
+        shared: Option<&DatabaseTransaction>,
+        run: RunRef,
+        completion: &Completion,
+    ) -> Result<Option<Job>, StoreError> {
         let backend = self.db.get_database_backend();
         let now = Utc::now();
         let failed = |event: &str, code: &str, message: &str| {
@@ -75,7 +86,7 @@ impl SeaStore {
             }
             update
         };
-        self.transition(run.id, &[JobStatus::Running], completion.status(), set, event).await
+        self.transition_in(shared, run.id, &[JobStatus::Running], completion.status(), set, event).await
     }
 
     /// RUNNING → QUEUED for this run; `published_at` cleared so the dispatch sweep sends it.
