@@ -46,8 +46,10 @@ async fn run(jobs: usize) {
     let peer_single = graphile(jobs, "single").await;
     let peer_batched = graphile(jobs, "batched").await;
     figures.extend([peer_single, peer_batched].into_iter().flatten());
-    figures.push(in_process(jobs, Store::Sqlite).await);
-    figures.push(in_process(jobs, Store::Postgres).await);
+    for group_commit in [1, 64] {
+        figures.push(in_process(jobs, Store::Sqlite, group_commit).await);
+        figures.push(in_process(jobs, Store::Postgres, group_commit).await);
+    }
     figures.push(with_rabbitmq(jobs, 1).await);
     figures.push(with_rabbitmq(jobs, 2).await);
     figures.push(http_submit(jobs).await);
@@ -232,7 +234,7 @@ fn bench_settings(url: &str) -> Settings {
 
 /// One process, in-process transport: QUEUED → SUCCEEDED with every transition and event
 /// committed, from start-up to the last job.
-async fn in_process(jobs: usize, store: Store) -> Figure {
+async fn in_process(jobs: usize, store: Store, group_commit: usize) -> Figure {
     let sqlite_dir = std::env::temp_dir().join(format!("yardmaster-bench-{}", Uuid::new_v4().simple()));
     let (url, database) = match store {
         Store::Sqlite => {
@@ -246,7 +248,9 @@ async fn in_process(jobs: usize, store: Store) -> Figure {
     };
     seed(&url, jobs).await;
     let start = Instant::now();
-    let app = Application::builder(bench_settings(&url)).without_api().build().await.unwrap();
+    let mut settings = bench_settings(&url);
+    settings.store.group_commit_max = group_commit;
+    let app = Application::builder(settings).without_api().build().await.unwrap();
     let done = wait_for(&app.db(), "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", jobs as i64).await;
     let seconds = done.duration_since(start).as_secs_f64();
     drop(app);
@@ -258,7 +262,8 @@ async fn in_process(jobs: usize, store: Store) -> Figure {
         Store::Sqlite => "yardmaster embedded: SQLite, in-process transport",
         Store::Postgres => "yardmaster one process: PostgreSQL, in-process transport",
     };
-    Figure { name: name.into(), per_second: jobs as f64 / seconds, note: "claim + outcome + 2 events durable".into() }
+    let note = format!("group commit ≤ {group_commit}; claim + outcome + 2 events durable");
+    Figure { name: name.into(), per_second: jobs as f64 / seconds, note }
 }
 
 /// A `yardmaster worker` process, killed when dropped.
