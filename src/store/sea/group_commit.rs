@@ -1,4 +1,5 @@
-//! Group commit: claims and outcomes of concurrent jobs share one transaction, so many jobs
+//! Group commit: claims, outcomes, keyless submissions and publication records of concurrent
+//! jobs share one transaction, so many jobs
 //! pay for one commit (one fsync) instead of one each. Each write keeps its own
 //! compare-and-set; only the commit is shared. A batch is whatever arrived while the
 //! previous one was committing (up to `max_batch`), so an idle system adds no delay.
@@ -10,18 +11,63 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::SeaStore;
-use crate::domain::Job;
-use crate::store::{Completion, RunRef, StoreError};
+use crate::domain::{Job, NewJob};
+use crate::store::{Completion, Dispatch, RunRef, StoreError};
 
 /// A write the group-commit writer performs.
 pub(super) enum Write {
-    Claim { id: Uuid, owner: String, lease: Duration },
-    Finish { run: RunRef, completion: Completion },
+    Claim {
+        id: Uuid,
+        owner: String,
+        lease: Duration,
+    },
+    Finish {
+        run: RunRef,
+        completion: Completion,
+    },
+    /// A submission without an idempotency key (it cannot conflict).
+    Submit {
+        new: NewJob,
+    },
+    MarkPublished {
+        jobs: Vec<Dispatch>,
+    },
 }
+
+/// What a write produced.
+pub(super) enum Written {
+    Job(Option<Job>),
+    Count(u64),
+}
+
+impl Written {
+    pub(super) fn into_job(self) -> Result<Job, StoreError> {
+        match self {
+            Written::Job(Some(job)) => Ok(job),
+            _ => Err(StoreError::Corrupt("group commit answered a submission without its job".into())),
+        }
+    }
+
+    pub(super) fn into_count(self) -> Result<u64, StoreError> {
+        match self {
+            Written::Count(count) => Ok(count),
+            Written::Job(_) => Err(StoreError::Corrupt("group commit answered a count with a job".into())),
+        }
+    }
+
+    pub(super) fn into_optional_job(self) -> Result<Option<Job>, StoreError> {
+        match self {
+            Written::Job(job) => Ok(job),
+            Written::Count(_) => Err(StoreError::Corrupt("group commit answered a job with a count".into())),
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Result<Written, StoreError>>;
 
 struct Request {
     write: Write,
-    reply: oneshot::Sender<Result<Option<Job>, StoreError>>,
+    reply: Reply,
 }
 
 /// The handle callers send writes through.
@@ -49,7 +95,7 @@ impl Writer {
         Writer { requests }
     }
 
-    pub(super) async fn write(&self, write: Write) -> Result<Option<Job>, StoreError> {
+    pub(super) async fn write(&self, write: Write) -> Result<Written, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.requests.send(Request { write, reply }).map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
@@ -77,8 +123,14 @@ impl SeaStore {
         let mut pending = batch.into_iter();
         for request in pending.by_ref() {
             let result = match &request.write {
-                Write::Claim { id, owner, lease } => self.claim_run(Some(&txn), *id, owner, *lease).await,
-                Write::Finish { run, completion } => self.finish_run(Some(&txn), *run, completion).await,
+                Write::Claim { id, owner, lease } => {
+                    self.claim_run(Some(&txn), *id, owner, *lease).await.map(Written::Job)
+                }
+                Write::Finish { run, completion } => {
+                    self.finish_run(Some(&txn), *run, completion).await.map(Written::Job)
+                }
+                Write::Submit { new } => self.insert_in(&txn, new).await.map(|job| Written::Job(Some(job))),
+                Write::MarkPublished { jobs } => self.record_publications(&txn, jobs).await.map(Written::Count),
             };
             match result {
                 Ok(job) => done.push((request.reply, job)),
@@ -101,10 +153,7 @@ impl SeaStore {
     }
 }
 
-fn answer_all(
-    replies: impl Iterator<Item = oneshot::Sender<Result<Option<Job>, StoreError>>>,
-    err: &dyn std::fmt::Display,
-) {
+fn answer_all(replies: impl Iterator<Item = Reply>, err: &dyn std::fmt::Display) {
     for reply in replies {
         let _ = reply.send(Err(failed(err)));
     }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, UpdateMany};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, UpdateMany,
+};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -133,7 +135,11 @@ impl SeaStore {
         self.transition(id, &[JobStatus::Queued], JobStatus::Failed, set, event).await
     }
 
-    pub(super) async fn record_publications(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
+    pub(super) async fn record_publications<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        jobs: &[Dispatch],
+    ) -> Result<u64, StoreError> {
         let mut by_attempts: BTreeMap<i32, Vec<Uuid>> = BTreeMap::new();
         for job in jobs {
             by_attempts.entry(job.attempts).or_default().push(job.id);
@@ -147,7 +153,7 @@ impl SeaStore {
                 .filter(job::Column::Attempts.eq(attempts))
                 .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
                 .filter(job::Column::PublishedAt.is_null())
-                .exec(&self.db)
+                .exec(db)
                 .await?;
             marked += result.rows_affected;
         }

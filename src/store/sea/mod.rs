@@ -141,6 +141,12 @@ impl JobStore for SeaStore {
     }
 
     async fn submit(&self, new: NewJob) -> Result<Submission, StoreError> {
+        // A keyless submission cannot conflict, so it can share a group commit; a keyed one
+        // may hit the unique index, which would abort a shared PostgreSQL transaction.
+        if let (Some(writer), None) = (&self.writer, &new.idempotency_key) {
+            let job = writer.write(group_commit::Write::Submit { new }).await?.into_job()?;
+            return Ok(Submission { job, created: true });
+        }
         let row = new_row(&new);
         let txn = self.write_txn().await?;
         let inserted = job::Entity::insert(row.clone().into_active_model()).exec_without_returning(&txn).await;
@@ -152,9 +158,7 @@ impl JobStore for SeaStore {
             }
             (Err(err), _) => return Err(err.into()),
         }
-        let event =
-            NewEvent::new(EventName::QUEUED).fields(json!({ "queue": new.queue.as_str(), "operation": new.operation }));
-        append_event(&txn, row.id, &event).await?;
+        append_event(&txn, row.id, &queued_event(&new)).await?;
         txn.commit().await?;
         Ok(Submission { job: to_job(row)?, created: true })
     }
@@ -204,14 +208,20 @@ impl JobStore for SeaStore {
 
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
         match &self.writer {
-            Some(writer) => writer.write(group_commit::Write::Claim { id, owner: owner.to_owned(), lease }).await,
+            Some(writer) => writer
+                .write(group_commit::Write::Claim { id, owner: owner.to_owned(), lease })
+                .await?
+                .into_optional_job(),
             None => self.claim_run(None, id, owner, lease).await,
         }
     }
 
     async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
         match &self.writer {
-            Some(writer) => writer.write(group_commit::Write::Finish { run, completion: completion.clone() }).await,
+            Some(writer) => writer
+                .write(group_commit::Write::Finish { run, completion: completion.clone() })
+                .await?
+                .into_optional_job(),
             None => self.finish_run(None, run, completion).await,
         }
     }
@@ -299,7 +309,12 @@ impl JobStore for SeaStore {
     }
 
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
-        self.record_publications(jobs).await
+        match &self.writer {
+            Some(writer) => {
+                writer.write(group_commit::Write::MarkPublished { jobs: jobs.to_vec() }).await?.into_count()
+            }
+            None => self.record_publications(&self.db, jobs).await,
+        }
     }
 
     async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
@@ -371,4 +386,19 @@ async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent
     };
     job_event::Entity::insert(row).exec_without_returning(db).await?;
     Ok(())
+}
+
+/// The `job.queued` event of a submission.
+fn queued_event(new: &NewJob) -> NewEvent {
+    NewEvent::new(EventName::QUEUED).fields(json!({ "queue": new.queue.as_str(), "operation": new.operation }))
+}
+
+impl SeaStore {
+    /// Inserts a keyless submission inside a group commit.
+    async fn insert_in(&self, txn: &DatabaseTransaction, new: &NewJob) -> Result<Job, StoreError> {
+        let row = new_row(new);
+        job::Entity::insert(row.clone().into_active_model()).exec_without_returning(txn).await?;
+        append_event(txn, row.id, &queued_event(new)).await?;
+        to_job(row)
+    }
 }
