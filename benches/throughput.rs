@@ -47,6 +47,7 @@ async fn run(jobs: usize) {
     let peer_batched = graphile(jobs, "batched").await;
     figures.extend([peer_single, peer_batched].into_iter().flatten());
     for group_commit in [1, 64] {
+        // Explicit sizes here; the default (0) picks 64 on SQLite and 1 on PostgreSQL.
         figures.push(in_process(jobs, Store::Sqlite, group_commit).await);
         figures.push(in_process(jobs, Store::Postgres, group_commit).await);
     }

@@ -49,9 +49,23 @@ pub struct StoreSettings {
     pub connect_timeout_seconds: u64,
     /// Apply pending migrations when `serve` starts.
     pub migrate_on_start: bool,
-    /// Claims and outcomes of concurrent jobs committed together, up to this many per
-    /// transaction (one fsync for many jobs); 1 commits each on its own.
+    /// Writes of concurrent jobs committed together, up to this many per transaction (one
+    /// fsync for many jobs); 1 commits each on its own; 0 chooses by backend (see
+    /// [`StoreSettings::group_commit`]).
     pub group_commit_max: usize,
+}
+
+impl StoreSettings {
+    /// The group-commit batch in force: 64 on SQLite, where one writer fsyncs every commit
+    /// and batching pays fivefold; off on PostgreSQL, where parallel connections already
+    /// share WAL flushes and the batch's one-by-one statements measured slower.
+    pub fn group_commit(&self) -> usize {
+        match (self.group_commit_max, crate::store::Backend::of_url(&self.url)) {
+            (0, Ok(crate::store::Backend::Sqlite)) => 64,
+            (0, _) => 1,
+            (max, _) => max,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -178,7 +192,7 @@ impl Default for Settings {
                 max_connections: 8,
                 connect_timeout_seconds: 10,
                 migrate_on_start: true,
-                group_commit_max: 64,
+                group_commit_max: 0,
             },
             transport: TransportSettings {
                 kind: TransportKind::InProcess,

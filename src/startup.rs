@@ -94,7 +94,7 @@ impl ApplicationBuilder {
             store::migrate(&db).await?;
         }
         let mut store: Arc<dyn JobStore> =
-            Arc::new(SeaStore::new(db.clone()).with_group_commit(settings.store.group_commit_max));
+            Arc::new(SeaStore::new(db.clone()).with_group_commit(settings.store.group_commit()));
         if let Some(wrap) = self.wrap_store {
             store = wrap(store);
         }
