@@ -22,7 +22,8 @@ use yardmaster::transport::AmqpTransport;
 use yardmaster::{Application, Settings};
 
 const POSTGRES_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/test";
-const AMQP_URL: &str = "amqp://127.0.0.1:5672/%2f";
+/// A virtual host `scripts/bench.sh` recreates empty on each run.
+const AMQP_URL: &str = "amqp://127.0.0.1:5672/yardmaster_bench";
 /// Jobs each worker process (and the in-process app) runs at once.
 const CONCURRENCY: usize = 8;
 
