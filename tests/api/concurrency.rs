@@ -19,7 +19,20 @@ use crate::helpers::{Backend, TestApp, TestOptions};
 const JOBS: usize = 2_000;
 
 async fn eight_consumers_run_two_thousand_jobs_exactly_once(backend: Backend) {
-    let options = TestOptions { queues: vec![("default", 8)], seed_jobs: JOBS, ..Default::default() };
+    run_exactly_once(backend, 0).await;
+}
+
+/// The same with each backend's other group-commit setting: off on SQLite, on on PostgreSQL.
+async fn the_other_group_commit_setting_runs_every_job_exactly_once(backend: Backend) {
+    let other = match backend {
+        Backend::Sqlite => 1,
+        Backend::Postgres | Backend::Amqp => 64,
+    };
+    run_exactly_once(backend, other).await;
+}
+
+async fn run_exactly_once(backend: Backend, group_commit_max: usize) {
+    let options = TestOptions { queues: vec![("default", 8)], seed_jobs: JOBS, group_commit_max, ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     // The start-up sweep has published every seeded job; publish each once more so that
     // every job is delivered twice and the claims race.
@@ -123,5 +136,6 @@ async fn a_session_two_commit_failure_leaves_the_job_failed(backend: Backend) {
 
 on_both_backends!(
     eight_consumers_run_two_thousand_jobs_exactly_once,
+    the_other_group_commit_setting_runs_every_job_exactly_once,
     a_session_two_commit_failure_leaves_the_job_failed,
 );

@@ -151,6 +151,8 @@ pub struct TestOptions {
     pub wrap_store: Option<StoreWrapper>,
     /// QUEUED `count` jobs inserted before the app (and its start-up dispatch) starts.
     pub seed_jobs: usize,
+    /// `store.group_commit_max`; 0 chooses by backend.
+    pub group_commit_max: usize,
 }
 
 impl Default for TestOptions {
@@ -162,6 +164,7 @@ impl Default for TestOptions {
             max_body_bytes: 64 * 1024,
             wrap_store: None,
             seed_jobs: 0,
+            group_commit_max: 0,
         }
     }
 }
@@ -190,6 +193,7 @@ impl TestApp {
         settings.server.max_body_bytes = options.max_body_bytes;
         settings.store.url = url;
         settings.store.max_connections = 16;
+        settings.store.group_commit_max = options.group_commit_max;
         settings.worker.enabled = options.workers;
         settings.worker.id = "test-worker".into();
         settings.worker.lease_ms = 3_000;
