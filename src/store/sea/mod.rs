@@ -100,19 +100,14 @@ impl SeaStore {
         event: NewEvent,
     ) -> Result<Option<Job>, StoreError> {
         if let Some(txn) = shared {
-            let Some(row) = compare_and_set(txn, id, from, to, set).await? else {
-                return Ok(None);
-            };
-            append_event(txn, id, &event).await?;
-            return to_job(row).map(Some);
+            return apply_transition(txn, id, from, to, set, &event).await;
         }
         let txn = self.write_txn().await?;
-        let Some(row) = compare_and_set(&txn, id, from, to, set).await? else {
-            return Ok(None);
-        };
-        append_event(&txn, id, &event).await?;
-        txn.commit().await?;
-        to_job(row).map(Some)
+        let job = apply_transition(&txn, id, from, to, set, &event).await?;
+        if job.is_some() {
+            txn.commit().await?;
+        }
+        Ok(job)
     }
 
     async fn cancel_once(&self, id: Uuid) -> Result<Option<Cancellation>, StoreError> {
@@ -337,6 +332,22 @@ impl SeaStore {
             None => Err(StoreError::IdempotencyConflict(key.to_owned())),
         }
     }
+}
+
+/// The compare-and-set and its event, inside `txn`; `None` (nothing written) on a miss.
+async fn apply_transition(
+    txn: &DatabaseTransaction,
+    id: Uuid,
+    from: &[JobStatus],
+    to: JobStatus,
+    set: impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity>,
+    event: &NewEvent,
+) -> Result<Option<Job>, StoreError> {
+    let Some(row) = compare_and_set(txn, id, from, to, set).await? else {
+        return Ok(None);
+    };
+    append_event(txn, id, event).await?;
+    to_job(row).map(Some)
 }
 
 /// `UPDATE job SET status = to, … WHERE id = ? AND status IN (from) RETURNING *`.
