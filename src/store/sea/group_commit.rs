@@ -36,14 +36,14 @@ pub(super) enum Write {
 
 /// What a write produced.
 pub(super) enum Written {
-    Job(Option<Job>),
+    Job(Option<Box<Job>>),
     Count(u64),
 }
 
 impl Written {
     pub(super) fn into_job(self) -> Result<Job, StoreError> {
         match self {
-            Written::Job(Some(job)) => Ok(job),
+            Written::Job(Some(job)) => Ok(*job),
             _ => Err(StoreError::Corrupt("group commit answered a submission without its job".into())),
         }
     }
@@ -57,7 +57,7 @@ impl Written {
 
     pub(super) fn into_optional_job(self) -> Result<Option<Job>, StoreError> {
         match self {
-            Written::Job(job) => Ok(job),
+            Written::Job(job) => Ok(job.map(|job| *job)),
             Written::Count(_) => Err(StoreError::Corrupt("group commit answered a job with a count".into())),
         }
     }
@@ -124,12 +124,12 @@ impl SeaStore {
         for request in pending.by_ref() {
             let result = match &request.write {
                 Write::Claim { id, owner, lease } => {
-                    self.claim_run(Some(&txn), *id, owner, *lease).await.map(Written::Job)
+                    self.claim_run(Some(&txn), *id, owner, *lease).await.map(|job| Written::Job(job.map(Box::new)))
                 }
                 Write::Finish { run, completion } => {
-                    self.finish_run(Some(&txn), *run, completion).await.map(Written::Job)
+                    self.finish_run(Some(&txn), *run, completion).await.map(|job| Written::Job(job.map(Box::new)))
                 }
-                Write::Submit { new } => self.insert_in(&txn, new).await.map(|job| Written::Job(Some(job))),
+                Write::Submit { new } => self.insert_in(&txn, new).await.map(|job| Written::Job(Some(Box::new(job)))),
                 Write::MarkPublished { jobs } => self.record_publications(&txn, jobs).await.map(Written::Count),
             };
             match result {
