@@ -13,8 +13,8 @@ use tokio::sync::oneshot;
 use tracing::info;
 
 use crate::actors::{
-    DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, Reap, ReapCounts, Reaper,
-    ShutdownGuard, StopIntake, Tick,
+    DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, Reaper, ShutdownGuard,
+    StopIntake,
 };
 use crate::api::{self, AppState};
 use crate::config::{QueueKind, Settings, TransportKind};
@@ -183,18 +183,14 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
 /// The addresses of the running consumers. A supervisor restarts a stopped actor only
 /// while its address is alive, so these are held for the life of the application.
 #[derive(Default)]
-pub struct Consumers {
+struct Consumers {
     jobs: Vec<Addr<QueueConsumer>>,
     operations: Vec<Addr<OperationConsumer>>,
 }
 
 impl Consumers {
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.jobs.len() + self.operations.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Where to send [`StopIntake`] at shutdown.
@@ -267,21 +263,6 @@ impl Application {
 
     pub fn transport(&self) -> Arc<dyn Transport> {
         self.transport.clone()
-    }
-
-    /// How many queue consumers this instance runs.
-    pub fn consumer_count(&self) -> usize {
-        self.consumers.len()
-    }
-
-    /// Runs one dispatch sweep now (tests and operators); `None` when the sweeper is off.
-    pub async fn sweep_now(&self) -> Option<u64> {
-        self.sweeper.as_ref()?.send(Tick).await.ok()
-    }
-
-    /// Runs one reaper pass now; `None` when the reaper is off.
-    pub async fn reap_now(&self) -> Option<ReapCounts> {
-        self.reaper.as_ref()?.send(Reap).await.ok()
     }
 
     /// Runs until stopped and returns the exit code. With the shutdown guard: until it has

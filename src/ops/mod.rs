@@ -113,10 +113,6 @@ impl OperationRegistry {
         self.operations.get(name).cloned()
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.operations.keys().copied()
-    }
-
     /// Refuses unknown operations and malformed payloads.
     pub fn validate(&self, name: &str, payload: &Value) -> Result<(), Rejection> {
         let operation = self.get(name).ok_or_else(|| Rejection::UnknownOperation(name.to_owned()))?;

@@ -53,8 +53,6 @@ pub enum Claim {
 /// What happened to a claimed job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HandleOutcome {
-    /// The job was not claimable (or missing); nothing ran.
-    NotClaimed,
     /// Ran and was recorded as this status.
     Finished(JobStatus),
     /// Back to QUEUED: RetryLater, or a failure with retries left.
@@ -93,15 +91,6 @@ impl Executor {
 
     pub fn config(&self) -> &ExecutorConfig {
         &self.config
-    }
-
-    /// Claims and executes one job without a heartbeat (tests and tools). `Err` only when
-    /// the claim itself could not be made.
-    pub async fn handle_job(&self, id: Uuid) -> Result<HandleOutcome, StoreError> {
-        match self.claim(id).await? {
-            Claim::Claimed(job) => Ok(self.run(*job, CancellationToken::new()).await),
-            Claim::NotClaimable | Claim::Missing => Ok(HandleOutcome::NotClaimed),
-        }
     }
 
     /// Session 1: QUEUED → RUNNING, committed before anything runs.

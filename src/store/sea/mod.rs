@@ -53,11 +53,6 @@ impl SeaStore {
         self
     }
 
-    /// The pool, for operations that keep tables of their own.
-    pub fn connection(&self) -> &DatabaseConnection {
-        &self.db
-    }
-
     async fn write_txn(&self) -> Result<DatabaseTransaction, DbErr> {
         let options = TransactionOptions {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
