@@ -203,24 +203,12 @@ async fn seed(url: &str, jobs: usize) {
         let store = store.clone();
         async move {
             for _ in (writer..jobs).step_by(16) {
-                store.submit(ping()).await.unwrap();
+                store.submit(NewJob::new("ping")).await.unwrap();
             }
         }
     });
     join_all(writers).await;
     db.close().await.ok();
-}
-
-fn ping() -> NewJob {
-    NewJob {
-        operation: "ping".into(),
-        queue: Default::default(),
-        payload: json!({}),
-        parent_job_id: None,
-        max_retries: 0,
-        retry_policy: Default::default(),
-        idempotency_key: None,
-    }
 }
 
 fn bench_settings(url: &str) -> Settings {

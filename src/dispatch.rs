@@ -53,9 +53,26 @@ impl Dispatcher {
         Ok(submission)
     }
 
+    /// Commits the jobs in one transaction (all or nothing), then publishes the new ones
+    /// with their confirms in flight together. Publish failures are left to the sweep.
+    pub async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
+        let submissions = self.store.submit_many(jobs).await?;
+        failpoint::hit("submit.after_commit");
+        let created: Vec<Dispatch> = submissions
+            .iter()
+            .filter(|submission| submission.created)
+            .map(|Submission { job, .. }| Dispatch { id: job.id, queue: job.queue.clone(), attempts: job.attempts })
+            .collect();
+        self.publish_all(&created).await;
+        Ok(submissions)
+    }
+
     /// Publishes jobs concurrently and records which the transport confirmed; returns how
     /// many were confirmed. Failures are logged and left to the sweep.
     pub async fn publish_all(&self, jobs: &[Dispatch]) -> u64 {
+        if jobs.is_empty() {
+            return 0;
+        }
         let sends = jobs.iter().map(|job| self.transport.publish(&job.queue, encode_job_message(job.id)));
         let results = join_all(sends).await;
         let mut confirmed = Vec::with_capacity(jobs.len());

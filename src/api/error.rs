@@ -77,11 +77,18 @@ impl Code {
 pub struct ApiError {
     pub code: Code,
     pub detail: String,
+    /// JSON pointer to the part of the request at fault (`/jobs/3` in a batch).
+    pub pointer: Option<String>,
 }
 
 impl ApiError {
     pub fn new(code: Code, detail: impl Into<String>) -> Self {
-        ApiError { code, detail: detail.into() }
+        ApiError { code, detail: detail.into(), pointer: None }
+    }
+
+    /// The same error, located at `pointer` in the request body.
+    pub fn at(self, pointer: String) -> Self {
+        ApiError { detail: format!("{pointer}: {}", self.detail), pointer: Some(pointer), ..self }
     }
 }
 
@@ -94,6 +101,8 @@ struct Problem<'a> {
     status: u16,
     detail: &'a str,
     code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pointer: Option<&'a str>,
 }
 
 impl ResponseError for ApiError {
@@ -109,6 +118,7 @@ impl ResponseError for ApiError {
             status: status.as_u16(),
             detail: &self.detail,
             code,
+            pointer: self.pointer.as_deref(),
         };
         HttpResponse::build(status).insert_header((header::CONTENT_TYPE, "application/problem+json")).json(problem)
     }

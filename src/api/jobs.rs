@@ -1,5 +1,7 @@
 //! The job endpoints: submit, read, list, cancel, retry, events.
 
+use std::collections::HashSet;
+
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
@@ -15,6 +17,8 @@ use crate::store::JobFilter;
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 const MAX_RETRIES_LIMIT: i32 = 100;
 const DEFAULT_PAGE: u64 = 50;
+/// Most submissions in one `POST /jobs:batch`.
+pub const MAX_BATCH: usize = 1000;
 
 /// Body of `POST /jobs`.
 #[derive(Debug, Deserialize)]
@@ -49,7 +53,9 @@ pub async fn submit(
         .map(|value| value.to_str().map(str::to_owned))
         .transpose()
         .map_err(|_| ApiError::new(Code::InvalidRequest, "Idempotency-Key must be visible ASCII"))?;
-    let new = validate_submission(&state, body.into_inner(), header_key).await?;
+    let body = body.into_inner();
+    check_parents(&state, body.parent_job_id).await?;
+    let new = validate_submission(&state, body, header_key)?;
     let submission = state.dispatcher.submit(new).await?;
     let location = format!("/jobs/{}", submission.job.id);
     let mut response = match submission.created {
@@ -59,11 +65,63 @@ pub async fn submit(
     Ok(response.insert_header((header::LOCATION, location)).json(submission.job))
 }
 
-async fn validate_submission(
-    state: &AppState,
-    body: SubmitRequest,
-    header_key: Option<String>,
-) -> Result<NewJob, ApiError> {
+/// Body of `POST /jobs:batch`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    pub jobs: Vec<SubmitRequest>,
+}
+
+/// One answer of a batch: the job, and whether this request created it.
+#[derive(Debug, Serialize)]
+pub struct BatchItem {
+    pub created: bool,
+    #[serde(flatten)]
+    pub job: Job,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BatchResponse {
+    pub jobs: Vec<BatchItem>,
+}
+
+/// Submits up to [`MAX_BATCH`] jobs in one transaction: all are accepted or none is. An
+/// invalid item is a problem whose `pointer` names it (`/jobs/3`). 201 when any job was
+/// created, 200 when every one was an idempotent repeat.
+pub async fn submit_batch(state: web::Data<AppState>, body: web::Json<BatchRequest>) -> Result<HttpResponse, ApiError> {
+    let requests = body.into_inner().jobs;
+    if requests.is_empty() || requests.len() > MAX_BATCH {
+        let detail = format!("jobs must hold 1-{MAX_BATCH} submissions, not {}", requests.len());
+        return Err(ApiError::new(Code::InvalidRequest, detail));
+    }
+    let parents: HashSet<Uuid> = requests.iter().filter_map(|request| request.parent_job_id).collect();
+    for parent in parents {
+        check_parents(&state, Some(parent)).await?;
+    }
+    let jobs = requests
+        .into_iter()
+        .enumerate()
+        .map(|(at, request)| validate_submission(&state, request, None).map_err(|err| err.at(format!("/jobs/{at}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let submissions = state.dispatcher.submit_many(jobs).await?;
+    let mut response = match submissions.iter().any(|submission| submission.created) {
+        true => HttpResponse::Created(),
+        false => HttpResponse::Ok(),
+    };
+    let jobs = submissions.into_iter().map(|submission| BatchItem { created: submission.created, job: submission.job });
+    Ok(response.json(BatchResponse { jobs: jobs.collect() }))
+}
+
+async fn check_parents(state: &AppState, parent: Option<Uuid>) -> Result<(), ApiError> {
+    match parent {
+        Some(parent) if state.store.get(parent).await?.is_none() => {
+            Err(ApiError::new(Code::ParentNotFound, format!("no job with id {parent}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn validate_submission(state: &AppState, body: SubmitRequest, header_key: Option<String>) -> Result<NewJob, ApiError> {
     let payload = body.payload.unwrap_or_else(|| Value::Object(Default::default()));
     state.registry.validate(&body.operation, &payload)?;
     let (default_retries, default_policy) =
@@ -85,11 +143,6 @@ async fn validate_submission(
     if !(0..=MAX_RETRIES_LIMIT).contains(&max_retries) {
         let detail = format!("max_retries must be between 0 and {MAX_RETRIES_LIMIT}");
         return Err(ApiError::new(Code::InvalidRequest, detail));
-    }
-    if let Some(parent) = body.parent_job_id {
-        if state.store.get(parent).await?.is_none() {
-            return Err(ApiError::new(Code::ParentNotFound, format!("no job with id {parent}")));
-        }
     }
     Ok(NewJob {
         operation: body.operation,

@@ -35,6 +35,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
         .service(health::healthz)
         .service(health::readyz)
         .service(resource("/jobs").route(web::post().to(jobs::submit)).route(web::get().to(jobs::list)))
+        .service(resource("/jobs:batch").route(web::post().to(jobs::submit_batch)))
         .service(resource("/jobs/{id}").route(web::get().to(jobs::get)))
         .service(resource("/jobs/{id}/cancel").route(web::post().to(jobs::cancel)))
         .service(resource("/jobs/{id}/retry").route(web::post().to(jobs::retry)))

@@ -70,6 +70,28 @@ pub struct NewJob {
 }
 
 impl NewJob {
+    /// A submission of `operation` with an empty payload on the default queue, no retries
+    /// and no idempotency key.
+    pub fn new(operation: impl Into<String>) -> NewJob {
+        NewJob {
+            operation: operation.into(),
+            queue: QueueName::default(),
+            payload: Value::Object(Default::default()),
+            parent_job_id: None,
+            max_retries: 0,
+            retry_policy: RetryPolicy::default(),
+            idempotency_key: None,
+        }
+    }
+
+    /// Whether two submissions ask for the same job (as [`NewJob::matches`]).
+    pub fn matches_new(&self, other: &NewJob) -> bool {
+        other.operation == self.operation
+            && other.queue == self.queue
+            && other.payload == self.payload
+            && other.parent_job_id == self.parent_job_id
+    }
+
     /// True when `job` is what this submission would have created: the test for
     /// whether a reused idempotency key is a retry or a conflict.
     pub fn matches(&self, job: &Job) -> bool {

@@ -29,6 +29,11 @@ pub trait JobStore: Send + Sync + 'static {
     /// submission with the same idempotency key created.
     async fn submit(&self, job: NewJob) -> Result<Submission, StoreError>;
 
+    /// Submits many jobs in one transaction, all or nothing, answering in order. A key
+    /// seen before (in the store or earlier in `jobs`) answers as [`JobStore::submit`] does;
+    /// one idempotency conflict fails the whole batch.
+    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError>;
+
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
 
     /// Newest first, filtered; `filter.before` is the cursor from the previous page.

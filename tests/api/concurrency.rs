@@ -60,6 +60,9 @@ impl JobStore for SuccessCannotCommit {
     async fn submit(&self, job: NewJob) -> Result<Submission, StoreError> {
         self.0.submit(job).await
     }
+    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
+        self.0.submit_many(jobs).await
+    }
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
         self.0.get(id).await
     }

@@ -315,16 +315,7 @@ pub async fn seed(url: &str, operation: &str, jobs: usize) -> Vec<Uuid> {
     let store = yardmaster::store::SeaStore::new(db.clone());
     let mut ids = Vec::with_capacity(jobs);
     for _ in 0..jobs {
-        let new = yardmaster::domain::NewJob {
-            operation: operation.into(),
-            queue: Default::default(),
-            payload: json!({}),
-            parent_job_id: None,
-            max_retries: 0,
-            retry_policy: Default::default(),
-            idempotency_key: None,
-        };
-        ids.push(store.submit(new).await.unwrap().job.id);
+        ids.push(store.submit(yardmaster::domain::NewJob::new(operation)).await.unwrap().job.id);
     }
     db.close().await.ok();
     ids

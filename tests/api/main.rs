@@ -4,6 +4,7 @@
 #[macro_use]
 mod helpers;
 mod amqp_processes;
+mod batches;
 mod concurrency;
 mod dead_letters;
 mod errors;

@@ -4,14 +4,18 @@
 //! compare-and-set; only the commit is shared. A batch is whatever arrived while the
 //! previous one was committing (up to `max_batch`), so an idle system adds no delay.
 
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use sea_orm::DbErr;
+use sea_orm::{DatabaseTransaction, DbErr};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::SeaStore;
-use crate::domain::{Job, NewJob};
+use super::rows::to_job;
+use super::runs::Outcome;
+use super::{append_events, event_row, insert_new, SeaStore};
+use crate::domain::{Job, JobStatus, NewEvent, NewJob};
+use crate::store::entity::{job, job_event};
 use crate::store::{Completion, Dispatch, RunRef, StoreError};
 
 /// A write the group-commit writer performs.
@@ -115,46 +119,115 @@ impl SeaStore {
     /// the commit fails, the transaction is rolled back and every write gets the error: a
     /// write is reported done only once it is durable.
     async fn commit_batch(&self, batch: Vec<Request>) {
-        let txn = match self.write_txn().await {
-            Ok(txn) => txn,
-            Err(err) => return answer_all(batch.into_iter().map(|request| request.reply), &err),
-        };
-        let mut done = Vec::with_capacity(batch.len());
-        let mut pending = batch.into_iter();
-        for request in pending.by_ref() {
-            let result = match &request.write {
-                Write::Claim { id, owner, lease } => {
-                    self.claim_run(Some(&txn), *id, owner, *lease).await.map(|job| Written::Job(job.map(Box::new)))
+        let (writes, replies): (Vec<Write>, Vec<Reply>) =
+            batch.into_iter().map(|request| (request.write, request.reply)).unzip();
+        let outcome = async {
+            let txn = self.write_txn().await?;
+            match self.apply_batch(&txn, &writes).await {
+                Ok(answers) => {
+                    txn.commit().await?;
+                    Ok(answers)
                 }
-                Write::Finish { run, completion } => {
-                    self.finish_run(Some(&txn), *run, completion).await.map(|job| Written::Job(job.map(Box::new)))
-                }
-                Write::Submit { new } => self.insert_in(&txn, new).await.map(|job| Written::Job(Some(Box::new(job)))),
-                Write::MarkPublished { jobs } => self.record_publications(&txn, jobs).await.map(Written::Count),
-            };
-            match result {
-                Ok(job) => done.push((request.reply, job)),
                 Err(err) => {
                     let _ = txn.rollback().await;
-                    let _ = request.reply.send(Err(failed(&err)));
-                    let rest = done.into_iter().map(|(reply, _)| reply).chain(pending.map(|request| request.reply));
-                    return answer_all(rest, &err);
+                    Err(err)
                 }
             }
         }
-        match txn.commit().await {
-            Ok(()) => {
-                for (reply, job) in done {
-                    let _ = reply.send(Ok(job));
+        .await;
+        match outcome {
+            Ok(answers) => {
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(Ok(answer));
                 }
             }
-            Err(err) => answer_all(done.into_iter().map(|(reply, _)| reply), &err),
+            Err(err) => {
+                for reply in replies {
+                    let _ = reply.send(Err(failed(&err)));
+                }
+            }
         }
+    }
+
+    /// The writes of one group commit, as few statements as the writes allow: one
+    /// `UPDATE … RETURNING` per claimant for the claims, one per status for plain outcomes,
+    /// one multi-row `INSERT` for submissions and one for all their events. Answers in the
+    /// order of `writes`.
+    async fn apply_batch(&self, txn: &DatabaseTransaction, writes: &[Write]) -> Result<Vec<Written>, StoreError> {
+        let mut answers: Vec<Option<Written>> = writes.iter().map(|_| None).collect();
+        let mut events = Vec::new();
+        let mut claims: BTreeMap<(&str, Duration), Vec<(usize, Uuid)>> = BTreeMap::new();
+        let mut outcomes: BTreeMap<&'static str, Vec<(usize, RunRef, &Completion)>> = BTreeMap::new();
+        let mut submissions = Vec::new();
+        for (at, write) in writes.iter().enumerate() {
+            match write {
+                Write::Claim { id, owner, lease } => {
+                    claims.entry((owner.as_str(), *lease)).or_default().push((at, *id))
+                }
+                Write::Finish { run, completion } if Outcome::batchable(completion) => {
+                    outcomes.entry(completion.status().as_str()).or_default().push((at, *run, completion))
+                }
+                Write::Finish { run, completion } => {
+                    let job = self.finish_run(Some(txn), *run, completion).await?;
+                    answers[at] = Some(Written::Job(job.map(Box::new)));
+                }
+                Write::Submit { new } => submissions.push((at, new)),
+                Write::MarkPublished { jobs } => {
+                    answers[at] = Some(Written::Count(self.record_publications(txn, jobs).await?));
+                }
+            }
+        }
+        for ((owner, lease), wanted) in claims {
+            let ids: Vec<Uuid> = wanted.iter().map(|(_, id)| *id).collect();
+            let mut claimed = self.claim_runs(txn, &ids, owner, lease).await?;
+            answer_moved(&mut answers, &mut events, &mut claimed, wanted.into_iter())?;
+        }
+        for (status, wanted) in outcomes {
+            let to = status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
+            let runs: Vec<(RunRef, &Completion)> =
+                wanted.iter().map(|(_, run, completion)| (*run, *completion)).collect();
+            let mut finished = self.finish_runs(txn, to, &runs).await?;
+            answer_moved(
+                &mut answers,
+                &mut events,
+                &mut finished,
+                wanted.into_iter().map(|(at, run, _)| (at, run.id)),
+            )?;
+        }
+        if !submissions.is_empty() {
+            let new: Vec<&NewJob> = submissions.iter().map(|(_, new)| *new).collect();
+            for ((at, _), row) in submissions.iter().zip(insert_new(txn, &new).await?) {
+                answers[*at] = Some(Written::Job(Some(Box::new(to_job(row)?))));
+            }
+        }
+        append_events(txn, events).await?;
+        answers
+            .into_iter()
+            .map(|answer| answer.ok_or_else(|| StoreError::Corrupt("group commit left a write unanswered".into())))
+            .collect()
     }
 }
 
-fn answer_all(replies: impl Iterator<Item = Reply>, err: &dyn std::fmt::Display) {
-    for reply in replies {
-        let _ = reply.send(Err(failed(err)));
+/// Answers each wanted `(index, id)` with its moved row (or `None`: its compare-and-set
+/// missed) and queues the event of each row that moved. A row answers one write only, so a
+/// job claimed twice in one batch goes to exactly one claimant.
+fn answer_moved(
+    answers: &mut [Option<Written>],
+    events: &mut Vec<job_event::ActiveModel>,
+    moved: &mut Vec<(job::Model, NewEvent)>,
+    wanted: impl Iterator<Item = (usize, Uuid)>,
+) -> Result<(), StoreError> {
+    let mut by_id: HashMap<Uuid, (job::Model, NewEvent)> =
+        moved.drain(..).map(|(row, event)| (row.id, (row, event))).collect();
+    for (at, id) in wanted {
+        let job = match by_id.remove(&id) {
+            Some((row, event)) => {
+                events.push(event_row(id, &event));
+                Some(Box::new(to_job(row)?))
+            }
+            None => None,
+        };
+        answers[at] = Some(Written::Job(job));
     }
+    Ok(())
 }

@@ -10,11 +10,12 @@ mod maintenance;
 mod rows;
 mod runs;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
-use sea_orm::sea_query::Expr;
+use sea_orm::sea_query::{Expr, IntoCondition};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
     IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, SqlErr, SqliteTransactionMode, TransactionOptions,
@@ -151,6 +152,23 @@ impl JobStore for SeaStore {
         append_event(&txn, row.id, &queued_event(&new)).await?;
         txn.commit().await?;
         Ok(Submission { job: to_job(row)?, created: true })
+    }
+
+    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
+        // Keys are looked up inside the write transaction; on PostgreSQL a concurrent
+        // submission can still take one first, and the unique index then aborts this
+        // attempt, so it tries again and finds that job.
+        let mut attempt = 0;
+        loop {
+            match self.submit_many_once(&jobs).await {
+                Err(StoreError::Database(err))
+                    if attempt < 3 && matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) =>
+                {
+                    attempt += 1
+                }
+                outcome => return outcome,
+            }
+        }
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
@@ -316,7 +334,68 @@ impl JobStore for SeaStore {
     }
 }
 
+/// How one submission of a batch is answered.
+enum Answer {
+    /// By a job an earlier request created under its key.
+    Existing(Box<Job>),
+    /// By the row it inserts (index into the inserted rows).
+    Inserted(usize),
+    /// By the row an earlier submission of this batch with the same key inserts.
+    Repeat(usize),
+}
+
 impl SeaStore {
+    async fn submit_many_once(&self, jobs: &[NewJob]) -> Result<Vec<Submission>, StoreError> {
+        let txn = self.write_txn().await?;
+        let keys: Vec<&str> = jobs.iter().filter_map(|new| new.idempotency_key.as_deref()).collect();
+        let mut known: HashMap<String, Job> = HashMap::new();
+        for chunk in keys.chunks(INSERT_CHUNK) {
+            let rows =
+                job::Entity::find().filter(job::Column::IdempotencyKey.is_in(chunk.iter().copied())).all(&txn).await?;
+            for row in rows {
+                let job = to_job(row)?;
+                known.insert(job.idempotency_key.clone().unwrap_or_default(), job);
+            }
+        }
+        // Which submissions insert a row; the others name the job that answers them.
+        let mut fresh: Vec<&NewJob> = Vec::new();
+        let mut answers: Vec<Answer> = Vec::with_capacity(jobs.len());
+        let mut first_with_key: HashMap<&str, usize> = HashMap::new();
+        for new in jobs {
+            let Some(key) = new.idempotency_key.as_deref() else {
+                answers.push(Answer::Inserted(fresh.len()));
+                fresh.push(new);
+                continue;
+            };
+            if let Some(job) = known.get(key) {
+                if !new.matches(job) {
+                    return Err(StoreError::IdempotencyConflict(key.to_owned()));
+                }
+                answers.push(Answer::Existing(Box::new(job.clone())));
+            } else if let Some(&first) = first_with_key.get(key) {
+                if !new.matches_new(fresh[first]) {
+                    return Err(StoreError::IdempotencyConflict(key.to_owned()));
+                }
+                answers.push(Answer::Repeat(first));
+            } else {
+                first_with_key.insert(key, fresh.len());
+                answers.push(Answer::Inserted(fresh.len()));
+                fresh.push(new);
+            }
+        }
+        let inserted = insert_new(&txn, &fresh).await?;
+        txn.commit().await?;
+        let inserted = inserted.into_iter().map(to_job).collect::<Result<Vec<_>, _>>()?;
+        Ok(answers
+            .into_iter()
+            .map(|answer| match answer {
+                Answer::Existing(job) => Submission { job: *job, created: false },
+                Answer::Inserted(at) => Submission { job: inserted[at].clone(), created: true },
+                Answer::Repeat(at) => Submission { job: inserted[at].clone(), created: false },
+            })
+            .collect())
+    }
+
     /// An idempotency key seen before: the same submission gets the same job back; a
     /// different one under the same key is a conflict, never a silent overwrite.
     async fn resolve_duplicate(&self, new: &NewJob, key: &str) -> Result<Submission, StoreError> {
@@ -354,13 +433,25 @@ async fn compare_and_set(
     to: JobStatus,
     set: impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity>,
 ) -> Result<Option<job::Model>, DbErr> {
+    let mut rows = compare_and_set_many(txn, job::Column::Id.eq(id), from, to, set).await?;
+    Ok(rows.pop())
+}
+
+/// The compare-and-set of every row `rows` selects, in one statement: each row is judged
+/// by its own current status. Returns the rows that moved.
+async fn compare_and_set_many(
+    txn: &DatabaseTransaction,
+    rows: impl IntoCondition,
+    from: &[JobStatus],
+    to: JobStatus,
+    set: impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity>,
+) -> Result<Vec<job::Model>, DbErr> {
     debug_assert!(from.iter().all(|status| status.can_transition_to(to)), "{from:?} -> {to}");
     let update = job::Entity::update_many()
         .col_expr(job::Column::Status, Expr::value(to.as_str()))
-        .filter(job::Column::Id.eq(id))
+        .filter(rows)
         .filter(job::Column::Status.is_in(from.iter().map(|status| status.as_str())));
-    let mut rows = set(update).exec_with_returning(txn).await?;
-    Ok(rows.pop())
+    set(update).exec_with_returning(txn).await
 }
 
 /// Cancels a parent's QUEUED children inside the parent's cancel transaction.
@@ -381,7 +472,26 @@ async fn cancel_queued_children(txn: &DatabaseTransaction, parent: Uuid) -> Resu
 }
 
 async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent) -> Result<(), DbErr> {
-    let row = job_event::ActiveModel {
+    job_event::Entity::insert(event_row(job_id, event)).exec_without_returning(db).await?;
+    Ok(())
+}
+
+/// Rows per multi-row `INSERT`: keeps the bind parameters far below SQLite's and
+/// PostgreSQL's limits (32,766 and 65,535) for the widest row (the job's 23 columns).
+const INSERT_CHUNK: usize = 1000;
+
+/// Appends many events in multi-row inserts, in order.
+async fn append_events(txn: &DatabaseTransaction, events: Vec<job_event::ActiveModel>) -> Result<(), DbErr> {
+    let mut events = events.into_iter().peekable();
+    while events.peek().is_some() {
+        let chunk: Vec<_> = events.by_ref().take(INSERT_CHUNK).collect();
+        job_event::Entity::insert_many(chunk).exec_without_returning(txn).await?;
+    }
+    Ok(())
+}
+
+fn event_row(job_id: Uuid, event: &NewEvent) -> job_event::ActiveModel {
+    job_event::ActiveModel {
         job_id: Set(job_id),
         ts: Set(Utc::now()),
         event: Set(event.event.clone()),
@@ -389,9 +499,7 @@ async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent
         fields: Set(event.fields.clone()),
         level: Set(event.level.as_str().to_owned()),
         ..Default::default()
-    };
-    job_event::Entity::insert(row).exec_without_returning(db).await?;
-    Ok(())
+    }
 }
 
 /// The `job.queued` event of a submission.
@@ -399,12 +507,13 @@ fn queued_event(new: &NewJob) -> NewEvent {
     NewEvent::new(EventName::QUEUED).fields(json!({ "queue": new.queue.as_str(), "operation": new.operation }))
 }
 
-impl SeaStore {
-    /// Inserts a keyless submission inside a group commit.
-    async fn insert_in(&self, txn: &DatabaseTransaction, new: &NewJob) -> Result<Job, StoreError> {
-        let row = new_row(new);
-        job::Entity::insert(row.clone().into_active_model()).exec_without_returning(txn).await?;
-        append_event(txn, row.id, &queued_event(new)).await?;
-        to_job(row)
+/// Inserts keyless submissions and their `job.queued` events with multi-row inserts.
+async fn insert_new(txn: &DatabaseTransaction, new: &[&NewJob]) -> Result<Vec<job::Model>, DbErr> {
+    let rows: Vec<job::Model> = new.iter().map(|new| new_row(new)).collect();
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let models = chunk.iter().cloned().map(IntoActiveModel::into_active_model);
+        job::Entity::insert_many(models).exec_without_returning(txn).await?;
     }
+    append_events(txn, rows.iter().zip(new).map(|(row, new)| event_row(row.id, &queued_event(new))).collect()).await?;
+    Ok(rows)
 }

@@ -2,16 +2,17 @@
 //! Every write after the claim names the run (`attempts`), so a run that was taken away
 //! (reaper, shutdown) cannot touch a later run of the same job.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::Utc;
-use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, DatabaseTransaction, EntityTrait, QueryFilter, UpdateMany};
-use serde_json::json;
+use sea_orm::sea_query::{CaseStatement, Expr, ExprTrait};
+use sea_orm::{ColumnTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, QueryFilter, UpdateMany};
+use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::rows::{db_now, db_now_plus, millis, to_chrono};
-use super::SeaStore;
+use super::{compare_and_set_many, SeaStore};
 use crate::domain::{EventLevel, EventName, Job, JobStatus, NewEvent};
 use crate::store::entity::job;
 use crate::store::{Completion, Requeue, RunRef, StoreError};
@@ -27,21 +28,8 @@ impl SeaStore {
         owner: &str,
         lease: Duration,
     ) -> Result<Option<Job>, StoreError> {
-        let backend = self.db.get_database_backend();
-        let now = Utc::now();
-        let owner = owner.to_owned();
-        let event = NewEvent::new(EventName::STARTED).fields(json!({ "owner": owner }));
-        let set = move |update: UpdateMany<job::Entity>| {
-            update
-                .col_expr(job::Column::StartedAt, Expr::value(now))
-                .col_expr(job::Column::Attempts, Expr::col(job::Column::Attempts).add(1))
-                .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
-                .col_expr(job::Column::Owner, Expr::value(owner))
-                // A job waiting out a delay is not claimable early, whatever stale message
-                // arrives; judged by the same clock the sweep uses to send it.
-                .filter(job::Column::RunAfter.is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))))
-        };
-        self.transition_in(shared, id, &[JobStatus::Queued], JobStatus::Running, set, event).await
+        let set = claim_update(self.db.get_database_backend(), owner, lease);
+        self.transition_in(shared, id, &[JobStatus::Queued], JobStatus::Running, set, claim_event(owner)).await
     }
 
     /// Session 2: RUNNING → the completion's state, for this run only.
@@ -53,23 +41,10 @@ impl SeaStore {
     ) -> Result<Option<Job>, StoreError> {
         let backend = self.db.get_database_backend();
         let now = Utc::now();
-        let failed = |event: &str, code: &str, message: &str| {
-            let event =
-                NewEvent::new(event).message(message).fields(json!({ "error_code": code })).level(EventLevel::Error);
-            (event, None, Some(code.to_owned()), Some(message.to_owned()))
-        };
-        let (event, result, error_code, error_message) = match completion {
-            Completion::Succeeded { result } => (NewEvent::new(EventName::SUCCEEDED), Some(result.clone()), None, None),
-            Completion::Failed { error_code, message } => failed(EventName::FAILED, error_code, message),
-            Completion::LeaseExpired { message } => failed(EventName::LEASE_EXPIRED, "lease_expired", message),
-            Completion::CancelledByParent => {
-                let event =
-                    NewEvent::new(EventName::CANCELLED_BY_PARENT).message("parent was cancelled before this job ran");
-                (event, None, None, None)
-            }
-        };
+        let outcome = Outcome::of(completion);
         let counts_failure = completion.status() == JobStatus::Failed;
         let lease_must_be_expired = matches!(completion, Completion::LeaseExpired { .. });
+        let Outcome { event, result, error_code, error_message } = outcome;
         let set = move |update: UpdateMany<job::Entity>| {
             let mut update = update
                 .col_expr(job::Column::FinishedAt, Expr::value(now))
@@ -87,6 +62,62 @@ impl SeaStore {
             update
         };
         self.transition_in(shared, run.id, &[JobStatus::Running], completion.status(), set, event).await
+    }
+
+    /// Many claims by one owner in one statement (a group commit). Returns the rows that
+    /// moved to RUNNING, each with its `job.started` event to write.
+    pub(super) async fn claim_runs(
+        &self,
+        txn: &DatabaseTransaction,
+        ids: &[Uuid],
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Vec<(job::Model, NewEvent)>, DbErr> {
+        let set = claim_update(self.db.get_database_backend(), owner, lease);
+        let rows = ids.iter().copied();
+        let claimed =
+            compare_and_set_many(txn, job::Column::Id.is_in(rows), &[JobStatus::Queued], JobStatus::Running, set)
+                .await?;
+        Ok(claimed.into_iter().map(|row| (row, claim_event(owner))).collect())
+    }
+
+    /// Many outcomes of one status, each for its own run, in one statement (a group
+    /// commit): the per-job columns are `CASE` expressions keyed by id. Only plain
+    /// successes and failures: the other completions carry extra conditions. Returns the
+    /// rows that moved, each with its event to write.
+    pub(super) async fn finish_runs(
+        &self,
+        txn: &DatabaseTransaction,
+        to: JobStatus,
+        runs: &[(RunRef, &Completion)],
+    ) -> Result<Vec<(job::Model, NewEvent)>, DbErr> {
+        debug_assert!(runs.iter().all(|(_, completion)| completion.status() == to && Outcome::batchable(completion)));
+        let now = Utc::now();
+        let mut events: HashMap<Uuid, NewEvent> = HashMap::new();
+        let (mut result, mut error_code, mut error_message) = (Case::new(), Case::new(), Case::new());
+        for (run, completion) in runs {
+            let outcome = Outcome::of(completion);
+            result = result.when(run.id, outcome.result);
+            error_code = error_code.when(run.id, outcome.error_code);
+            error_message = error_message.when(run.id, outcome.error_message);
+            events.insert(run.id, outcome.event);
+        }
+        let this_run = Expr::tuple([Expr::col(job::Column::Id), Expr::col(job::Column::Attempts)])
+            .in_tuples(runs.iter().map(|(run, _)| (run.id, run.attempt)));
+        let set = move |update: UpdateMany<job::Entity>| {
+            let update = update
+                .col_expr(job::Column::FinishedAt, Expr::value(now))
+                .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
+                .col_expr(job::Column::Result, result.end())
+                .col_expr(job::Column::ErrorCode, error_code.end())
+                .col_expr(job::Column::ErrorMessage, error_message.end());
+            match to {
+                JobStatus::Failed => update.col_expr(job::Column::Failures, Expr::col(job::Column::Failures).add(1)),
+                _ => update,
+            }
+        };
+        let finished = compare_and_set_many(txn, this_run, &[JobStatus::Running], to, set).await?;
+        Ok(finished.into_iter().filter_map(|row| events.remove(&row.id).map(|event| (row, event))).collect())
     }
 
     /// RUNNING → QUEUED for this run; `published_at` cleared so the dispatch sweep sends it.
@@ -158,5 +189,93 @@ impl SeaStore {
             .exec(&self.db)
             .await?;
         Ok(result.rows_affected == 1)
+    }
+}
+
+/// The claim's `SET` clauses and conditions beyond the status.
+fn claim_update(
+    backend: DbBackend,
+    owner: &str,
+    lease: Duration,
+) -> impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity> {
+    let now = Utc::now();
+    let owner = owner.to_owned();
+    move |update| {
+        update
+            .col_expr(job::Column::StartedAt, Expr::value(now))
+            .col_expr(job::Column::Attempts, Expr::col(job::Column::Attempts).add(1))
+            .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
+            .col_expr(job::Column::Owner, Expr::value(owner))
+            // A job waiting out a delay is not claimable early, whatever stale message
+            // arrives; judged by the same clock the sweep uses to send it.
+            .filter(job::Column::RunAfter.is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))))
+    }
+}
+
+fn claim_event(owner: &str) -> NewEvent {
+    NewEvent::new(EventName::STARTED).fields(json!({ "owner": owner }))
+}
+
+/// What a completion writes: its event and the job's result or error columns.
+pub(super) struct Outcome {
+    event: NewEvent,
+    result: Option<Value>,
+    error_code: Option<String>,
+    error_message: Option<String>,
+}
+
+impl Outcome {
+    fn of(completion: &Completion) -> Outcome {
+        let failed = |event: &str, code: &str, message: &str| Outcome {
+            event: NewEvent::new(event).message(message).fields(json!({ "error_code": code })).level(EventLevel::Error),
+            result: None,
+            error_code: Some(code.to_owned()),
+            error_message: Some(message.to_owned()),
+        };
+        match completion {
+            Completion::Succeeded { result } => Outcome {
+                event: NewEvent::new(EventName::SUCCEEDED),
+                result: Some(result.clone()),
+                error_code: None,
+                error_message: None,
+            },
+            Completion::Failed { error_code, message } => failed(EventName::FAILED, error_code, message),
+            Completion::LeaseExpired { message } => failed(EventName::LEASE_EXPIRED, "lease_expired", message),
+            Completion::CancelledByParent => Outcome {
+                event: NewEvent::new(EventName::CANCELLED_BY_PARENT)
+                    .message("parent was cancelled before this job ran"),
+                result: None,
+                error_code: None,
+                error_message: None,
+            },
+        }
+    }
+
+    /// Whether [`SeaStore::finish_runs`] can write this completion with others.
+    pub(super) fn batchable(completion: &Completion) -> bool {
+        matches!(completion, Completion::Succeeded { .. } | Completion::Failed { .. })
+    }
+}
+
+/// `CASE WHEN id = … THEN … END`: one column's per-job values in a multi-row update.
+struct Case(Option<CaseStatement>);
+
+impl Case {
+    fn new() -> Case {
+        Case(None)
+    }
+
+    fn when(self, id: Uuid, value: impl Into<sea_orm::Value>) -> Case {
+        let condition = job::Column::Id.eq(id);
+        let value = Expr::value(value);
+        Case(Some(match self.0 {
+            None => Expr::case(condition, value),
+            Some(case) => case.case(condition, value),
+        }))
+    }
+
+    /// Without a `WHEN`, `NULL`.
+    fn end(self) -> Expr {
+        self.0.map_or_else(Expr::null, |case| Expr::Case(Box::new(case)))
     }
 }
