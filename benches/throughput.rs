@@ -1,68 +1,120 @@
-//! `cargo bench --bench throughput`: end-to-end no-op job throughput of yardmaster next to a
-//! peer (graphile-worker, from npm, on the same PostgreSQL) and a plain-SQL claim/complete
-//! queue (the machine's limit), all measured in this one run, printed with ratios.
+//! `cargo bench --bench throughput`: yardmaster next to a peer (graphile-worker, from npm, on
+//! the same PostgreSQL) and a plain-SQL claim/complete queue (the machine's limit), all
+//! measured in this one run and printed with ratios: end-to-end no-op jobs/s, submit → start
+//! latency at a fixed offered load, HTTP submit (single and batch), memory per in-flight job,
+//! and the throughput and latency again with a large history of finished jobs in the tables.
 //!
-//! `BENCH_JOBS` sets the number of jobs per case (default 5000). Needs the local PostgreSQL
-//! and RabbitMQ (`scripts/bench.sh` starts them and installs the peer).
+//! `BENCH_JOBS` sets the jobs per throughput case (default 5000), `BENCH_HISTORY` the finished
+//! jobs of the history cases (default 1,000,000; 0 skips them). Needs the local PostgreSQL and
+//! RabbitMQ (`scripts/bench.sh` starts them, installs the peer and builds in release).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
-use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
+use sea_orm::{ColumnTrait, ConnectionTrait, Database, DatabaseConnection, EntityTrait, QueryFilter, Statement};
 use serde_json::{json, Value};
 use uuid::Uuid;
 use yardmaster::config::{QueueSettings, TransportKind};
 use yardmaster::dispatch::Dispatcher;
 use yardmaster::domain::NewJob;
-use yardmaster::store::{JobStore, SeaStore};
+use yardmaster::store::entity::job;
+use yardmaster::store::{Completion, JobStore, RunRef, SeaStore};
 use yardmaster::transport::AmqpTransport;
 use yardmaster::{Application, Settings};
 
 const POSTGRES_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/test";
 /// A virtual host `scripts/bench.sh` recreates empty on each run.
 const AMQP_URL: &str = "amqp://127.0.0.1:5672/yardmaster_bench";
-/// Jobs each worker process (and the in-process app) runs at once.
-const CONCURRENCY: usize = 8;
+/// graphile-worker's concurrency and the plain-SQL queue's connections.
+const PEER_CONCURRENCY: usize = 8;
+/// Jobs each yardmaster worker process runs at once: no-op jobs are short, so a process
+/// keeps many in flight and their claims and outcomes share group commits.
+const CONCURRENCY: usize = 64;
+/// Offered load of the latency cases, jobs/s, and how many jobs they submit.
+const LATENCY_RATE: u64 = 100;
+const LATENCY_JOBS: usize = 500;
+/// Sleeping jobs held under lease for the memory case.
+const IN_FLIGHT: usize = 10_000;
 
 fn main() {
-    let jobs = std::env::var("BENCH_JOBS").ok().and_then(|n| n.parse().ok()).unwrap_or(5_000);
-    actix_rt::System::new().block_on(run(jobs));
+    let number = |name: &str, default: usize| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
+    let (jobs, history) = (number("BENCH_JOBS", 5_000), number("BENCH_HISTORY", 1_000_000));
+    actix_rt::System::new().block_on(run(jobs, history));
 }
 
-/// One measured case.
+/// One measured figure; `per` names its unit.
 struct Figure {
     name: String,
-    per_second: f64,
+    value: f64,
+    unit: &'static str,
     note: String,
 }
 
-async fn run(jobs: usize) {
-    println!("yardmaster throughput benchmark: {jobs} no-op jobs per case, {} cores", num_cores());
+impl Figure {
+    fn rate(name: impl Into<String>, per_second: f64, note: impl Into<String>) -> Figure {
+        Figure { name: name.into(), value: per_second, unit: "/s", note: note.into() }
+    }
+}
+
+/// Submit → start latency percentiles, milliseconds.
+struct Latency {
+    name: String,
+    p50: f64,
+    p99: f64,
+}
+
+async fn run(jobs: usize, history: usize) {
+    println!("yardmaster benchmark: {jobs} no-op jobs per case, {} cores", num_cores());
     let mut figures = Vec::new();
     figures.push(plain_sql(jobs, 1).await);
     figures.push(plain_sql(jobs, 100).await);
-    let peer_single = graphile(jobs, "single").await;
-    let peer_batched = graphile(jobs, "batched").await;
-    figures.extend([peer_single, peer_batched].into_iter().flatten());
+    figures.extend(graphile(jobs, "single").await);
+    figures.extend(graphile(jobs, "batched").await);
     for group_commit in [1, 64] {
-        // Explicit sizes here; the default (0) picks 64 on SQLite and 1 on PostgreSQL.
-        figures.push(in_process(jobs, Store::Sqlite, group_commit).await);
-        figures.push(in_process(jobs, Store::Postgres, group_commit).await);
+        // Explicit sizes here; the default (0) picks by backend.
+        figures.push(in_process(jobs, Store::Sqlite, group_commit, 0).await);
+        figures.push(in_process(jobs, Store::Postgres, group_commit, 0).await);
     }
-    figures.push(with_rabbitmq(jobs, 1).await);
-    figures.push(with_rabbitmq(jobs, 2).await);
-    figures.push(http_submit(jobs).await);
+    figures.push(with_rabbitmq(jobs, 1, 0).await);
+    figures.push(with_rabbitmq(jobs, 2, 0).await);
+    figures.push(http_submit(jobs, 64).await);
+    figures.push(http_batch_submit(jobs.max(20_000), 500).await);
 
-    let peer = figures.iter().find(|figure| figure.name.starts_with("graphile-worker batched")).map(|f| f.per_second);
+    let mut latencies = Vec::new();
+    latencies.extend(graphile_latency().await);
+    latencies.push(embedded_latency(0).await);
+    latencies.push(rabbitmq_latency(0).await);
+
+    if history > 0 {
+        figures.push(in_process(jobs, Store::Sqlite, 0, history).await);
+        figures.push(with_rabbitmq(jobs, 1, history).await);
+        latencies.push(embedded_latency(history).await);
+        latencies.push(rabbitmq_latency(history).await);
+    }
+    let memory = memory().await;
+
+    let peer = figures.iter().find(|figure| figure.name.starts_with("graphile-worker batched")).map(|f| f.value);
     println!();
     for figure in &figures {
-        let ratio = peer.map(|peer| format!("{:>6.2}×", figure.per_second / peer)).unwrap_or_default();
-        println!("{:<58} {:>10.0} /s  {ratio}  {}", figure.name, figure.per_second, figure.note);
+        let ratio = peer.map(|peer| format!("{:>6.2}×", figure.value / peer)).unwrap_or_default();
+        println!("{:<66} {:>9.0} {:<3} {ratio}  {}", figure.name, figure.value, figure.unit, figure.note);
     }
     println!("(ratios: against graphile-worker batched in this run)");
+    println!();
+    let peer = latencies.iter().find(|latency| latency.name.starts_with("graphile")).map(|latency| latency.p99);
+    for latency in &latencies {
+        let ratio = peer.map(|peer| format!("p99 {:>5.2}× graphile's", latency.p99 / peer)).unwrap_or_default();
+        println!("{:<66} p50 {:>7.1} ms  p99 {:>7.1} ms  {ratio}", latency.name, latency.p50, latency.p99);
+    }
+    println!("(submit → start at {LATENCY_RATE} jobs/s offered, {LATENCY_JOBS} jobs)");
+    println!();
+    for figure in &memory {
+        println!("{:<66} {:>9.1} {:<3}  {}", figure.name, figure.value, figure.unit, figure.note);
+    }
 }
 
 fn num_cores() -> usize {
@@ -128,7 +180,7 @@ async fn plain_sql(jobs: usize, batch: usize) -> Figure {
          (SELECT id FROM q WHERE state = 'queued' ORDER BY id LIMIT {batch} FOR UPDATE SKIP LOCKED) RETURNING id"
     );
     let start = Instant::now();
-    let workers = (0..CONCURRENCY).map(|_| {
+    let workers = (0..PEER_CONCURRENCY).map(|_| {
         let (db, claim) = (db.clone(), claim.clone());
         async move {
             loop {
@@ -149,15 +201,16 @@ async fn plain_sql(jobs: usize, batch: usize) -> Figure {
     assert_eq!(count(&db, "SELECT COUNT(*) FROM q WHERE state = 'done'").await, jobs as i64);
     db.close().await.ok();
     database.drop_now().await;
-    Figure {
-        name: format!("baseline: plain SQL queue, {batch} per transaction"),
-        per_second: jobs as f64 / seconds,
-        note: "PostgreSQL, 8 connections, no events".into(),
-    }
+    Figure::rate(
+        format!("baseline: plain SQL queue, {batch} per transaction"),
+        jobs as f64 / seconds,
+        format!("PostgreSQL, {PEER_CONCURRENCY} connections, no events"),
+    )
 }
 
-/// graphile-worker through node; `None` (with a note) when node or the package is missing.
-async fn graphile(jobs: usize, mode: &'static str) -> Option<Figure> {
+/// Runs `bench/graphile/run.mjs` on a fresh database; its JSON line, or `None` (with a note)
+/// when the peer is not installed.
+async fn run_graphile(args: Vec<String>) -> Option<Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/graphile/run.mjs");
     if !script.with_file_name("node_modules").exists() {
         println!("graphile-worker not installed: run `npm install` in bench/graphile (scripts/bench.sh does)");
@@ -165,24 +218,34 @@ async fn graphile(jobs: usize, mode: &'static str) -> Option<Figure> {
     }
     let database = FreshDatabase::create().await;
     let url = database.url.clone();
-    let output = actix_rt::task::spawn_blocking(move || {
-        Command::new("node").arg(&script).args([url.as_str(), &jobs.to_string(), mode]).output()
-    })
-    .await
-    .unwrap()
-    .expect("node runs");
+    let output = actix_rt::task::spawn_blocking(move || Command::new("node").arg(&script).arg(url).args(args).output())
+        .await
+        .unwrap()
+        .expect("node runs");
     database.drop_now().await;
     assert!(output.status.success(), "graphile-worker failed: {}", String::from_utf8_lossy(&output.stderr));
     let line = String::from_utf8_lossy(&output.stdout);
-    let figures: Value = serde_json::from_str(line.trim().lines().last().unwrap_or("{}")).unwrap();
+    Some(serde_json::from_str(line.trim().lines().last().unwrap_or("{}")).unwrap())
+}
+
+/// graphile-worker draining `jobs` queued no-op jobs.
+async fn graphile(jobs: usize, mode: &'static str) -> Option<Figure> {
+    let figures = run_graphile(vec![jobs.to_string(), mode.into()]).await?;
     let note = match mode {
         "batched" => "local queue 500, batched completion",
         _ => "one job per fetch and completion",
     };
-    Some(Figure {
-        name: format!("graphile-worker {mode} (concurrency 8)"),
-        per_second: figures["jobs_per_second"].as_f64().unwrap_or(0.0),
-        note: note.into(),
+    let name = format!("graphile-worker {mode} (concurrency {PEER_CONCURRENCY})");
+    Some(Figure::rate(name, figures["jobs_per_second"].as_f64().unwrap_or(0.0), note))
+}
+
+async fn graphile_latency() -> Option<Latency> {
+    let args = vec![LATENCY_JOBS.to_string(), "latency".into(), LATENCY_RATE.to_string()];
+    let figures = run_graphile(args).await?;
+    Some(Latency {
+        name: "graphile-worker: addJob → task starts".into(),
+        p50: figures["p50_ms"].as_f64().unwrap_or(f64::NAN),
+        p99: figures["p99_ms"].as_f64().unwrap_or(f64::NAN),
     })
 }
 
@@ -192,12 +255,12 @@ enum Store {
     Postgres,
 }
 
+/// Counts the bench's own jobs done: history rows run operation `history`.
+const PINGS_SUCCEEDED: &str = "SELECT COUNT(*) FROM job WHERE operation = 'ping' AND status = 'succeeded'";
+
 /// Inserts `jobs` QUEUED ping jobs (16 writers), unpublished: the start-up dispatch sends them.
 async fn seed(url: &str, jobs: usize) {
-    let mut settings = Settings::default();
-    settings.store.url = url.to_owned();
-    let db = yardmaster::store::connect(&settings.store).await.unwrap();
-    yardmaster::store::migrate(&db).await.unwrap();
+    let db = migrated(url).await;
     let store = Arc::new(SeaStore::new(db.clone()));
     let writers = (0..16).map(|writer| {
         let store = store.clone();
@@ -208,6 +271,54 @@ async fn seed(url: &str, jobs: usize) {
         }
     });
     join_all(writers).await;
+    db.close().await.ok();
+}
+
+async fn migrated(url: &str) -> DatabaseConnection {
+    let mut settings = Settings::default();
+    settings.store.url = url.to_owned();
+    let db = yardmaster::store::connect(&settings.store).await.unwrap();
+    yardmaster::store::migrate(&db).await.unwrap();
+    db
+}
+
+/// Fills the tables with `rows` finished jobs (operation `history`) and their three events
+/// each, copied by SQL from one job run through the store, then refreshes the planner's
+/// statistics, as a long-running deployment would have them.
+async fn fill_history(url: &str, rows: usize) {
+    let started = Instant::now();
+    let db = migrated(url).await;
+    let store = SeaStore::new(db.clone());
+    let template = store.submit(NewJob::new("history")).await.unwrap().job;
+    let claimed = store.claim(template.id, "bench", Duration::from_secs(60)).await.unwrap().unwrap();
+    store.finish(RunRef::from(&claimed), &Completion::Succeeded { result: json!({}) }).await.unwrap().unwrap();
+    let (series, new_id) = match db.get_database_backend() {
+        sea_orm::DbBackend::Postgres => (format!("SELECT generate_series(1, {rows}) AS i"), "gen_random_uuid()"),
+        _ => (
+            format!("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {rows}) SELECT i FROM n"),
+            "randomblob(16)",
+        ),
+    };
+    let columns = "operation, queue, payload, result, status, parent_job_id, progress_current, progress_total, \
+                   attempts, max_retries, error_code, error_message, idempotency_key, created_at, started_at, \
+                   finished_at, leased_until, owner, run_after, published_at, failures, retry_policy";
+    // Temporary tables belong to one connection: one transaction keeps them on it.
+    let txn = sea_orm::TransactionTrait::begin(&db).await.unwrap();
+    for sql in [
+        "CREATE TEMPORARY TABLE template_job AS SELECT * FROM job".to_owned(),
+        "CREATE TEMPORARY TABLE template_event AS SELECT * FROM job_event".to_owned(),
+        format!("INSERT INTO job (id, {columns}) SELECT {new_id}, {columns} FROM ({series}) n CROSS JOIN template_job"),
+        "INSERT INTO job_event (job_id, ts, event, message, fields, level) \
+         SELECT j.id, e.ts, e.event, e.message, e.fields, e.level FROM job j CROSS JOIN template_event e \
+         WHERE j.operation = 'history' AND j.id <> e.job_id"
+            .to_owned(),
+    ] {
+        txn.execute_unprepared(&sql).await.unwrap_or_else(|err| panic!("{sql}: {err}"));
+    }
+    txn.commit().await.unwrap();
+    db.execute_unprepared("ANALYZE").await.unwrap();
+    let events = count(&db, "SELECT COUNT(*) FROM job_event").await;
+    println!("history: {} finished jobs, {events} events in {:.0} s", rows + 1, started.elapsed().as_secs_f64());
     db.close().await.ok();
 }
 
@@ -222,44 +333,75 @@ fn bench_settings(url: &str) -> Settings {
     settings
 }
 
+/// A database of `store`'s kind for one case, removed by [`Scratch::remove`].
+struct Scratch {
+    url: String,
+    sqlite_dir: Option<PathBuf>,
+    postgres: Option<FreshDatabase>,
+}
+
+impl Scratch {
+    async fn create(store: Store) -> Scratch {
+        match store {
+            Store::Sqlite => {
+                let dir = std::env::temp_dir().join(format!("yardmaster-bench-{}", Uuid::new_v4().simple()));
+                std::fs::create_dir_all(&dir).unwrap();
+                let url = format!("sqlite://{}?mode=rwc", dir.join("bench.db").display());
+                Scratch { url, sqlite_dir: Some(dir), postgres: None }
+            }
+            Store::Postgres => {
+                let database = FreshDatabase::create().await;
+                Scratch { url: database.url.clone(), sqlite_dir: None, postgres: Some(database) }
+            }
+        }
+    }
+
+    async fn remove(self) {
+        if let Some(database) = self.postgres {
+            database.drop_now().await;
+        }
+        if let Some(dir) = self.sqlite_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn with_history(name: &str, history: usize) -> String {
+    match history {
+        0 => name.to_owned(),
+        rows => format!("{name}, {}k finished in tables", rows / 1000),
+    }
+}
+
 /// One process, in-process transport: QUEUED → SUCCEEDED with every transition and event
 /// committed, from start-up to the last job.
-async fn in_process(jobs: usize, store: Store, group_commit: usize) -> Figure {
-    let sqlite_dir = std::env::temp_dir().join(format!("yardmaster-bench-{}", Uuid::new_v4().simple()));
-    let (url, database) = match store {
-        Store::Sqlite => {
-            std::fs::create_dir_all(&sqlite_dir).unwrap();
-            (format!("sqlite://{}?mode=rwc", sqlite_dir.join("bench.db").display()), None)
-        }
-        Store::Postgres => {
-            let database = FreshDatabase::create().await;
-            (database.url.clone(), Some(database))
-        }
-    };
-    seed(&url, jobs).await;
+async fn in_process(jobs: usize, store: Store, group_commit: usize, history: usize) -> Figure {
+    let scratch = Scratch::create(store).await;
+    if history > 0 {
+        fill_history(&scratch.url, history).await;
+    }
+    seed(&scratch.url, jobs).await;
     let start = Instant::now();
-    let mut settings = bench_settings(&url);
+    let mut settings = bench_settings(&scratch.url);
     settings.store.group_commit_max = group_commit;
+    let group_commit = settings.store.group_commit();
     let app = Application::builder(settings).without_api().build().await.unwrap();
-    let done = wait_for(&app.db(), "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", jobs as i64).await;
+    let done = wait_for(&app.db(), PINGS_SUCCEEDED, jobs as i64).await;
     let seconds = done.duration_since(start).as_secs_f64();
     drop(app);
-    if let Some(database) = database {
-        database.drop_now().await;
-    }
-    let _ = std::fs::remove_dir_all(&sqlite_dir);
+    scratch.remove().await;
     let name = match store {
         Store::Sqlite => "yardmaster embedded: SQLite, in-process transport",
         Store::Postgres => "yardmaster one process: PostgreSQL, in-process transport",
     };
     let note = format!("group commit ≤ {group_commit}; claim + outcome + 2 events durable");
-    Figure { name: name.into(), per_second: jobs as f64 / seconds, note }
+    Figure::rate(with_history(name, history), jobs as f64 / seconds, note)
 }
 
-/// A `yardmaster worker` process, killed when dropped.
-struct Worker(Child);
+/// A `yardmaster` process, killed when dropped.
+struct Process(Child);
 
-impl Drop for Worker {
+impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -270,20 +412,17 @@ fn release_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_yardmaster"))
 }
 
-/// PostgreSQL + RabbitMQ, `workers` worker processes; this process publishes every job.
-async fn with_rabbitmq(jobs: usize, workers: usize) -> Figure {
-    let database = FreshDatabase::create().await;
-    seed(&database.url, jobs).await;
-    let prefix = format!("bench{}.", &Uuid::new_v4().simple().to_string()[..8]);
-    let processes: Vec<Worker> = (0..workers)
+/// `workers` worker processes on PostgreSQL + RabbitMQ, with this process's settings.
+fn worker_processes(url: &str, prefix: &str, workers: usize) -> Vec<Process> {
+    (0..workers)
         .map(|n| {
             let child = Command::new(release_binary())
                 .args(["worker", "--queue", "default"])
-                .env("YARDMASTER__STORE__URL", &database.url)
+                .env("YARDMASTER__STORE__URL", url)
                 .env("YARDMASTER__STORE__MAX_CONNECTIONS", "16")
                 .env("YARDMASTER__TRANSPORT__KIND", "amqp")
                 .env("YARDMASTER__TRANSPORT__AMQP__URL", AMQP_URL)
-                .env("YARDMASTER__TRANSPORT__AMQP__QUEUE_PREFIX", &prefix)
+                .env("YARDMASTER__TRANSPORT__AMQP__QUEUE_PREFIX", prefix)
                 .env("YARDMASTER__DISPATCH__ENABLED", "false")
                 .env("YARDMASTER__QUEUES__DEFAULT__CONCURRENCY", CONCURRENCY.to_string())
                 .env("YARDMASTER__QUEUES__DEFAULT__PREFETCH", (2 * CONCURRENCY).to_string())
@@ -292,51 +431,158 @@ async fn with_rabbitmq(jobs: usize, workers: usize) -> Figure {
                 .stdout(Stdio::null())
                 .spawn()
                 .expect("the release binary is built");
-            Worker(child)
+            Process(child)
         })
-        .collect();
-    let mut settings = bench_settings(&database.url);
+        .collect()
+}
+
+/// What the submitting side of the RabbitMQ cases holds.
+struct Publisher {
+    db: DatabaseConnection,
+    dispatcher: Dispatcher,
+}
+
+async fn publisher(url: &str, prefix: &str) -> Publisher {
+    let mut settings = bench_settings(url);
     settings.transport.kind = TransportKind::Amqp;
-    settings.transport.amqp.queue_prefix = prefix;
+    settings.transport.amqp.queue_prefix = prefix.to_owned();
     settings.transport.amqp.url = AMQP_URL.into();
     let db = yardmaster::store::connect(&settings.store).await.unwrap();
-    let store: Arc<dyn JobStore> = Arc::new(SeaStore::new(db.clone()));
+    let store: Arc<dyn JobStore> = Arc::new(SeaStore::new(db.clone()).with_group_commit(settings.store.group_commit()));
     let transport = Arc::new(AmqpTransport::new(settings.transport.amqp.clone()).unwrap());
-    let dispatcher = Dispatcher::new(store, transport);
+    Publisher { db, dispatcher: Dispatcher::new(store, transport) }
+}
+
+fn queue_prefix() -> String {
+    format!("bench{}.", &Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// PostgreSQL + RabbitMQ, `workers` worker processes; this process publishes every job.
+async fn with_rabbitmq(jobs: usize, workers: usize, history: usize) -> Figure {
+    let database = FreshDatabase::create().await;
+    if history > 0 {
+        fill_history(&database.url, history).await;
+    }
+    seed(&database.url, jobs).await;
+    let prefix = queue_prefix();
+    let processes = worker_processes(&database.url, &prefix, workers);
+    let Publisher { db, dispatcher } = publisher(&database.url, &prefix).await;
 
     let start = Instant::now();
     let mut sent = 0;
     while sent < jobs as u64 {
         sent += dispatcher.sweep_once(Duration::ZERO, 1000).await.unwrap();
     }
-    let done = wait_for(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", jobs as i64).await;
+    let done = wait_for(&db, PINGS_SUCCEEDED, jobs as i64).await;
     let seconds = done.duration_since(start).as_secs_f64();
     drop(processes);
     db.close().await.ok();
     database.drop_now().await;
-    Figure {
-        name: format!("yardmaster: PostgreSQL + RabbitMQ, {workers} worker process(es)"),
-        per_second: jobs as f64 / seconds,
-        note: "publish (confirmed) + claim + outcome + 2 events".into(),
-    }
+    let name = format!("yardmaster: PostgreSQL + RabbitMQ, {workers} worker process(es)");
+    Figure::rate(
+        with_history(&name, history),
+        jobs as f64 / seconds,
+        "publish (confirmed) + claim + outcome + 2 events",
+    )
 }
 
-/// `POST /jobs` against the embedded default (SQLite), 32 clients, workers off.
-async fn http_submit(jobs: usize) -> Figure {
-    let dir = std::env::temp_dir().join(format!("yardmaster-bench-{}", Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut settings = bench_settings(&format!("sqlite://{}?mode=rwc", dir.join("bench.db").display()));
-    settings.worker.enabled = false;
-    let app = Application::builder(settings).build().await.unwrap();
+/// Milliseconds from each submission (client side) to its no-op job's `finished_at`. The
+/// finish is stamped after the claim committed and the operation ran, so this bounds
+/// submit → start from above.
+async fn latencies(db: &DatabaseConnection, sent: Vec<(Uuid, DateTime<Utc>)>) -> (f64, f64) {
+    let rows = job::Entity::find().filter(job::Column::Operation.eq("ping")).all(db).await.unwrap();
+    let finished: std::collections::HashMap<Uuid, DateTime<Utc>> =
+        rows.into_iter().filter_map(|row| row.finished_at.map(|at| (row.id, at))).collect();
+    let mut millis: Vec<f64> =
+        sent.iter().map(|(id, at)| (finished[id] - *at).num_microseconds().unwrap() as f64 / 1e3).collect();
+    millis.sort_by(f64::total_cmp);
+    let at = |q: f64| millis[((millis.len() as f64 * q) as usize).min(millis.len() - 1)];
+    (at(0.5), at(0.99))
+}
+
+/// Calls `submit` on an absolute schedule of [`LATENCY_RATE`] per second, each call on its
+/// own task so a slow one never delays the next; returns each job's id and send time.
+async fn offer<F, Fut>(submit: F) -> Vec<(Uuid, DateTime<Utc>)>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Uuid> + 'static,
+{
+    let first = tokio::time::Instant::now();
+    let mut calls = Vec::with_capacity(LATENCY_JOBS);
+    for n in 0..LATENCY_JOBS {
+        tokio::time::sleep_until(first + Duration::from_micros(n as u64 * 1_000_000 / LATENCY_RATE)).await;
+        let call = submit();
+        calls.push(actix_rt::spawn(async move {
+            let sent = Utc::now();
+            (call.await, sent)
+        }));
+    }
+    join_all(calls).await.into_iter().map(Result::unwrap).collect()
+}
+
+/// The embedded default (SQLite, in-process), submitting over HTTP.
+async fn embedded_latency(history: usize) -> Latency {
+    let scratch = Scratch::create(Store::Sqlite).await;
+    if history > 0 {
+        fill_history(&scratch.url, history).await;
+    }
+    let app = Application::builder(bench_settings(&scratch.url)).build().await.unwrap();
     let url = format!("http://127.0.0.1:{}/jobs", app.port().unwrap());
+    let db = app.db();
     actix_rt::spawn(app.run_until_stopped());
     let client = reqwest::Client::new();
+    let sent = offer(|| {
+        let request = client.post(&url).json(&json!({ "operation": "ping" })).send();
+        async move {
+            let job: Value = request.await.unwrap().json().await.unwrap();
+            job["id"].as_str().unwrap().parse().unwrap()
+        }
+    })
+    .await;
+    wait_for(&db, PINGS_SUCCEEDED, LATENCY_JOBS as i64).await;
+    let (p50, p99) = latencies(&db, sent).await;
+    scratch.remove().await;
+    Latency { name: with_history("yardmaster embedded: POST /jobs → start", history), p50, p99 }
+}
+
+/// PostgreSQL + RabbitMQ, one worker process; this process submits and publishes.
+async fn rabbitmq_latency(history: usize) -> Latency {
+    let database = FreshDatabase::create().await;
+    if history > 0 {
+        fill_history(&database.url, history).await;
+    } else {
+        migrated(&database.url).await.close().await.ok();
+    }
+    let prefix = queue_prefix();
+    let processes = worker_processes(&database.url, &prefix, 1);
+    let Publisher { db, dispatcher } = publisher(&database.url, &prefix).await;
+    // The worker is consuming once a first job ran.
+    let warm_up = dispatcher.submit(NewJob::new("ping")).await.unwrap().job.id;
+    wait_for(&db, PINGS_SUCCEEDED, 1).await;
+    let sent = offer(|| {
+        let dispatcher = dispatcher.clone();
+        async move { dispatcher.submit(NewJob::new("ping")).await.unwrap().job.id }
+    })
+    .await;
+    wait_for(&db, PINGS_SUCCEEDED, LATENCY_JOBS as i64 + 1).await;
+    let (p50, p99) = latencies(&db, sent.into_iter().filter(|(id, _)| *id != warm_up).collect()).await;
+    drop(processes);
+    db.close().await.ok();
+    database.drop_now().await;
+    let name = "yardmaster: PostgreSQL + RabbitMQ, submit → start (1 worker)";
+    Latency { name: with_history(name, history), p50, p99 }
+}
+
+/// `POST /jobs` against the embedded default (SQLite), `connections` clients, workers off.
+async fn http_submit(jobs: usize, connections: usize) -> Figure {
+    let (url, scratch) = idle_api().await;
+    let client = reqwest::Client::new();
     let start = Instant::now();
-    let clients = (0..32).map(|client_no| {
-        let (client, url) = (client.clone(), url.clone());
+    let clients = (0..connections).map(|client_no| {
+        let (client, url) = (client.clone(), format!("{url}/jobs"));
         async move {
             let mut latencies = Vec::new();
-            for _ in (client_no..jobs).step_by(32) {
+            for _ in (client_no..jobs).step_by(connections) {
                 let sent = Instant::now();
                 let response = client.post(&url).json(&json!({ "operation": "ping" })).send().await.unwrap();
                 assert_eq!(response.status().as_u16(), 201);
@@ -345,14 +591,114 @@ async fn http_submit(jobs: usize) -> Figure {
             latencies
         }
     });
-    let mut latencies: Vec<Duration> = join_all(clients).await.into_iter().flatten().collect();
+    let latencies: Vec<Duration> = join_all(clients).await.into_iter().flatten().collect();
     let seconds = start.elapsed().as_secs_f64();
+    scratch.remove().await;
+    let name = format!("yardmaster HTTP POST /jobs: embedded, {connections} connections");
+    Figure { unit: "req/s", ..Figure::rate(name, jobs as f64 / seconds, percentiles(latencies)) }
+}
+
+/// `POST /jobs:batch` of `per_request` jobs, 4 clients, against the embedded default.
+async fn http_batch_submit(jobs: usize, per_request: usize) -> Figure {
+    let (url, scratch) = idle_api().await;
+    let client = reqwest::Client::new();
+    let body = json!({ "jobs": vec![json!({ "operation": "ping" }); per_request] });
+    let requests = jobs / per_request;
+    let start = Instant::now();
+    let clients = (0..4).map(|client_no| {
+        let (client, url, body) = (client.clone(), format!("{url}/jobs:batch"), body.clone());
+        async move {
+            let mut latencies = Vec::new();
+            for _ in (client_no..requests).step_by(4) {
+                let sent = Instant::now();
+                let response = client.post(&url).json(&body).send().await.unwrap();
+                assert_eq!(response.status().as_u16(), 201);
+                latencies.push(sent.elapsed());
+            }
+            latencies
+        }
+    });
+    let latencies: Vec<Duration> = join_all(clients).await.into_iter().flatten().collect();
+    let seconds = start.elapsed().as_secs_f64();
+    scratch.remove().await;
+    let name = format!("yardmaster HTTP POST /jobs:batch: embedded, {per_request} per request, 4 connections");
+    let note = format!("per request: {}", percentiles(latencies));
+    Figure::rate(name, (requests * per_request) as f64 / seconds, note)
+}
+
+/// The embedded API with workers off: its base URL and its database.
+async fn idle_api() -> (String, Scratch) {
+    let scratch = Scratch::create(Store::Sqlite).await;
+    let mut settings = bench_settings(&scratch.url);
+    settings.worker.enabled = false;
+    let app = Application::builder(settings).build().await.unwrap();
+    let url = format!("http://127.0.0.1:{}", app.port().unwrap());
+    actix_rt::spawn(app.run_until_stopped());
+    (url, scratch)
+}
+
+fn percentiles(mut latencies: Vec<Duration>) -> String {
     latencies.sort();
     let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    let _ = std::fs::remove_dir_all(&dir);
-    Figure {
-        name: "yardmaster HTTP POST /jobs: embedded, 32 connections".into(),
-        per_second: jobs as f64 / seconds,
-        note: format!("p50 {:.1} ms, p99 {:.1} ms", at(0.5).as_secs_f64() * 1e3, at(0.99).as_secs_f64() * 1e3),
+    format!("p50 {:.1} ms, p99 {:.1} ms", at(0.5).as_secs_f64() * 1e3, at(0.99).as_secs_f64() * 1e3)
+}
+
+/// Resident memory of a `yardmaster serve` process (embedded default) idle, then holding
+/// [`IN_FLIGHT`] sleeping jobs claimed and leased.
+async fn memory() -> Vec<Figure> {
+    let scratch = Scratch::create(Store::Sqlite).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let process = Process(
+        Command::new(release_binary())
+            .arg("serve")
+            .env("YARDMASTER__STORE__URL", &scratch.url)
+            .env("YARDMASTER__SERVER__BIND", format!("127.0.0.1:{port}"))
+            .env("YARDMASTER__QUEUES__DEFAULT__CONCURRENCY", IN_FLIGHT.to_string())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the release binary is built"),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(client.get(format!("{base}/readyz")).send().await, Ok(response) if response.status().is_success()) {
+        assert!(Instant::now() < deadline, "yardmaster serve never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let idle = rss_kib(process.0.id());
+    let sleeper = json!({ "operation": "sleep", "payload": { "seconds": 3600 } });
+    for _ in 0..IN_FLIGHT / 1000 {
+        let body = json!({ "jobs": vec![sleeper.clone(); 1000] });
+        let response = client.post(format!("{base}/jobs:batch")).json(&body).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 201);
+    }
+    let db = yardmaster::store::connect(&bench_settings(&scratch.url).store).await.unwrap();
+    let running = "SELECT COUNT(*) FROM job WHERE status = 'running'";
+    wait_for(&db, running, IN_FLIGHT as i64).await;
+    let loaded = rss_kib(process.0.id());
+    drop(process);
+    db.close().await.ok();
+    scratch.remove().await;
+    vec![
+        Figure {
+            name: "yardmaster serve, idle (embedded default)".into(),
+            value: idle / 1024.0,
+            unit: "MiB",
+            note: String::new(),
+        },
+        Figure {
+            name: format!("yardmaster serve, per in-flight job ({IN_FLIGHT} sleeping jobs under lease)"),
+            value: (loaded - idle) / IN_FLIGHT as f64,
+            unit: "KiB",
+            note: format!("{:.1} MiB in all", loaded / 1024.0),
+        },
+    ]
+}
+
+/// `VmRSS` of a process, KiB.
+fn rss_kib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }

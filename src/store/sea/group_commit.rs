@@ -1,5 +1,5 @@
-//! Group commit: claims, outcomes, keyless submissions and publication records of concurrent
-//! jobs share one transaction, so many jobs
+//! Group commit: claims, outcomes, lease renewals, keyless submissions and publication
+//! records of concurrent jobs share one transaction, so many jobs
 //! pay for one commit (one fsync) instead of one each. Each write keeps its own
 //! compare-and-set; only the commit is shared. A batch is whatever arrived while the
 //! previous one was committing (up to `max_batch`), so an idle system adds no delay.
@@ -36,6 +36,10 @@ pub(super) enum Write {
     MarkPublished {
         jobs: Vec<Dispatch>,
     },
+    ExtendLease {
+        run: RunRef,
+        lease: Duration,
+    },
 }
 
 /// What a write produced.
@@ -68,6 +72,15 @@ impl Written {
 }
 
 type Reply = oneshot::Sender<Result<Written, StoreError>>;
+
+/// Why a group commit failed, and so whether its writes may be tried again.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("{0}")]
+    BeforeCommit(StoreError),
+    #[error("at commit: {0}")]
+    AtCommit(StoreError),
+}
 
 struct Request {
     write: Write,
@@ -111,7 +124,7 @@ fn gone() -> StoreError {
 }
 
 fn failed(err: &dyn std::fmt::Display) -> StoreError {
-    StoreError::Database(DbErr::Custom(format!("group commit failed, nothing in it was written: {err}")))
+    StoreError::Database(DbErr::Custom(format!("group commit failed: {err}")))
 }
 
 impl SeaStore {
@@ -121,30 +134,42 @@ impl SeaStore {
     async fn commit_batch(&self, batch: Vec<Request>) {
         let (writes, replies): (Vec<Write>, Vec<Reply>) =
             batch.into_iter().map(|request| (request.write, request.reply)).unzip();
-        let outcome = async {
-            let txn = self.write_txn().await?;
-            match self.apply_batch(&txn, &writes).await {
-                Ok(answers) => {
-                    txn.commit().await?;
-                    Ok(answers)
-                }
-                Err(err) => {
-                    let _ = txn.rollback().await;
-                    Err(err)
-                }
-            }
-        }
-        .await;
-        match outcome {
+        match self.commit_writes(&writes).await {
             Ok(answers) => {
                 for (reply, answer) in replies.into_iter().zip(answers) {
                     let _ = reply.send(Ok(answer));
                 }
             }
-            Err(err) => {
-                for reply in replies {
-                    let _ = reply.send(Err(failed(&err)));
+            // A statement failed before the commit, so nothing was written: one bad write or
+            // a deadlock with another process must not fail its neighbours, so each write
+            // is tried again in a transaction of its own.
+            Err(Failure::BeforeCommit(_)) if writes.len() > 1 => {
+                for (write, reply) in writes.into_iter().zip(replies) {
+                    let answer = self.commit_writes(std::slice::from_ref(&write)).await;
+                    let _ = reply.send(answer.map_err(|failure| failed(&failure)).and_then(|mut answers| {
+                        answers.pop().ok_or_else(|| StoreError::Corrupt("group commit left a write unanswered".into()))
+                    }));
                 }
+            }
+            // A failed commit may still have been applied: nothing is tried again.
+            Err(failure) => {
+                for reply in replies {
+                    let _ = reply.send(Err(failed(&failure)));
+                }
+            }
+        }
+    }
+
+    async fn commit_writes(&self, writes: &[Write]) -> Result<Vec<Written>, Failure> {
+        let txn = self.write_txn().await.map_err(|err| Failure::BeforeCommit(err.into()))?;
+        match self.apply_batch(&txn, writes).await {
+            Ok(answers) => {
+                txn.commit().await.map_err(|err| Failure::AtCommit(err.into()))?;
+                Ok(answers)
+            }
+            Err(err) => {
+                let _ = txn.rollback().await;
+                Err(Failure::BeforeCommit(err))
             }
         }
     }
@@ -159,6 +184,7 @@ impl SeaStore {
         let mut claims: BTreeMap<(&str, Duration), Vec<(usize, Uuid)>> = BTreeMap::new();
         let mut outcomes: BTreeMap<&'static str, Vec<(usize, RunRef, &Completion)>> = BTreeMap::new();
         let mut submissions = Vec::new();
+        let mut renewals: BTreeMap<Duration, Vec<(usize, RunRef)>> = BTreeMap::new();
         for (at, write) in writes.iter().enumerate() {
             match write {
                 Write::Claim { id, owner, lease } => {
@@ -175,6 +201,14 @@ impl SeaStore {
                 Write::MarkPublished { jobs } => {
                     answers[at] = Some(Written::Count(self.record_publications(txn, jobs).await?));
                 }
+                Write::ExtendLease { run, lease } => renewals.entry(*lease).or_default().push((at, *run)),
+            }
+        }
+        for (lease, wanted) in renewals {
+            let runs: Vec<RunRef> = wanted.iter().map(|(_, run)| *run).collect();
+            let renewed = self.extend_run_leases(txn, &runs, lease).await?;
+            for (at, run) in wanted {
+                answers[at] = Some(Written::Count(u64::from(renewed.contains(&run.id))));
             }
         }
         for ((owner, lease), wanted) in claims {

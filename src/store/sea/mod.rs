@@ -239,7 +239,10 @@ impl JobStore for SeaStore {
     }
 
     async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
-        self.extend_run_lease(run, lease).await
+        match &self.writer {
+            Some(writer) => Ok(writer.write(group_commit::Write::ExtendLease { run, lease }).await?.into_count()? == 1),
+            None => self.extend_run_lease(run, lease).await,
+        }
     }
 
     async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {

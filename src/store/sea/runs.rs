@@ -2,7 +2,7 @@
 //! Every write after the claim names the run (`attempts`), so a run that was taken away
 //! (reaper, shutdown) cannot touch a later run of the same job.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -102,8 +102,7 @@ impl SeaStore {
             error_message = error_message.when(run.id, outcome.error_message);
             events.insert(run.id, outcome.event);
         }
-        let this_run = Expr::tuple([Expr::col(job::Column::Id), Expr::col(job::Column::Attempts)])
-            .in_tuples(runs.iter().map(|(run, _)| (run.id, run.attempt)));
+        let this_run = this_run(&runs.iter().map(|(run, _)| *run).collect::<Vec<_>>());
         let set = move |update: UpdateMany<job::Entity>| {
             let update = update
                 .col_expr(job::Column::FinishedAt, Expr::value(now))
@@ -178,6 +177,24 @@ impl SeaStore {
         self.transition(run.id, &[JobStatus::Running], JobStatus::Queued, set, event).await
     }
 
+    /// Many lease renewals of one length in one statement (a group commit). Returns the jobs
+    /// whose run was still current.
+    pub(super) async fn extend_run_leases(
+        &self,
+        txn: &DatabaseTransaction,
+        runs: &[RunRef],
+        lease: Duration,
+    ) -> Result<HashSet<Uuid>, DbErr> {
+        let backend = self.db.get_database_backend();
+        let renewed = job::Entity::update_many()
+            .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
+            .filter(this_run(runs))
+            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .exec_with_returning(txn)
+            .await?;
+        Ok(renewed.into_iter().map(|row| row.id).collect())
+    }
+
     /// Lease renewal: a conditional update, no event (heartbeats are not progress).
     pub(super) async fn extend_run_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
         let backend = self.db.get_database_backend();
@@ -190,6 +207,12 @@ impl SeaStore {
             .await?;
         Ok(result.rows_affected == 1)
     }
+}
+
+/// `(id, attempts) IN (…)`: the rows of exactly these runs.
+fn this_run(runs: &[RunRef]) -> Expr {
+    Expr::tuple([Expr::col(job::Column::Id), Expr::col(job::Column::Attempts)])
+        .in_tuples(runs.iter().map(|run| (run.id, run.attempt)))
 }
 
 /// The claim's `SET` clauses and conditions beyond the status.
