@@ -75,7 +75,7 @@ async fn run(jobs: usize, history: usize) {
     figures.extend(graphile(jobs, "single").await);
     figures.extend(graphile(jobs, "batched").await);
     for group_commit in [1, 64] {
-        // Explicit sizes here; the default (0) picks by backend.
+        // Off, and the default (64).
         figures.push(in_process(jobs, Store::Sqlite, group_commit, 0).await);
         figures.push(in_process(jobs, Store::Postgres, group_commit, 0).await);
     }
@@ -90,7 +90,7 @@ async fn run(jobs: usize, history: usize) {
     latencies.push(rabbitmq_latency(0).await);
 
     if history > 0 {
-        figures.push(in_process(jobs, Store::Sqlite, 0, history).await);
+        figures.push(in_process(jobs, Store::Sqlite, 64, history).await);
         figures.push(with_rabbitmq(jobs, 1, history).await);
         latencies.push(embedded_latency(history).await);
         latencies.push(rabbitmq_latency(history).await);

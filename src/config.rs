@@ -50,21 +50,16 @@ pub struct StoreSettings {
     /// Apply pending migrations when `serve` starts.
     pub migrate_on_start: bool,
     /// Writes of concurrent jobs committed together, up to this many per transaction (one
-    /// fsync for many jobs); 1 commits each on its own; 0 chooses by backend (see
-    /// [`StoreSettings::group_commit`]).
+    /// fsync for many jobs); 0 or 1 commits each on its own.
     pub group_commit_max: usize,
 }
 
 impl StoreSettings {
-    /// The group-commit batch in force: 64 on SQLite, where one writer fsyncs every commit
-    /// and batching pays fivefold; off on PostgreSQL, where parallel connections already
-    /// share WAL flushes and the batch's one-by-one statements measured slower.
+    /// The group-commit batch in force. On by default on both backends: on SQLite one
+    /// writer fsyncs every commit, and on PostgreSQL the batch's multi-row statements beat
+    /// parallel single-row commits (see BENCHMARKS.md).
     pub fn group_commit(&self) -> usize {
-        match (self.group_commit_max, crate::store::Backend::of_url(&self.url)) {
-            (0, Ok(crate::store::Backend::Sqlite)) => 64,
-            (0, _) => 1,
-            (max, _) => max,
-        }
+        self.group_commit_max.max(1)
     }
 }
 
@@ -174,8 +169,11 @@ pub enum QueueKind {
     /// Job ids: every job a row with a lifecycle and events (`QueueConsumer`).
     #[default]
     Jobs,
-    /// Serialised operation payloads run without a job row (`OperationConsumer`).
+    /// Serialised operation payloads run without a job row (`OperationConsumer`),
+    /// among them coordinators' batches.
     Operations,
+    /// Outcomes of coordinators' batches, recorded against their parent (`WriteConsumer`).
+    Writes,
 }
 
 impl Default for Settings {
@@ -192,7 +190,7 @@ impl Default for Settings {
                 max_connections: 8,
                 connect_timeout_seconds: 10,
                 migrate_on_start: true,
-                group_commit_max: 0,
+                group_commit_max: 64,
             },
             transport: TransportSettings {
                 kind: TransportKind::InProcess,
@@ -221,10 +219,17 @@ impl Default for Settings {
                 batch: 500,
             },
             dispatch: DispatchSettings { enabled: true, interval_ms: 1000, grace_ms: 5000, batch: 1000 },
-            queues: BTreeMap::from([(
-                QueueName::DEFAULT.to_owned(),
-                QueueSettings { concurrency: 4, prefetch: 1, kind: QueueKind::Jobs },
-            )]),
+            queues: BTreeMap::from([
+                (QueueName::DEFAULT.to_owned(), QueueSettings { concurrency: 4, prefetch: 1, kind: QueueKind::Jobs }),
+                (
+                    crate::ops::BATCH_QUEUE.to_owned(),
+                    QueueSettings { concurrency: 4, prefetch: 8, kind: QueueKind::Operations },
+                ),
+                (
+                    crate::ops::WRITE_QUEUE.to_owned(),
+                    QueueSettings { concurrency: 16, prefetch: 64, kind: QueueKind::Writes },
+                ),
+            ]),
         }
     }
 }

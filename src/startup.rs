@@ -13,13 +13,13 @@ use tokio::sync::oneshot;
 use tracing::info;
 
 use crate::actors::{
-    DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, Reaper, ShutdownGuard,
-    StopIntake,
+    BatchWrites, DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, Reaper,
+    ShutdownGuard, StopIntake, WriteConsumer,
 };
 use crate::api::{self, AppState};
 use crate::config::{QueueKind, Settings, TransportKind};
 use crate::dispatch::Dispatcher;
-use crate::ops::OperationRegistry;
+use crate::ops::{OperationRegistry, Services};
 use crate::store::{self, JobStore, SeaStore};
 use crate::transport::{AmqpTransport, InProcessTransport, Transport};
 use crate::worker::{Executor, ExecutorConfig, InFlight};
@@ -186,17 +186,19 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
 struct Consumers {
     jobs: Vec<Addr<QueueConsumer>>,
     operations: Vec<Addr<OperationConsumer>>,
+    writes: Vec<Addr<WriteConsumer>>,
 }
 
 impl Consumers {
     fn len(&self) -> usize {
-        self.jobs.len() + self.operations.len()
+        self.intake().len()
     }
 
     /// Where to send [`StopIntake`] at shutdown.
     fn intake(&self) -> Vec<actix::Recipient<StopIntake>> {
         let jobs = self.jobs.iter().map(|addr| addr.clone().recipient());
-        jobs.chain(self.operations.iter().map(|addr| addr.clone().recipient())).collect()
+        let operations = self.operations.iter().map(|addr| addr.clone().recipient());
+        jobs.chain(operations).chain(self.writes.iter().map(|addr| addr.clone().recipient())).collect()
     }
 }
 
@@ -210,10 +212,12 @@ fn start_workers(
     in_flight: &Arc<InFlight>,
 ) -> Consumers {
     let config = ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_millis(settings.worker.lease_ms) };
-    let executor = Arc::new(Executor::new(store.clone(), registry.clone(), db.clone(), config));
+    let services = Services { store: store.clone(), db: db.clone(), transport: transport.clone() };
+    let executor = Arc::new(Executor::new(services.clone(), registry.clone(), config));
     let heartbeat = Duration::from_millis(settings.worker.heartbeat_ms);
     let jobs = Arc::new(JobMessages::new(executor, store.clone(), in_flight.clone(), heartbeat));
-    let operations = Arc::new(OperationMessages::new(registry.clone(), store.clone(), db.clone()));
+    let operations = Arc::new(OperationMessages::new(registry.clone(), services));
+    let writes = Arc::new(BatchWrites::new(store.clone()));
     let mut consumers = Consumers::default();
     for (queue, queue_settings) in &settings.queues {
         let (queue, queue_settings, transport) = (queue.clone(), queue_settings.clone(), transport.clone());
@@ -225,6 +229,10 @@ fn start_workers(
             QueueKind::Operations => {
                 let consumer = OperationConsumer::new(queue, queue_settings, transport, operations.clone());
                 consumers.operations.push(consumer.start_supervised());
+            }
+            QueueKind::Writes => {
+                let consumer = WriteConsumer::new(queue, queue_settings, transport, writes.clone());
+                consumers.writes.push(consumer.start_supervised());
             }
         }
     }

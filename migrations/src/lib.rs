@@ -9,6 +9,7 @@ mod m20261122_000001_create_job;
 mod m20261122_000002_create_job_event;
 mod m20261122_000003_add_dispatch_columns;
 mod m20261122_000004_add_retry_columns;
+mod m20261122_000005_fan_out;
 
 /// Lists every migration in the order it is applied.
 pub struct Migrator;
@@ -21,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000002_create_job_event::Migration),
             Box::new(m20261122_000003_add_dispatch_columns::Migration),
             Box::new(m20261122_000004_add_retry_columns::Migration),
+            Box::new(m20261122_000005_fan_out::Migration),
         ]
     }
 }

@@ -90,4 +90,5 @@ pub enum Job {
     PublishedAt,
     Failures,
     RetryPolicy,
+    DeferredAt,
 }

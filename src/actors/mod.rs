@@ -7,6 +7,7 @@ mod operation_consumer;
 mod queue_consumer;
 pub mod reaper;
 mod shutdown_guard;
+mod write_consumer;
 
 pub use consumer::{Consumer, DeliveryHandler, StopIntake};
 pub use dispatch_sweeper::{DispatchSweeper, Tick};
@@ -15,3 +16,4 @@ pub use operation_consumer::{OperationConsumer, OperationMessage, OperationMessa
 pub use queue_consumer::{JobMessages, QueueConsumer};
 pub use reaper::{Reap, ReapCounts, Reaper};
 pub use shutdown_guard::{ShutdownGuard, Stop, EXIT_CODE, WORKER_SHUTDOWN};
+pub use write_consumer::{BatchWrites, WriteConsumer};

@@ -2,8 +2,10 @@
 //! no job row per message: the high-throughput path for ephemeral batch queues, whose
 //! progress is tracked on a parent job.
 //!
-//! Unlike a job message, a batch message is the only record of its work, so it is
-//! acknowledged only after the operation finished. A message that cannot be decoded, names
+//! Unlike a job message, an operation message is the only record of its work, so it is
+//! acknowledged only after the operation finished. A coordinator's batch (a message with a
+//! batch address) is skipped once its parent's run is over, retried up to its budget, and
+//! its outcome goes to the parent's write queue. A message that cannot be decoded, names
 //! an unknown operation, carries an invalid payload, or fails is dead-lettered with the
 //! reason (operators may replay it); RetryLater gives it back to the queue after the delay.
 
@@ -13,15 +15,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::FutureExt as _;
-use sea_orm::DatabaseConnection;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use uuid::Uuid;
+use tracing::{debug, warn};
 
-use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler};
-use crate::ops::{JobContext, OperationError, OperationRegistry};
-use crate::store::JobStore;
-use crate::transport::{Delivery, Transport, MAX_MESSAGE_BYTES};
+use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
+use crate::domain::{BatchAddress, BatchOutcome, BatchResult, JobStatus};
+pub use crate::ops::OperationMessage;
+use crate::ops::{JobContext, OperationError, OperationRegistry, Services};
+use crate::transport::{Acker, Delivery, Transport, MAX_MESSAGE_BYTES};
+use crate::worker::OPERATION_PANICKED;
 
 /// Longest a RetryLater batch is held back before it returns to the queue.
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(300);
@@ -29,34 +30,15 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_secs(300);
 /// The consumer of an ephemeral operation queue.
 pub type OperationConsumer = Consumer<OperationMessages>;
 
-/// One unit of ephemeral work: everything the worker needs is in the message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OperationMessage {
-    pub operation: String,
-    #[serde(default)]
-    pub payload: Value,
-    /// The job whose event log this work reports to.
-    #[serde(default)]
-    pub parent_job_id: Option<Uuid>,
-}
-
-impl OperationMessage {
-    pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-}
-
 /// Runs operation messages from the registry.
 pub struct OperationMessages {
     registry: Arc<OperationRegistry>,
-    store: Arc<dyn JobStore>,
-    db: DatabaseConnection,
+    services: Services,
 }
 
 impl OperationMessages {
-    pub fn new(registry: Arc<OperationRegistry>, store: Arc<dyn JobStore>, db: DatabaseConnection) -> Self {
-        OperationMessages { registry, store, db }
+    pub fn new(registry: Arc<OperationRegistry>, services: Services) -> Self {
+        OperationMessages { registry, services }
     }
 }
 
@@ -80,7 +62,10 @@ impl DeliveryHandler for OperationMessages {
         if operation.validate(&message.payload).is_err() {
             return dead_letter(transport, queue, body, acker, "invalid_payload").await;
         }
-        let ctx = JobContext::ephemeral(message.parent_job_id, self.store.clone(), self.db.clone());
+        if let Some(address) = message.batch.clone() {
+            return self.run_batch(queue, transport, acker, message, address).await;
+        }
+        let ctx = JobContext::ephemeral(message.parent_job_id, message.snapshot, self.services.clone());
         let outcome = AssertUnwindSafe(operation.execute(ctx, message.payload)).catch_unwind().await;
         match outcome {
             Ok(Ok(_)) => settle(acker.ack().await),
@@ -89,6 +74,63 @@ impl DeliveryHandler for OperationMessages {
                 dead_letter(transport, queue, body, acker, &format!("failed:{class}")).await
             }
             Err(_) => dead_letter(transport, queue, body, acker, "panicked").await,
+        }
+    }
+}
+
+impl OperationMessages {
+    /// A coordinator's batch: skipped when its parent's run is over, else run, with a
+    /// failure retried (re-sent with one failure more) up to its `max_retries`, and its
+    /// outcome sent to the write queue before the message is acknowledged.
+    async fn run_batch(
+        &self,
+        queue: &str,
+        transport: &dyn Transport,
+        acker: Box<dyn Acker>,
+        message: OperationMessage,
+        address: BatchAddress,
+    ) {
+        match self.services.store.get(address.parent_job_id).await {
+            Ok(Some(parent)) if parent.status == JobStatus::Running && parent.attempts == address.attempt => {}
+            Ok(parent) => {
+                let status = parent.map(|parent| parent.status.to_string());
+                debug!(parent = %address.parent_job_id, batch = address.index, ?status, "parent's run is over; batch skipped");
+                return settle(acker.ack().await);
+            }
+            Err(err) => {
+                warn!(error = %err, "cannot read a batch's parent; batch put back");
+                return requeue_later(acker, RETRY_PAUSE).await;
+            }
+        }
+        let Some(operation) = self.registry.get(&message.operation) else {
+            return settle(acker.ack().await);
+        };
+        let ctx = JobContext::ephemeral(message.parent_job_id, message.snapshot.clone(), self.services.clone());
+        let executed = AssertUnwindSafe(operation.execute(ctx, message.payload.clone())).catch_unwind().await;
+        let result = match executed {
+            Ok(Ok(output)) => BatchResult::Succeeded { output },
+            Ok(Err(OperationError::RetryLater { delay, .. })) => {
+                return requeue_later(acker, delay.min(MAX_RETRY_PAUSE)).await;
+            }
+            Ok(Err(OperationError::Failed { class, message })) => BatchResult::Failed { error_code: class, message },
+            Err(_) => {
+                BatchResult::Failed { error_code: OPERATION_PANICKED.into(), message: "the batch panicked".into() }
+            }
+        };
+        let (target, body) = match result {
+            BatchResult::Failed { .. } if address.failures < address.max_retries => {
+                let retry = BatchAddress { failures: address.failures + 1, ..address };
+                (queue.to_owned(), OperationMessage { batch: Some(retry), ..message }.encode())
+            }
+            result => (address.write_queue.clone(), BatchOutcome::of(&address, result).encode()),
+        };
+        match transport.publish(&target, body).await {
+            Ok(()) => settle(acker.ack().await),
+            // Run again later; its outcome still counts once.
+            Err(err) => {
+                warn!(error = %err, queue = %target, "could not send a batch's outcome; batch put back");
+                requeue_later(acker, RETRY_PAUSE).await
+            }
         }
     }
 }

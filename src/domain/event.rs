@@ -22,6 +22,14 @@ impl EventName {
     pub const LEASE_EXPIRED_REQUEUE: &'static str = "job.lease_expired_requeue";
     pub const LEASE_EXPIRED: &'static str = "job.lease_expired";
     pub const REQUEUED_ON_SHUTDOWN: &'static str = "job.requeued_on_shutdown";
+    /// A coordinator sent its batches (`batches`, `queue`).
+    pub const FANNED_OUT: &'static str = "job.fanned_out";
+    /// A coordinator returned; its batches close it.
+    pub const DEFERRED: &'static str = "job.deferred";
+    /// Batches of a deferred job finished (`batches`: their indexes).
+    pub const BATCHES_SUCCEEDED: &'static str = "batch.succeeded";
+    /// A batch failed after its retries (`batch`, `error_code`): the parent fails.
+    pub const CHILD_FAILED: &'static str = "child.failed";
 }
 
 /// Severity of an event, as shown on a timeline.

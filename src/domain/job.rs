@@ -43,6 +43,10 @@ pub struct Job {
     pub failures: i32,
     /// How failures are retried, up to `max_retries`.
     pub retry_policy: RetryPolicy,
+    /// When this RUNNING job handed its work to batches (a coordinator): it holds no lease
+    /// from then on, its batches' outcomes advance `progress_current`, and the one that
+    /// reaches `progress_total` closes it.
+    pub deferred_at: Option<DateTime<Utc>>,
 }
 
 /// One entry in a job's event log.

@@ -2,11 +2,13 @@
 //!
 //! Nothing here touches the database or the network; `store/` enforces these rules in SQL.
 
+mod batch;
 mod event;
 mod job;
 mod retry;
 mod status;
 
+pub use batch::{BatchAddress, BatchOutcome, BatchResult};
 pub use event::{EventLevel, EventName, NewEvent};
 pub use job::{Job, JobEvent, NewJob, QueueName};
 pub use retry::{RetryPolicy, NEVER_RETRIED};

@@ -1,5 +1,6 @@
 //! What an executing operation can touch: its job, the event log, progress, the database.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;
@@ -9,6 +10,15 @@ use uuid::Uuid;
 
 use crate::domain::{EventLevel, Job, NewEvent};
 use crate::store::{JobStore, StoreError};
+use crate::transport::Transport;
+
+/// What every execution context is built from; cheap to clone.
+#[derive(Clone)]
+pub struct Services {
+    pub store: Arc<dyn JobStore>,
+    pub db: DatabaseConnection,
+    pub transport: Arc<dyn Transport>,
+}
 
 /// Handed to [`super::Operation::execute`]; cheap to clone.
 #[derive(Clone)]
@@ -17,21 +27,56 @@ pub struct JobContext {
     job: Option<Arc<Job>>,
     /// Whose event log `emit` writes to: the job, or an ephemeral batch's parent.
     events_to: Option<Uuid>,
-    store: Arc<dyn JobStore>,
+    pub(super) store: Arc<dyn JobStore>,
     db: DatabaseConnection,
+    pub(super) transport: Arc<dyn Transport>,
     /// Fires when the job is cancelled (or its run taken away): stop early if you can.
     cancel: CancellationToken,
+    /// What the coordinator of a batch resolved before fanning out; `Null` otherwise.
+    snapshot: Arc<Value>,
+    /// Set once the job fanned out: its batches, not its return, close it.
+    pub(super) deferred: Arc<AtomicBool>,
 }
 
 impl JobContext {
     /// The context of a claimed job.
-    pub fn new(job: Job, store: Arc<dyn JobStore>, db: DatabaseConnection, cancel: CancellationToken) -> Self {
-        JobContext { events_to: Some(job.id), job: Some(Arc::new(job)), store, db, cancel }
+    pub fn new(job: Job, services: Services, cancel: CancellationToken) -> Self {
+        JobContext {
+            events_to: Some(job.id),
+            job: Some(Arc::new(job)),
+            store: services.store,
+            db: services.db,
+            transport: services.transport,
+            cancel,
+            snapshot: Arc::new(Value::Null),
+            deferred: Arc::default(),
+        }
     }
 
-    /// The context of ephemeral work (no job row) that reports to `parent`, if any.
-    pub fn ephemeral(parent: Option<Uuid>, store: Arc<dyn JobStore>, db: DatabaseConnection) -> Self {
-        JobContext { job: None, events_to: parent, store, db, cancel: CancellationToken::new() }
+    /// The context of ephemeral work (no job row) that reports to `parent`, if any, with
+    /// its coordinator's `snapshot` when it is a batch.
+    pub fn ephemeral(parent: Option<Uuid>, snapshot: Value, services: Services) -> Self {
+        JobContext {
+            job: None,
+            events_to: parent,
+            store: services.store,
+            db: services.db,
+            transport: services.transport,
+            cancel: CancellationToken::new(),
+            snapshot: Arc::new(snapshot),
+            deferred: Arc::default(),
+        }
+    }
+
+    /// What a batch's coordinator resolved and copied into every batch (`Null` for work
+    /// that is not a batch): read it instead of rows that may have changed since.
+    pub fn snapshot(&self) -> &Value {
+        &self.snapshot
+    }
+
+    /// Whether this job fanned out (see [`JobContext::fan_out`]).
+    pub fn is_deferred(&self) -> bool {
+        self.deferred.load(Ordering::SeqCst)
     }
 
     /// True once the job was cancelled: a cooperative operation returns early.

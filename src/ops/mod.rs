@@ -4,8 +4,10 @@
 mod busy;
 mod context;
 mod fail;
+mod fan_out;
 mod ping;
 mod sleep;
+mod sum_squares;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,10 +20,12 @@ use serde_json::Value;
 use crate::domain::RetryPolicy;
 
 pub use busy::Busy;
-pub use context::JobContext;
+pub use context::{JobContext, Services};
 pub use fail::Fail;
+pub use fan_out::{FanOut, OperationMessage, FAN_OUT_FAILED};
 pub use ping::Ping;
 pub use sleep::Sleep;
+pub use sum_squares::{SumSquares, SumSquaresBatch, BATCH_QUEUE, MAX_BATCHES, WRITE_QUEUE};
 
 /// A unit of work a job can name. Implementations must tolerate running more than once
 /// for the same job (at-least-once execution after a crash).
@@ -101,7 +105,7 @@ impl OperationRegistry {
 
     /// The operations every instance ships with.
     pub fn builtin() -> Self {
-        Self::empty().with(Ping).with(Sleep).with(Fail).with(Busy)
+        Self::empty().with(Ping).with(Sleep).with(Fail).with(Busy).with(SumSquares).with(SumSquaresBatch)
     }
 
     pub fn with(mut self, operation: impl Operation) -> Self {

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::domain::{InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
+use crate::domain::{BatchOutcome, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
 
 pub use connect::{connect, migrate, Backend};
 pub use sea::SeaStore;
@@ -80,6 +80,21 @@ pub trait JobStore: Send + Sync + 'static {
     /// [`StoreError::InvalidTransition`].
     async fn retry(&self, id: Uuid) -> Result<Job, StoreError>;
 
+    /// A coordinator's run is about to send `total` batches to `queue`: sets
+    /// `progress_total` (and `progress_current = 0`) with `job.fanned_out`. `None` when the
+    /// run is no longer current.
+    async fn fan_out(&self, run: RunRef, total: i64, queue: &str) -> Result<Option<Job>, StoreError>;
+
+    /// The coordinator returned with its batches sent: the run gives up its lease and waits
+    /// for them (`deferred_at`, `job.deferred`). `None` when the run is no longer RUNNING,
+    /// for example because its batches already closed it.
+    async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError>;
+
+    /// Records a batch's outcome once (a redelivery changes nothing) and advances its
+    /// parent's count; the outcome that reaches `progress_total` closes the parent SUCCEEDED
+    /// and a failed one closes it FAILED with `child.failed`, each exactly once.
+    async fn record_batch(&self, outcome: BatchOutcome) -> Result<BatchRecorded, StoreError>;
+
     /// Appends an operation's event; `_progress_current` / `_progress_total` in its fields
     /// are written back to the job in the same transaction.
     async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError>;
@@ -95,6 +110,17 @@ pub trait JobStore: Send + Sync + 'static {
     /// Marks every QUEUED job unpublished: a transport that keeps nothing across restarts
     /// (in-process) lost their messages.
     async fn forget_publications(&self) -> Result<u64, StoreError>;
+}
+
+/// What [`JobStore::record_batch`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchRecorded {
+    /// Counted; `closed` is the parent's new status when this outcome closed it.
+    Counted { closed: Option<JobStatus> },
+    /// This batch of this run was recorded before: nothing changed.
+    Duplicate,
+    /// The parent's run is no longer RUNNING (finished, cancelled or re-run): dropped.
+    ParentGone,
 }
 
 /// The result of [`JobStore::submit`].

@@ -10,13 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
-use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use crate::domain::{Job, JobStatus};
-use crate::ops::{JobContext, OperationError, OperationRegistry};
+use crate::ops::{JobContext, OperationError, OperationRegistry, Services};
 use crate::store::{Completion, JobStore, Requeue, RunRef, StoreError};
 
 /// Error class recorded when the outcome could not be committed.
@@ -55,6 +54,8 @@ pub enum Claim {
 pub enum HandleOutcome {
     /// Ran and was recorded as this status.
     Finished(JobStatus),
+    /// Fanned out and returned: RUNNING until its batches close it.
+    Deferred,
     /// Back to QUEUED: RetryLater, or a failure with retries left.
     Requeued,
     /// Ran, but the run was no longer current (cancelled, reaped, shut down): dropped.
@@ -69,24 +70,21 @@ pub enum HandleOutcome {
 enum Outcome {
     Complete(Completion),
     Requeue(Requeue),
+    /// It fanned out: its batches close it, nothing to write now.
+    Deferred,
 }
 
 /// Runs jobs by id. Shared by every consumer of a process.
 pub struct Executor {
     store: Arc<dyn JobStore>,
     registry: Arc<OperationRegistry>,
-    db: DatabaseConnection,
+    services: Services,
     config: ExecutorConfig,
 }
 
 impl Executor {
-    pub fn new(
-        store: Arc<dyn JobStore>,
-        registry: Arc<OperationRegistry>,
-        db: DatabaseConnection,
-        config: ExecutorConfig,
-    ) -> Self {
-        Executor { store, registry, db, config }
+    pub fn new(services: Services, registry: Arc<OperationRegistry>, config: ExecutorConfig) -> Self {
+        Executor { store: services.store.clone(), registry, services, config }
     }
 
     pub fn config(&self) -> &ExecutorConfig {
@@ -123,6 +121,7 @@ impl Executor {
             Outcome::Requeue(requeue) => {
                 self.store.requeue(run, requeue).await.map(|job| job.map(|_| JobStatus::Queued))
             }
+            Outcome::Deferred => return HandleOutcome::Deferred,
         };
         match written {
             Ok(Some(JobStatus::Queued)) => {
@@ -161,8 +160,13 @@ impl Executor {
             return Outcome::Complete(Completion::Failed { error_code: UNKNOWN_OPERATION.into(), message });
         };
         let (payload, policy_job) = (job.payload.clone(), job.clone());
-        let ctx = JobContext::new(job, self.store.clone(), self.db.clone(), cancel);
-        let (error_code, message) = match AssertUnwindSafe(operation.execute(ctx, payload)).catch_unwind().await {
+        let ctx = JobContext::new(job, self.services.clone(), cancel);
+        let executed = AssertUnwindSafe(operation.execute(ctx.clone(), payload)).catch_unwind().await;
+        if ctx.is_deferred() {
+            // Its batches are out and decide the outcome, whatever this run returned.
+            return Outcome::Deferred;
+        }
+        let (error_code, message) = match executed {
             Ok(Ok(result)) => return Outcome::Complete(Completion::Succeeded { result }),
             Ok(Err(OperationError::RetryLater { delay, reason })) => {
                 return Outcome::Requeue(Requeue::RetryLater { delay, reason });

@@ -58,8 +58,7 @@ async fn unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on(backe
 async fn operation_queues_run_payloads_without_job_rows(backend: Backend) {
     let options = TestOptions { operation_queues: vec!["batch"], ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
-    let message =
-        yardmaster::actors::OperationMessage { operation: "count".into(), payload: json!({}), parent_job_id: None };
+    let message = yardmaster::actors::OperationMessage::new("count", json!({}));
     for _ in 0..20 {
         app.transport.publish("batch", message.encode()).await.unwrap();
     }

@@ -151,7 +151,7 @@ pub struct TestOptions {
     pub wrap_store: Option<StoreWrapper>,
     /// QUEUED `count` jobs inserted before the app (and its start-up dispatch) starts.
     pub seed_jobs: usize,
-    /// `store.group_commit_max`; 0 chooses by backend.
+    /// `store.group_commit_max`: the default, 64, unless a test sets another.
     pub group_commit_max: usize,
 }
 
@@ -164,7 +164,7 @@ impl Default for TestOptions {
             max_body_bytes: 64 * 1024,
             wrap_store: None,
             seed_jobs: 0,
-            group_commit_max: 0,
+            group_commit_max: 64,
         }
     }
 }

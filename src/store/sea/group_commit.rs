@@ -14,9 +14,9 @@ use uuid::Uuid;
 use super::rows::to_job;
 use super::runs::Outcome;
 use super::{append_events, event_row, insert_new, SeaStore};
-use crate::domain::{Job, JobStatus, NewEvent, NewJob};
+use crate::domain::{BatchOutcome, Job, JobStatus, NewEvent, NewJob};
 use crate::store::entity::{job, job_event};
-use crate::store::{Completion, Dispatch, RunRef, StoreError};
+use crate::store::{BatchRecorded, Completion, Dispatch, RunRef, StoreError};
 
 /// A write the group-commit writer performs.
 pub(super) enum Write {
@@ -40,12 +40,17 @@ pub(super) enum Write {
         run: RunRef,
         lease: Duration,
     },
+    /// A batch outcome: outcomes of one parent in a batch move its counter once.
+    Batch {
+        outcome: BatchOutcome,
+    },
 }
 
 /// What a write produced.
 pub(super) enum Written {
     Job(Option<Box<Job>>),
     Count(u64),
+    Batch(BatchRecorded),
 }
 
 impl Written {
@@ -59,14 +64,21 @@ impl Written {
     pub(super) fn into_count(self) -> Result<u64, StoreError> {
         match self {
             Written::Count(count) => Ok(count),
-            Written::Job(_) => Err(StoreError::Corrupt("group commit answered a count with a job".into())),
+            _ => Err(StoreError::Corrupt("group commit answered a count with something else".into())),
         }
     }
 
     pub(super) fn into_optional_job(self) -> Result<Option<Job>, StoreError> {
         match self {
             Written::Job(job) => Ok(job.map(|job| *job)),
-            Written::Count(_) => Err(StoreError::Corrupt("group commit answered a job with a count".into())),
+            _ => Err(StoreError::Corrupt("group commit answered a job with something else".into())),
+        }
+    }
+
+    pub(super) fn into_batch(self) -> Result<BatchRecorded, StoreError> {
+        match self {
+            Written::Batch(recorded) => Ok(recorded),
+            _ => Err(StoreError::Corrupt("group commit answered a batch outcome with something else".into())),
         }
     }
 }
@@ -185,6 +197,7 @@ impl SeaStore {
         let mut outcomes: BTreeMap<&'static str, Vec<(usize, RunRef, &Completion)>> = BTreeMap::new();
         let mut submissions = Vec::new();
         let mut renewals: BTreeMap<Duration, Vec<(usize, RunRef)>> = BTreeMap::new();
+        let mut batches: HashMap<RunRef, Vec<(usize, &BatchOutcome)>> = HashMap::new();
         for (at, write) in writes.iter().enumerate() {
             match write {
                 Write::Claim { id, owner, lease } => {
@@ -202,6 +215,17 @@ impl SeaStore {
                     answers[at] = Some(Written::Count(self.record_publications(txn, jobs).await?));
                 }
                 Write::ExtendLease { run, lease } => renewals.entry(*lease).or_default().push((at, *run)),
+                Write::Batch { outcome } => {
+                    let parent = RunRef { id: outcome.parent_job_id, attempt: outcome.attempt };
+                    batches.entry(parent).or_default().push((at, outcome));
+                }
+            }
+        }
+        for (parent, wanted) in batches {
+            let outcomes: Vec<&BatchOutcome> = wanted.iter().map(|(_, outcome)| *outcome).collect();
+            let recorded = self.record_batches_in(txn, parent, &outcomes).await?;
+            for ((at, _), recorded) in wanted.into_iter().zip(recorded) {
+                answers[at] = Some(Written::Batch(recorded));
             }
         }
         for (lease, wanted) in renewals {

@@ -5,6 +5,7 @@
 //! submission, reads, cancel and manual retry; `runs.rs` what workers write about a run;
 //! `maintenance.rs` what the reaper and the dispatch sweep read and write.
 
+mod fan_out;
 mod group_commit;
 mod maintenance;
 mod rows;
@@ -27,10 +28,10 @@ use uuid::Uuid;
 use self::rows::{new_row, to_event, to_job};
 use super::entity::{job, job_event};
 use super::{
-    Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Requeue, RunRef, StoreError,
-    Submission,
+    BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Requeue, RunRef,
+    StoreError, Submission,
 };
-use crate::domain::{EventName, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
+use crate::domain::{BatchOutcome, EventName, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
 
 /// The SQL store. Cheap to clone: it holds a connection pool.
 #[derive(Clone)]
@@ -299,6 +300,25 @@ impl JobStore for SeaStore {
         }
         let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
         Err(InvalidTransition { from: job.status, to: JobStatus::Queued }.into())
+    }
+
+    async fn fan_out(&self, run: RunRef, total: i64, queue: &str) -> Result<Option<Job>, StoreError> {
+        self.begin_fan_out(run, total, queue).await
+    }
+
+    async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
+        self.defer_run(run).await
+    }
+
+    async fn record_batch(&self, outcome: BatchOutcome) -> Result<BatchRecorded, StoreError> {
+        if let Some(writer) = &self.writer {
+            return writer.write(group_commit::Write::Batch { outcome }).await?.into_batch();
+        }
+        let parent = RunRef { id: outcome.parent_job_id, attempt: outcome.attempt };
+        let txn = self.write_txn().await?;
+        let recorded = self.record_batches_in(&txn, parent, &[&outcome]).await?;
+        txn.commit().await?;
+        recorded.into_iter().next().ok_or_else(|| StoreError::Corrupt("a batch outcome went unanswered".into()))
     }
 
     async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError> {

@@ -1,0 +1,55 @@
+//! `WriteConsumer`: records the outcomes coordinators' batches send to a write queue. Each
+//! is acknowledged once it is committed; one the store cannot take now goes back to the
+//! queue, and a redelivered one counts once (the store keys outcomes by batch).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tracing::{debug, warn};
+
+use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
+use crate::domain::BatchOutcome;
+use crate::store::JobStore;
+use crate::transport::{Delivery, Transport, MAX_MESSAGE_BYTES};
+
+/// The consumer of a write queue.
+pub type WriteConsumer = Consumer<BatchWrites>;
+
+/// Records batch outcomes in the store.
+pub struct BatchWrites {
+    store: Arc<dyn JobStore>,
+}
+
+impl BatchWrites {
+    pub fn new(store: Arc<dyn JobStore>) -> Self {
+        BatchWrites { store }
+    }
+}
+
+#[async_trait]
+impl DeliveryHandler for BatchWrites {
+    fn kind(&self) -> &'static str {
+        "writes"
+    }
+
+    async fn handle(&self, queue: &str, transport: &dyn Transport, delivery: Delivery) {
+        let Delivery { body, acker } = delivery;
+        if body.len() > MAX_MESSAGE_BYTES {
+            return dead_letter(transport, queue, body, acker, "oversized").await;
+        }
+        let Ok(outcome) = serde_json::from_slice::<BatchOutcome>(&body) else {
+            return dead_letter(transport, queue, body, acker, "undecodable").await;
+        };
+        let (parent, index) = (outcome.parent_job_id, outcome.index);
+        match self.store.record_batch(outcome).await {
+            Ok(recorded) => {
+                debug!(%parent, batch = index, ?recorded, "batch outcome recorded");
+                settle(acker.ack().await)
+            }
+            Err(err) => {
+                warn!(%parent, batch = index, error = %err, "could not record a batch outcome; put back");
+                requeue_later(acker, RETRY_PAUSE).await
+            }
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Fan-out: a coordinator job splits its work into batches on an operations queue and
+//! returns; the batches' outcomes, recorded from a write queue, close it.
+//!
+//! The run's batch count is committed before the first batch is sent, and the run is
+//! deferred (it gives up its lease) only once every batch was confirmed. A coordinator that
+//! dies in between leaves a leased run: the reaper re-queues it, the new run fans out
+//! afresh, and outcomes for the old run are ignored.
+
+use std::sync::atomic::Ordering;
+
+use futures_util::future::join_all;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use super::{JobContext, OperationError};
+use crate::domain::BatchAddress;
+use crate::store::RunRef;
+
+/// Batch messages published at once, their confirms in flight together.
+const PUBLISH_WINDOW: usize = 500;
+
+/// Error class of a coordinator whose batches could not all be sent.
+pub const FAN_OUT_FAILED: &str = "FanOutFailed";
+
+/// One unit of work on an operations queue: everything the worker needs is in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperationMessage {
+    pub operation: String,
+    #[serde(default)]
+    pub payload: Value,
+    /// The job whose event log this work reports to.
+    #[serde(default)]
+    pub parent_job_id: Option<Uuid>,
+    /// Set on a coordinator's batch: where its outcome goes and what it counts towards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchAddress>,
+    /// The coordinator's snapshot ([`JobContext::snapshot`]).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub snapshot: Value,
+}
+
+impl OperationMessage {
+    /// Work with no parent and no batch address.
+    pub fn new(operation: impl Into<String>, payload: Value) -> Self {
+        OperationMessage {
+            operation: operation.into(),
+            payload,
+            parent_job_id: None,
+            batch: None,
+            snapshot: Value::Null,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// How a coordinator splits its work.
+#[derive(Debug, Clone)]
+pub struct FanOut {
+    /// The operation every batch runs.
+    pub operation: String,
+    /// The operations queue the batches go to (`kind = "operations"`).
+    pub queue: String,
+    /// The queue their outcomes go to (`kind = "writes"`).
+    pub write_queue: String,
+    /// Values resolved once by the coordinator and copied into every batch message, so
+    /// batch workers never re-read rows that may change mid-run.
+    pub snapshot: Value,
+    /// One payload per batch.
+    pub batches: Vec<Value>,
+    /// Retries of a failed batch before its parent fails.
+    pub max_retries: i32,
+}
+
+impl JobContext {
+    /// Sends the batches and defers the job: once `execute` returns, the job stays RUNNING
+    /// with `progress_total` batches, and the outcome that completes the count closes it
+    /// (SUCCEEDED, or FAILED with `child.failed` when a batch fails after its retries).
+    /// What `execute` returns afterwards is ignored. With no batches, nothing is deferred.
+    pub async fn fan_out(&self, fan_out: FanOut) -> Result<(), OperationError> {
+        let Some(job) = self.job() else {
+            return Err(OperationError::new(FAN_OUT_FAILED, "only a job can fan out, not ephemeral work"));
+        };
+        if fan_out.batches.is_empty() {
+            return Ok(());
+        }
+        let run = RunRef::from(job);
+        let total = fan_out.batches.len() as i64;
+        let store_failed = |err: crate::store::StoreError| OperationError::new(FAN_OUT_FAILED, err.to_string());
+        if self.store.fan_out(run, total, &fan_out.queue).await.map_err(store_failed)?.is_none() {
+            return Err(OperationError::new(FAN_OUT_FAILED, "the run is no longer current"));
+        }
+        let FanOut { operation, queue, write_queue, snapshot, batches, max_retries } = fan_out;
+        let messages: Vec<Vec<u8>> = batches
+            .into_iter()
+            .enumerate()
+            .map(|(index, payload)| {
+                let address = BatchAddress {
+                    parent_job_id: run.id,
+                    attempt: run.attempt,
+                    index: index as i64,
+                    write_queue: write_queue.clone(),
+                    failures: 0,
+                    max_retries,
+                };
+                let message = OperationMessage {
+                    operation: operation.clone(),
+                    payload,
+                    parent_job_id: Some(run.id),
+                    batch: Some(address),
+                    snapshot: snapshot.clone(),
+                };
+                message.encode()
+            })
+            .collect();
+        for window in messages.chunks(PUBLISH_WINDOW) {
+            let sent = join_all(window.iter().map(|message| self.transport.publish(&queue, message.clone()))).await;
+            if let Some(Err(err)) = sent.into_iter().find(Result::is_err) {
+                return Err(OperationError::new(FAN_OUT_FAILED, format!("sending batches to {queue}: {err}")));
+            }
+        }
+        // From here on the batches decide the job's outcome, whatever this run returns.
+        self.deferred.store(true, Ordering::SeqCst);
+        match self.store.defer(run).await {
+            Ok(Some(_)) => info!(job_id = %run.id, batches = total, %queue, "fanned out and deferred"),
+            Ok(None) => info!(job_id = %run.id, "batches closed the job before it deferred"),
+            // The run keeps its lease until it expires; the reaper re-queues it then.
+            Err(err) => warn!(job_id = %run.id, error = %err, "could not defer; the lease will expire"),
+        }
+        Ok(())
+    }
+}

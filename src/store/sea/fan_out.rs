@@ -1,0 +1,219 @@
+//! Fan-out and fan-in of a coordinator's run: setting its batch count, deferring it, and
+//! recording batch outcomes so that each counts once and the one that completes the count
+//! closes the parent exactly once.
+//!
+//! Outcomes of one parent are written together: the parent row is locked first (its
+//! compare-and-set names the run), new outcomes are inserted under the `job_batch` primary
+//! key (a redelivered one is a no-op), and the counter moves once by their number.
+
+use chrono::Utc;
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait, QueryFilter, TryInsertResult, UpdateMany,
+};
+use serde_json::json;
+
+use super::rows::to_job;
+use super::{append_event, compare_and_set, SeaStore};
+use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, Job, JobStatus, NewEvent};
+use crate::store::entity::{job, job_batch};
+use crate::store::{BatchRecorded, RunRef, StoreError};
+
+/// Error class of a parent whose batch failed.
+pub const BATCH_FAILED: &str = "BatchFailed";
+
+type NoTime = Option<chrono::DateTime<Utc>>;
+
+impl SeaStore {
+    /// Sets the run's batch count (`progress_total`, `progress_current = 0`) with
+    /// `job.fanned_out`, before any batch is sent.
+    pub(super) async fn begin_fan_out(&self, run: RunRef, total: i64, queue: &str) -> Result<Option<Job>, StoreError> {
+        let event = NewEvent::new(EventName::FANNED_OUT).fields(json!({ "batches": total, "queue": queue }));
+        let set = move |update: UpdateMany<job::Entity>| {
+            update
+                .col_expr(job::Column::ProgressTotal, Expr::value(total))
+                .col_expr(job::Column::ProgressCurrent, Expr::value(0_i64))
+        };
+        self.update_running(run, set, event).await
+    }
+
+    /// The coordinator returned with its batches sent: it gives up its lease, and its
+    /// batches' outcomes (and the reaper's stall check) take over.
+    pub(super) async fn defer_run(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
+        let now = Utc::now();
+        let event = NewEvent::new(EventName::DEFERRED).message("waiting for its batches");
+        let set = move |update: UpdateMany<job::Entity>| {
+            update
+                .col_expr(job::Column::DeferredAt, Expr::value(now))
+                .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
+        };
+        self.update_running(run, set, event).await
+    }
+
+    /// A change to this RUNNING run that keeps its status, with its event.
+    async fn update_running(
+        &self,
+        run: RunRef,
+        set: impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity>,
+        event: NewEvent,
+    ) -> Result<Option<Job>, StoreError> {
+        let txn = self.write_txn().await?;
+        let Some(row) = set(running(run)).exec_with_returning(&txn).await?.pop() else {
+            return Ok(None);
+        };
+        append_event(&txn, run.id, &event).await?;
+        txn.commit().await?;
+        to_job(row).map(Some)
+    }
+
+    /// Records outcomes of batches of one parent run inside `txn`, answering each in order.
+    pub(super) async fn record_batches_in(
+        &self,
+        txn: &DatabaseTransaction,
+        parent: RunRef,
+        outcomes: &[&BatchOutcome],
+    ) -> Result<Vec<BatchRecorded>, StoreError> {
+        // Locks the parent row until the commit, so outcomes of one parent queue up here.
+        let locked = running(parent)
+            .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent))
+            .exec_with_returning(txn)
+            .await?;
+        if locked.is_empty() {
+            return Ok(outcomes.iter().map(|_| BatchRecorded::ParentGone).collect());
+        }
+        let now = Utc::now();
+        let mut answers = Vec::with_capacity(outcomes.len());
+        let (mut succeeded, mut failure) = (Vec::new(), None);
+        for outcome in outcomes {
+            if failure.is_some() {
+                // The parent failed on an earlier outcome of this group.
+                answers.push(BatchRecorded::ParentGone);
+                continue;
+            }
+            let row = batch_row(outcome, now);
+            let key = [job_batch::Column::ParentJobId, job_batch::Column::Attempt, job_batch::Column::Batch];
+            let inserted =
+                job_batch::Entity::insert(row).on_conflict_do_nothing_on(key).exec_without_returning(txn).await?;
+            if !matches!(inserted, TryInsertResult::Inserted(1)) {
+                answers.push(BatchRecorded::Duplicate);
+                continue;
+            }
+            match &outcome.result {
+                BatchResult::Succeeded { .. } => succeeded.push(outcome.index),
+                BatchResult::Failed { error_code, message } => failure = Some((outcome.index, error_code, message)),
+            }
+            answers.push(BatchRecorded::Counted { closed: None });
+        }
+        let closed = match failure {
+            Some((index, error_code, message)) => self.fail_parent(txn, parent, index, error_code, message).await?,
+            None if succeeded.is_empty() => None,
+            None => self.advance_parent(txn, parent, &succeeded).await?,
+        };
+        // The outcome that closed the parent is the last one counted.
+        if let Some(last) = answers.iter_mut().rev().find(|answer| matches!(answer, BatchRecorded::Counted { .. })) {
+            *last = BatchRecorded::Counted { closed };
+        }
+        Ok(answers)
+    }
+
+    /// Moves the counter by the new successes; the move that reaches the total closes the
+    /// parent SUCCEEDED in the same transaction.
+    async fn advance_parent(
+        &self,
+        txn: &DatabaseTransaction,
+        parent: RunRef,
+        batches: &[i64],
+    ) -> Result<Option<JobStatus>, StoreError> {
+        let count = batches.len() as i64;
+        let moved = running(parent)
+            .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent).add(count))
+            .exec_with_returning(txn)
+            .await?;
+        let Some(row) = moved.into_iter().next() else { return Ok(None) };
+        let fields = json!({ "batches": batches, "_progress_current": row.progress_current });
+        append_event(txn, parent.id, &NewEvent::new(EventName::BATCHES_SUCCEEDED).fields(fields)).await?;
+        let total = row.progress_total.unwrap_or(i64::MAX);
+        // Batches may all finish before their coordinator has even returned: the count
+        // alone decides, and the coordinator's own writes then find the run closed.
+        if row.progress_current < total {
+            return Ok(None);
+        }
+        let now = Utc::now();
+        let set = |update: UpdateMany<job::Entity>| {
+            update
+                .col_expr(job::Column::FinishedAt, Expr::value(now))
+                .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
+                .col_expr(job::Column::Result, Expr::value(json!({ "batches": total })))
+                .filter(job::Column::Attempts.eq(parent.attempt))
+        };
+        let closed = compare_and_set(txn, parent.id, &[JobStatus::Running], JobStatus::Succeeded, set).await?;
+        if closed.is_none() {
+            return Ok(None);
+        }
+        append_event(txn, parent.id, &NewEvent::new(EventName::SUCCEEDED).fields(json!({ "batches": total }))).await?;
+        Ok(Some(JobStatus::Succeeded))
+    }
+
+    /// A batch failed after its retries: the parent fails, naming it.
+    async fn fail_parent(
+        &self,
+        txn: &DatabaseTransaction,
+        parent: RunRef,
+        index: i64,
+        error_code: &str,
+        message: &str,
+    ) -> Result<Option<JobStatus>, StoreError> {
+        let now = Utc::now();
+        let summary = format!("batch {index} failed: {error_code}: {message}");
+        let parent_message = summary.clone();
+        let set = move |update: UpdateMany<job::Entity>| {
+            update
+                .col_expr(job::Column::FinishedAt, Expr::value(now))
+                .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
+                .col_expr(job::Column::ErrorCode, Expr::value(BATCH_FAILED))
+                .col_expr(job::Column::ErrorMessage, Expr::value(parent_message))
+                .col_expr(job::Column::Failures, Expr::col(job::Column::Failures).add(1))
+                .filter(job::Column::Attempts.eq(parent.attempt))
+        };
+        if compare_and_set(txn, parent.id, &[JobStatus::Running], JobStatus::Failed, set).await?.is_none() {
+            return Ok(None);
+        }
+        let fields = json!({ "batch": index, "error_code": error_code });
+        let child_failed =
+            NewEvent::new(EventName::CHILD_FAILED).message(message).fields(fields).level(EventLevel::Error);
+        append_event(txn, parent.id, &child_failed).await?;
+        let failed = NewEvent::new(EventName::FAILED)
+            .message(summary)
+            .fields(json!({ "error_code": BATCH_FAILED }))
+            .level(EventLevel::Error);
+        append_event(txn, parent.id, &failed).await?;
+        Ok(Some(JobStatus::Failed))
+    }
+}
+
+/// `UPDATE job … WHERE` this run is the job's RUNNING one.
+fn running(run: RunRef) -> UpdateMany<job::Entity> {
+    job::Entity::update_many()
+        .filter(job::Column::Id.eq(run.id))
+        .filter(job::Column::Attempts.eq(run.attempt))
+        .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+}
+
+fn batch_row(outcome: &BatchOutcome, now: chrono::DateTime<Utc>) -> job_batch::ActiveModel {
+    let (status, output, error_code, error_message) = match &outcome.result {
+        BatchResult::Succeeded { output } => ("succeeded", Some(output.clone()), None, None),
+        BatchResult::Failed { error_code, message } => {
+            ("failed", None, Some(error_code.clone()), Some(message.clone()))
+        }
+    };
+    job_batch::ActiveModel {
+        parent_job_id: Set(outcome.parent_job_id),
+        attempt: Set(outcome.attempt),
+        batch: Set(outcome.index),
+        status: Set(status.to_owned()),
+        output: Set(output),
+        error_code: Set(error_code),
+        error_message: Set(error_message),
+        finished_at: Set(now),
+    }
+}
