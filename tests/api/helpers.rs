@@ -10,7 +10,7 @@ use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
 use serde_json::{json, Value};
 use uuid::Uuid;
 use yardmaster::config::{QueueKind, QueueSettings, TransportKind};
-use yardmaster::ops::{JobContext, Operation, OperationError, OperationRegistry};
+use yardmaster::ops::{FanOut, JobContext, Operation, OperationError, OperationRegistry};
 use yardmaster::startup::StoreWrapper;
 use yardmaster::store::JobStore;
 use yardmaster::transport::{AmqpTransport, InProcessTransport, Transport};
@@ -119,7 +119,9 @@ impl Drop for TestDatabase {
     }
 }
 
-/// `count`: records each execution in `execution_log`, so tests count runs in a table.
+/// `count`: records each execution in `execution_log`, so tests count runs in a table: the
+/// job's id, or `tag` from the payload (default `ephemeral`) for work without a job row.
+/// `delay_ms` makes it slow.
 pub struct Count;
 
 #[async_trait]
@@ -132,11 +134,44 @@ impl Operation for Count {
         Ok(())
     }
 
-    async fn execute(&self, ctx: JobContext, _payload: Value) -> Result<Value, OperationError> {
-        let who = ctx.job().map_or_else(|| "ephemeral".to_owned(), |job| job.id.to_string());
+    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
+        if let Some(delay) = payload["delay_ms"].as_u64() {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        let tag = payload["tag"].as_str().unwrap_or("ephemeral").to_owned();
+        let who = ctx.job().map_or(tag, |job| job.id.to_string());
         let sql = format!("INSERT INTO execution_log (job_id) VALUES ('{who}')");
         ctx.db().execute_unprepared(&sql).await.map_err(|err| OperationError::new("CountFailed", err.to_string()))?;
         Ok(json!({ "counted": true }))
+    }
+}
+
+/// `fan_count`: a coordinator fanning out `batches` `count` batches (each `delay_ms` slow)
+/// to the `batches` queue, fanning in on `batch_writes`.
+pub struct FanCount;
+
+#[async_trait]
+impl Operation for FanCount {
+    fn name(&self) -> &'static str {
+        "fan_count"
+    }
+
+    fn validate(&self, payload: &Value) -> Result<(), String> {
+        payload["batches"].as_u64().map(drop).ok_or_else(|| "batches is required".into())
+    }
+
+    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
+        let batch = json!({ "delay_ms": payload["delay_ms"].as_u64().unwrap_or(0) });
+        let fan_out = FanOut {
+            operation: "count".into(),
+            queue: "batches".into(),
+            write_queue: "batch_writes".into(),
+            snapshot: Value::Null,
+            batches: vec![batch; payload["batches"].as_u64().unwrap_or(0) as usize],
+            max_retries: 0,
+        };
+        ctx.fan_out(fan_out).await?;
+        Ok(Value::Null)
     }
 }
 
@@ -147,6 +182,8 @@ pub struct TestOptions {
     pub queues: Vec<(&'static str, usize)>,
     /// Queues consumed as operation (ephemeral batch) queues.
     pub operation_queues: Vec<&'static str>,
+    /// Queues consumed as write queues (batch outcomes).
+    pub write_queues: Vec<&'static str>,
     pub max_body_bytes: usize,
     pub wrap_store: Option<StoreWrapper>,
     /// QUEUED `count` jobs inserted before the app (and its start-up dispatch) starts.
@@ -161,6 +198,7 @@ impl Default for TestOptions {
             workers: true,
             queues: vec![("default", 2)],
             operation_queues: Vec::new(),
+            write_queues: Vec::new(),
             max_body_bytes: 64 * 1024,
             wrap_store: None,
             seed_jobs: 0,
@@ -217,6 +255,10 @@ impl TestApp {
             let operations = QueueSettings { concurrency: 2, kind: QueueKind::Operations, ..Default::default() };
             settings.queues.insert(name.to_string(), operations);
         }
+        for name in &options.write_queues {
+            let writes = QueueSettings { concurrency: 8, prefetch: 32, kind: QueueKind::Writes };
+            settings.queues.insert(name.to_string(), writes);
+        }
 
         let seeded = seed(&settings.store.url, "count", options.seed_jobs).await;
         let transport: Arc<dyn Transport> = match backend {
@@ -224,7 +266,7 @@ impl TestApp {
             Backend::Sqlite | Backend::Postgres => Arc::new(InProcessTransport::new()),
         };
         let mut builder = Application::builder(settings)
-            .registry(OperationRegistry::builtin().with(Count))
+            .registry(OperationRegistry::builtin().with(Count).with(FanCount))
             .transport(transport.clone());
         if let Some(wrap) = options.wrap_store {
             builder = builder.wrap_store(wrap);

@@ -8,5 +8,6 @@ mod batches;
 mod concurrency;
 mod dead_letters;
 mod errors;
+mod fan_out;
 mod lifecycle;
 mod systemd;

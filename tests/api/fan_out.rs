@@ -1,0 +1,177 @@
+//! Coordinator jobs: fan-out to batches on an operations queue, fan-in on a write queue,
+//! exactly-once closing, failure and cancellation of the parent.
+
+use std::time::{Duration, Instant};
+
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use serde_json::json;
+use uuid::Uuid;
+use yardmaster::domain::{BatchOutcome, BatchResult, JobStatus, NewJob};
+use yardmaster::ops::OperationMessage;
+use yardmaster::store::entity::job_batch;
+use yardmaster::store::{BatchRecorded, RunRef};
+
+use crate::helpers::{Backend, TestApp, TestOptions};
+
+fn fan_out_app_options() -> TestOptions {
+    TestOptions {
+        queues: vec![("default", 2)],
+        operation_queues: vec!["batches"],
+        write_queues: vec!["batch_writes"],
+        ..Default::default()
+    }
+}
+
+/// Sum of i² over 1..=n.
+fn sum_of_squares(n: u64) -> u64 {
+    n * (n + 1) * (2 * n + 1) / 6
+}
+
+async fn batch_rows(app: &TestApp, parent: Uuid) -> Vec<job_batch::Model> {
+    job_batch::Entity::find().filter(job_batch::Column::ParentJobId.eq(parent)).all(&app.db).await.unwrap()
+}
+
+async fn event_names(app: &TestApp, id: Uuid) -> Vec<String> {
+    app.store.events(id, None, 100_000).await.unwrap().into_iter().map(|event| event.event).collect()
+}
+
+async fn a_coordinator_fans_in_exactly_once(backend: Backend) {
+    let app = TestApp::spawn_with(backend, fan_out_app_options()).await;
+    let (status, job) = app
+        .submit(json!({ "operation": "sum_squares", "payload": { "start": 1, "end": 10000, "batch_size": 10 } }))
+        .await;
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].as_str().unwrap();
+    let done = app.wait_for_status(id, "succeeded").await;
+
+    assert_eq!((done["progress_current"].as_i64(), done["progress_total"].as_i64()), (Some(1000), Some(1000)));
+    assert_eq!(done["result"], json!({ "batches": 1000 }));
+    assert_eq!(done["attempts"], 1);
+    let parent: Uuid = id.parse().unwrap();
+    let rows = batch_rows(&app, parent).await;
+    assert_eq!(rows.len(), 1000);
+    let sum: u64 = rows.iter().map(|row| row.output.as_ref().unwrap()["sum"].as_u64().unwrap()).sum();
+    assert_eq!(sum, sum_of_squares(10_000));
+
+    let names = event_names(&app, parent).await;
+    assert_eq!(names[..3], ["job.queued", "job.started", "job.fanned_out"]);
+    assert_eq!(names.iter().filter(|name| *name == "job.succeeded").count(), 1);
+    assert_eq!(names.last().map(String::as_str), Some("job.succeeded"));
+}
+
+async fn a_failing_batch_fails_the_parent_with_its_reason(backend: Backend) {
+    let app = TestApp::spawn_with(backend, fan_out_app_options()).await;
+    let payload = json!({ "start": 1, "end": 100, "batch_size": 10, "fail_batch": 3, "max_retries": 1 });
+    let (_, job) = app.submit(json!({ "operation": "sum_squares", "payload": payload })).await;
+    let id = job["id"].as_str().unwrap();
+    let failed = app.wait_for_status(id, "failed").await;
+    assert_eq!(failed["error_code"], "BatchFailed");
+    let message = failed["error_message"].as_str().unwrap();
+    assert!(message.contains("batch 3") && message.contains("DemoFailure"), "{message}");
+
+    let events = app.store.events(id.parse().unwrap(), None, 1000).await.unwrap();
+    let child_failed: Vec<_> = events.iter().filter(|event| event.event == "child.failed").collect();
+    assert_eq!(child_failed.len(), 1);
+    assert_eq!(child_failed[0].fields["batch"], 3);
+    assert_eq!(child_failed[0].fields["error_code"], "DemoFailure");
+    assert_eq!(events.iter().filter(|event| event.event == "job.failed").count(), 1);
+}
+
+/// Cancelling a fanned-out parent: its remaining batches are skipped, not run, and nothing
+/// more is counted.
+async fn cancelling_a_parent_stops_its_batches(backend: Backend) {
+    let app = TestApp::spawn_with(backend, fan_out_app_options()).await;
+    let (_, job) = app.submit(json!({ "operation": "fan_count", "payload": { "batches": 200, "delay_ms": 50 } })).await;
+    let id = job["id"].as_str().unwrap();
+    let parent: Uuid = id.parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while app.count("SELECT COUNT(*) FROM job_batch").await < 5 {
+        assert!(Instant::now() < deadline, "no batch finished");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, cancelled) = app.post(&format!("/jobs/{id}/cancel")).await;
+    assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled}");
+
+    // A message sent after the cancel runs once every batch before it was taken off the queue.
+    let sentinel = OperationMessage::new("count", json!({ "tag": "sentinel" }));
+    app.transport.publish("batches", sentinel.encode()).await.unwrap();
+    let sentinel_ran = "SELECT COUNT(*) FROM execution_log WHERE job_id = 'sentinel'";
+    app.wait_for_count(sentinel_ran, 1, Duration::from_secs(30)).await;
+
+    let executed = app.count("SELECT COUNT(*) FROM execution_log WHERE job_id = 'ephemeral'").await;
+    let recorded = batch_rows(&app, parent).await.len() as i64;
+    let job = app.store.get(parent).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Cancelled);
+    assert_eq!(job.progress_current, recorded, "the counter matches the outcomes recorded");
+    assert!(executed < 100, "batches kept running after the cancel: {executed} of 200 ran");
+    assert!(!event_names(&app, parent).await.contains(&"job.succeeded".to_owned()));
+}
+
+/// A fan-out that outlasts the lease is kept by its batches, not reaped.
+async fn a_long_fan_out_outlives_the_lease(backend: Backend) {
+    let app = TestApp::spawn_with(backend, fan_out_app_options()).await;
+    // 40 batches of 200 ms on 2 batch workers: about 4 s, past the tests' 3 s lease.
+    let payload = json!({ "start": 1, "end": 40, "batch_size": 1, "batch_delay_ms": 200 });
+    let (_, job) = app.submit(json!({ "operation": "sum_squares", "payload": payload })).await;
+    let id = job["id"].as_str().unwrap();
+    let done = app.wait_for_status(id, "succeeded").await;
+    assert_eq!(done["attempts"], 1);
+    assert!(done["deferred_at"].is_string(), "{done}");
+    let names = event_names(&app, id.parse().unwrap()).await;
+    assert!(names.contains(&"job.deferred".to_owned()), "{names:?}");
+    assert!(!names.iter().any(|name| name.starts_with("job.lease_expired")), "{names:?}");
+}
+
+/// The store's side of fan-in: a redelivered outcome and one for an older run change
+/// nothing; the outcome that completes the count closes the parent once.
+async fn outcomes_count_once_per_batch_and_run(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let store = app.store.clone();
+    let parent = store.submit(NewJob::new("sum_squares")).await.unwrap().job;
+    let run = RunRef::from(&store.claim(parent.id, "test", Duration::from_secs(60)).await.unwrap().unwrap());
+    assert!(store.fan_out(run, 2, "batches").await.unwrap().is_some());
+    let outcome = |index: i64, attempt: i32| BatchOutcome {
+        parent_job_id: run.id,
+        attempt,
+        index,
+        result: BatchResult::Succeeded { output: json!({ "sum": index }) },
+    };
+
+    let first = store.record_batch(outcome(0, run.attempt)).await.unwrap();
+    assert_eq!(first, BatchRecorded::Counted { closed: None });
+    assert_eq!(store.record_batch(outcome(0, run.attempt)).await.unwrap(), BatchRecorded::Duplicate);
+    assert_eq!(store.record_batch(outcome(1, run.attempt - 1)).await.unwrap(), BatchRecorded::ParentGone);
+    assert!(store.defer(run).await.unwrap().is_some());
+    let last = store.record_batch(outcome(1, run.attempt)).await.unwrap();
+    assert_eq!(last, BatchRecorded::Counted { closed: Some(JobStatus::Succeeded) });
+    assert_eq!(store.record_batch(outcome(1, run.attempt)).await.unwrap(), BatchRecorded::ParentGone);
+
+    let job = store.get(run.id).await.unwrap().unwrap();
+    assert_eq!((job.status, job.progress_current, job.progress_total), (JobStatus::Succeeded, 2, Some(2)));
+    assert_eq!(job.result, Some(json!({ "batches": 2 })));
+    let names = event_names(&app, run.id).await;
+    assert_eq!(names.iter().filter(|name| *name == "job.succeeded").count(), 1, "{names:?}");
+}
+
+/// Bad coordinator payloads are refused at submit.
+async fn a_bad_range_is_refused(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    for payload in [
+        json!({ "start": 10, "end": 1 }),
+        json!({ "start": 1, "end": 10, "batch_size": 0 }),
+        json!({ "start": 0, "end": 1_000_000, "batch_size": 1 }),
+        json!({ "start": 1 }),
+    ] {
+        let (status, problem) = app.submit(json!({ "operation": "sum_squares", "payload": payload })).await;
+        assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_payload")), "{payload}: {problem}");
+    }
+}
+
+on_both_backends!(
+    a_coordinator_fans_in_exactly_once,
+    a_failing_batch_fails_the_parent_with_its_reason,
+    cancelling_a_parent_stops_its_batches,
+    a_long_fan_out_outlives_the_lease,
+    outcomes_count_once_per_batch_and_run,
+    a_bad_range_is_refused,
+);
