@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::helpers::{amqp_url, seed, Backend, TestApp, TestDatabase, TestOptions};
 
 /// A `yardmaster` child process, killed when dropped.
-struct Process(Child);
+pub struct Process(pub Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -24,25 +24,25 @@ impl Drop for Process {
 }
 
 /// Settings shared by the processes of one test, as environment variables.
-struct Deployment {
+pub struct Deployment {
     store_url: String,
-    prefix: String,
+    pub prefix: String,
 }
 
 impl Deployment {
-    fn new(store_url: &str) -> Self {
+    pub fn new(store_url: &str) -> Self {
         Deployment {
             store_url: store_url.to_owned(),
             prefix: format!("p{}.", &Uuid::new_v4().simple().to_string()[..12]),
         }
     }
 
-    fn spawn(&self, args: &[&str], extra: &[(&str, &str)]) -> Process {
+    pub fn spawn(&self, args: &[&str], extra: &[(&str, &str)]) -> Process {
         self.spawn_program(env!("CARGO_BIN_EXE_yardmaster").into(), args, extra)
     }
 
     /// Runs `examples/custom_operation`: the same command line plus the `count` operation.
-    fn spawn_counting(&self, args: &[&str], extra: &[(&str, &str)]) -> Process {
+    pub fn spawn_counting(&self, args: &[&str], extra: &[(&str, &str)]) -> Process {
         let binary = std::path::Path::new(env!("CARGO_BIN_EXE_yardmaster"));
         let example = binary.parent().unwrap().join("examples").join("custom_operation");
         assert!(example.exists(), "build the example first: cargo build --examples");
@@ -71,12 +71,12 @@ impl Deployment {
     }
 }
 
-async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
+pub async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
     let row = db.query_one_raw(Statement::from_string(db.get_database_backend(), sql)).await.unwrap().unwrap();
     row.try_get_by_index::<i64>(0).unwrap()
 }
 
-async fn wait_for_count(db: &DatabaseConnection, sql: &str, expected: i64, within: Duration) {
+pub async fn wait_for_count(db: &DatabaseConnection, sql: &str, expected: i64, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
         let value = count(db, sql).await;
@@ -216,20 +216,12 @@ fn with_fast<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
 }
 
 /// Inserts a QUEUED job straight into the store (unpublished: a worker's sweep sends it).
-async fn insert_job(url: &str, operation: &str, payload: serde_json::Value) -> Uuid {
+pub async fn insert_job(url: &str, operation: &str, payload: serde_json::Value) -> Uuid {
     let mut settings = yardmaster::Settings::default();
     settings.store.url = url.to_owned();
     let db = yardmaster::store::connect(&settings.store).await.unwrap();
     let store = yardmaster::store::SeaStore::new(db.clone());
-    let new = yardmaster::domain::NewJob {
-        operation: operation.into(),
-        queue: Default::default(),
-        payload,
-        parent_job_id: None,
-        max_retries: 0,
-        retry_policy: Default::default(),
-        idempotency_key: None,
-    };
+    let new = yardmaster::domain::NewJob { payload, ..yardmaster::domain::NewJob::new(operation) };
     let id = yardmaster::store::JobStore::submit(&store, new).await.unwrap().job.id;
     db.close().await.ok();
     id

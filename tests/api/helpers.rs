@@ -5,14 +5,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
-use serde_json::{json, Value};
+use serde_json::Value;
 use uuid::Uuid;
 use yardmaster::config::{QueueKind, QueueSettings, TransportKind};
-use yardmaster::ops::{FanOut, JobContext, Operation, OperationError, OperationRegistry};
+use yardmaster::ops::OperationRegistry;
 use yardmaster::startup::StoreWrapper;
 use yardmaster::store::JobStore;
+
+use crate::custom_operation::{Count, FanCount};
 use yardmaster::transport::{AmqpTransport, InProcessTransport, Transport};
 use yardmaster::{Application, Settings};
 
@@ -116,62 +117,6 @@ impl Drop for TestDatabase {
                 let _ = dropper.join();
             }
         }
-    }
-}
-
-/// `count`: records each execution in `execution_log`, so tests count runs in a table: the
-/// job's id, or `tag` from the payload (default `ephemeral`) for work without a job row.
-/// `delay_ms` makes it slow.
-pub struct Count;
-
-#[async_trait]
-impl Operation for Count {
-    fn name(&self) -> &'static str {
-        "count"
-    }
-
-    fn validate(&self, _payload: &Value) -> Result<(), String> {
-        Ok(())
-    }
-
-    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
-        if let Some(delay) = payload["delay_ms"].as_u64() {
-            tokio::time::sleep(Duration::from_millis(delay)).await;
-        }
-        let tag = payload["tag"].as_str().unwrap_or("ephemeral").to_owned();
-        let who = ctx.job().map_or(tag, |job| job.id.to_string());
-        let sql = format!("INSERT INTO execution_log (job_id) VALUES ('{who}')");
-        ctx.db().execute_unprepared(&sql).await.map_err(|err| OperationError::new("CountFailed", err.to_string()))?;
-        Ok(json!({ "counted": true }))
-    }
-}
-
-/// `fan_count`: a coordinator fanning out `batches` `count` batches (each `delay_ms` slow)
-/// to the `batches` queue, fanning in on `batch_writes`.
-pub struct FanCount;
-
-#[async_trait]
-impl Operation for FanCount {
-    fn name(&self) -> &'static str {
-        "fan_count"
-    }
-
-    fn validate(&self, payload: &Value) -> Result<(), String> {
-        payload["batches"].as_u64().map(drop).ok_or_else(|| "batches is required".into())
-    }
-
-    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
-        let batch = json!({ "delay_ms": payload["delay_ms"].as_u64().unwrap_or(0) });
-        let fan_out = FanOut {
-            operation: "count".into(),
-            queue: "batches".into(),
-            write_queue: "batch_writes".into(),
-            snapshot: Value::Null,
-            batches: vec![batch; payload["batches"].as_u64().unwrap_or(0) as usize],
-            max_retries: 0,
-        };
-        ctx.fan_out(fan_out).await?;
-        Ok(Value::Null)
     }
 }
 

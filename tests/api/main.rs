@@ -1,8 +1,12 @@
 //! Integration tests over real HTTP: each test starts the app on port 0 against a fresh
 //! SQLite file and, separately, a fresh PostgreSQL database.
 
+#[path = "../../examples/custom_operation.rs"]
+#[allow(dead_code)]
+mod custom_operation;
 #[macro_use]
 mod helpers;
+mod amqp_fan_out;
 mod amqp_processes;
 mod batches;
 mod concurrency;
