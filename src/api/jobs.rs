@@ -196,6 +196,34 @@ pub async fn list(state: web::Data<AppState>, query: web::Query<ListQuery>) -> R
     Ok(web::Json(JobPage { jobs: page.jobs, next_cursor: page.next_cursor }))
 }
 
+/// Query of `GET /jobs/{id}/children`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChildrenQuery {
+    pub status: Option<JobStatus>,
+    pub limit: Option<u64>,
+    pub cursor: Option<Uuid>,
+}
+
+/// A job's children (jobs submitted with its id as `parent_job_id`), newest first.
+pub async fn children(
+    state: web::Data<AppState>,
+    id: web::Path<Uuid>,
+    query: web::Query<ChildrenQuery>,
+) -> Result<web::Json<JobPage>, ApiError> {
+    find(&state, *id).await?;
+    let query = query.into_inner();
+    let filter = JobFilter {
+        status: query.status,
+        parent_job_id: Some(*id),
+        before: query.cursor,
+        limit: page_size(query.limit, state.max_page_size)?,
+        ..Default::default()
+    };
+    let page = state.store.list(&filter).await?;
+    Ok(web::Json(JobPage { jobs: page.jobs, next_cursor: page.next_cursor }))
+}
+
 fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiError> {
     match requested {
         None => Ok(DEFAULT_PAGE.min(max)),
@@ -204,7 +232,7 @@ fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiError> {
     }
 }
 
-/// Cancels a QUEUED or RUNNING job (and its QUEUED children); a no-op on finished jobs.
+/// Cancels a QUEUED or RUNNING job and its unfinished descendants; a no-op on finished jobs.
 pub async fn cancel(state: web::Data<AppState>, id: web::Path<Uuid>) -> Result<web::Json<Job>, ApiError> {
     let cancellation = state.store.cancel(*id).await?;
     Ok(web::Json(cancellation.job))

@@ -39,6 +39,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
         .service(resource("/jobs/{id}").route(web::get().to(jobs::get)))
         .service(resource("/jobs/{id}/cancel").route(web::post().to(jobs::cancel)))
         .service(resource("/jobs/{id}/retry").route(web::post().to(jobs::retry)))
+        .service(resource("/jobs/{id}/children").route(web::get().to(jobs::children)))
         .service(resource("/admin/dead-letters").route(web::get().to(admin::summary)))
         .service(resource("/admin/dead-letters/replay").route(web::post().to(admin::replay)))
         .service(resource("/admin/dead-letters/purge").route(web::post().to(admin::purge)))

@@ -28,7 +28,10 @@ impl EventName {
     pub const DEFERRED: &'static str = "job.deferred";
     /// Batches of a deferred job finished (`batches`: their indexes).
     pub const BATCHES_SUCCEEDED: &'static str = "batch.succeeded";
-    /// A batch failed after its retries (`batch`, `error_code`): the parent fails.
+    /// Child jobs of a deferred job succeeded (`_progress_current`: how many so far).
+    pub const CHILDREN_SUCCEEDED: &'static str = "child.succeeded";
+    /// A batch or child job failed for good (`batch` or `child_job_id`, `error_code`): the
+    /// parent fails.
     pub const CHILD_FAILED: &'static str = "child.failed";
 }
 

@@ -1,5 +1,6 @@
-//! Fan-out: a coordinator job splits its work into batches on an operations queue and
-//! returns; the batches' outcomes, recorded from a write queue, close it.
+//! Fan-out: a coordinator job splits its work into batches on an operations queue (or into
+//! child jobs) and returns; the batches' outcomes, recorded from a write queue (or its
+//! children's endings), close it.
 //!
 //! The run's batch count is committed before the first batch is sent, and the run is
 //! deferred (it gives up its lease) only once every batch was confirmed. A coordinator that
@@ -15,7 +16,8 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::{JobContext, OperationError};
-use crate::domain::BatchAddress;
+use crate::dispatch::Dispatcher;
+use crate::domain::{BatchAddress, Job, NewJob};
 use crate::store::RunRef;
 
 /// Batch messages published at once, their confirms in flight together.
@@ -124,14 +126,56 @@ impl JobContext {
                 return Err(OperationError::new(FAN_OUT_FAILED, format!("sending batches to {queue}: {err}")));
             }
         }
-        // From here on the batches decide the job's outcome, whatever this run returns.
+        self.defer(run).await;
+        info!(job_id = %run.id, batches = total, %queue, "fanned out");
+        Ok(())
+    }
+
+    /// Creates `children` as jobs of their own (with `parent_job_id`, their own lifecycle
+    /// and events) and defers this job until they end: it closes SUCCEEDED once every child
+    /// succeeded, or FAILED with `child.failed` when one fails or is cancelled. Children
+    /// are keyed by this job and their place, so a re-run of the coordinator finds the
+    /// children it made before instead of making more.
+    pub async fn spawn_children(&self, children: Vec<NewJob>) -> Result<Vec<Job>, OperationError> {
+        let Some(job) = self.job() else {
+            return Err(OperationError::new(FAN_OUT_FAILED, "only a job can have children, not ephemeral work"));
+        };
+        if children.is_empty() {
+            return Ok(Vec::new());
+        }
+        let run = RunRef::from(job);
+        let store_failed = |err: crate::store::StoreError| OperationError::new(FAN_OUT_FAILED, err.to_string());
+        if self.store.fan_out(run, children.len() as i64, "children").await.map_err(store_failed)?.is_none() {
+            return Err(OperationError::new(FAN_OUT_FAILED, "the run is no longer current"));
+        }
+        let children = children
+            .into_iter()
+            .enumerate()
+            .map(|(index, child)| NewJob {
+                parent_job_id: Some(run.id),
+                idempotency_key: Some(format!("{}:child:{index}", run.id)),
+                ..child
+            })
+            .collect();
+        let dispatcher = Dispatcher::new(self.store.clone(), self.transport.clone());
+        let submissions = dispatcher.submit_many(children).await.map_err(store_failed)?;
+        self.defer(run).await;
+        // Children that ended before the deferral did not settle it: count them now.
+        if let Err(err) = self.store.settle_children(run.id).await {
+            warn!(job_id = %run.id, error = %err, "could not count finished children; the next child will");
+        }
+        Ok(submissions.into_iter().map(|submission| submission.job).collect())
+    }
+
+    /// From here on the batches or children decide the job's outcome, whatever this run
+    /// returns.
+    async fn defer(&self, run: RunRef) {
         self.deferred.store(true, Ordering::SeqCst);
         match self.store.defer(run).await {
-            Ok(Some(_)) => info!(job_id = %run.id, batches = total, %queue, "fanned out and deferred"),
-            Ok(None) => info!(job_id = %run.id, "batches closed the job before it deferred"),
+            Ok(Some(_)) => {}
+            Ok(None) => info!(job_id = %run.id, "the job was closed before it deferred"),
             // The run keeps its lease until it expires; the reaper re-queues it then.
             Err(err) => warn!(job_id = %run.id, error = %err, "could not defer; the lease will expire"),
         }
-        Ok(())
     }
 }

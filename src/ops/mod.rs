@@ -5,6 +5,7 @@ mod busy;
 mod context;
 mod fail;
 mod fan_out;
+mod group;
 mod ping;
 mod sleep;
 mod sum_squares;
@@ -23,6 +24,7 @@ pub use busy::Busy;
 pub use context::{JobContext, Services};
 pub use fail::Fail;
 pub use fan_out::{FanOut, OperationMessage, FAN_OUT_FAILED};
+pub use group::Group;
 pub use ping::Ping;
 pub use sleep::Sleep;
 pub use sum_squares::{SumSquares, SumSquaresBatch, BATCH_QUEUE, MAX_BATCHES, WRITE_QUEUE};
@@ -105,7 +107,7 @@ impl OperationRegistry {
 
     /// The operations every instance ships with.
     pub fn builtin() -> Self {
-        Self::empty().with(Ping).with(Sleep).with(Fail).with(Busy).with(SumSquares).with(SumSquaresBatch)
+        Self::empty().with(Ping).with(Sleep).with(Fail).with(Busy).with(SumSquares).with(SumSquaresBatch).with(Group)
     }
 
     pub fn with(mut self, operation: impl Operation) -> Self {

@@ -72,7 +72,8 @@ pub trait JobStore: Send + Sync + 'static {
     /// QUEUED → FAILED (the queue timeout), with `job.failed`.
     async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError>;
 
-    /// QUEUED | RUNNING → CANCELLED, with the job's QUEUED children in the same transaction.
+    /// QUEUED | RUNNING → CANCELLED, with the job's QUEUED and RUNNING children in the same
+    /// transaction.
     /// A job already terminal is returned unchanged.
     async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError>;
 
@@ -89,6 +90,10 @@ pub trait JobStore: Send + Sync + 'static {
     /// for them (`deferred_at`, `job.deferred`). `None` when the run is no longer RUNNING,
     /// for example because its batches already closed it.
     async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError>;
+
+    /// Recounts a deferred parent's child jobs (as each child's ending does): closes it
+    /// once all succeeded, or fails it when one failed or was cancelled.
+    async fn settle_children(&self, parent: Uuid) -> Result<(), StoreError>;
 
     /// Records a batch's outcome once (a redelivery changes nothing) and advances its
     /// parent's count; the outcome that reaches `progress_total` closes the parent SUCCEEDED

@@ -140,7 +140,7 @@ async fn one_failing_batch_fails_the_parent_with_its_reason() {
     let payload = json!({ "start": 1, "end": 10_000, "batch_size": 10, "fail_batch": 7 });
     let id = insert_job(&deployment.url, "sum_squares", payload).await;
     let parent = deployment.wait_for_parent(id, "failed", Duration::from_secs(120)).await;
-    assert_eq!(parent.error_code.as_deref(), Some("BatchFailed"));
+    assert_eq!(parent.error_code.as_deref(), Some("ChildFailed"));
     assert!(parent.error_message.as_deref().unwrap_or("").contains("batch 7"), "{:?}", parent.error_message);
     let child_failed = deployment.events_named(id, "child.failed").await;
     assert_eq!(child_failed.len(), 1);

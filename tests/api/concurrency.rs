@@ -109,6 +109,9 @@ impl JobStore for SuccessCannotCommit {
     async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
         self.0.defer(run).await
     }
+    async fn settle_children(&self, parent: Uuid) -> Result<(), StoreError> {
+        self.0.settle_children(parent).await
+    }
     async fn record_batch(&self, outcome: BatchOutcome) -> Result<BatchRecorded, StoreError> {
         self.0.record_batch(outcome).await
     }

@@ -65,7 +65,7 @@ async fn a_failing_batch_fails_the_parent_with_its_reason(backend: Backend) {
     let (_, job) = app.submit(json!({ "operation": "sum_squares", "payload": payload })).await;
     let id = job["id"].as_str().unwrap();
     let failed = app.wait_for_status(id, "failed").await;
-    assert_eq!(failed["error_code"], "BatchFailed");
+    assert_eq!(failed["error_code"], "ChildFailed");
     let message = failed["error_message"].as_str().unwrap();
     assert!(message.contains("batch 3") && message.contains("DemoFailure"), "{message}");
 
@@ -175,3 +175,74 @@ on_both_backends!(
     outcomes_count_once_per_batch_and_run,
     a_bad_range_is_refused,
 );
+
+mod children {
+    //! The child-job form: `group` runs jobs of its own as children.
+
+    use serde_json::json;
+
+    use crate::helpers::{Backend, TestApp};
+
+    async fn a_group_closes_once_its_children_succeed(backend: Backend) {
+        let app = TestApp::spawn(backend).await;
+        let jobs: Vec<_> = (0..20).map(|_| json!({ "operation": "ping" })).collect();
+        let (status, group) = app.submit(json!({ "operation": "group", "payload": { "jobs": jobs } })).await;
+        assert_eq!(status, 201, "{group}");
+        let id = group["id"].as_str().unwrap();
+        let done = app.wait_for_status(id, "succeeded").await;
+        assert_eq!((done["progress_current"].as_i64(), done["progress_total"].as_i64()), (Some(20), Some(20)));
+        assert_eq!(done["result"], json!({ "children": 20 }));
+
+        let (status, page) = app.get(&format!("/jobs/{id}/children?limit=100")).await;
+        assert_eq!(status, 200, "{page}");
+        let children = page["jobs"].as_array().unwrap();
+        assert_eq!(children.len(), 20);
+        assert!(children.iter().all(|child| child["status"] == "succeeded" && child["parent_job_id"] == id));
+        let names = app.event_names(id).await;
+        assert_eq!(names.iter().filter(|name| *name == "job.succeeded").count(), 1, "{names:?}");
+        assert!(names.contains(&"job.deferred".to_owned()), "{names:?}");
+    }
+
+    async fn a_failing_child_fails_the_group_naming_it(backend: Backend) {
+        let app = TestApp::spawn(backend).await;
+        let jobs = json!([
+            { "operation": "ping" },
+            { "operation": "fail", "payload": { "error_class": "Boom", "message": "no" } },
+        ]);
+        let (_, group) = app.submit(json!({ "operation": "group", "payload": { "jobs": jobs } })).await;
+        let id = group["id"].as_str().unwrap();
+        let failed = app.wait_for_status(id, "failed").await;
+        assert_eq!(failed["error_code"], "ChildFailed");
+
+        let (_, page) = app.get(&format!("/jobs/{id}/children?status=failed")).await;
+        let failing = page["jobs"][0]["id"].as_str().unwrap().to_owned();
+        let events = app.events(id).await;
+        let child_failed: Vec<_> = events.iter().filter(|event| event["event"] == "child.failed").collect();
+        assert_eq!(child_failed.len(), 1, "{events:?}");
+        assert_eq!(child_failed[0]["fields"]["child_job_id"], failing);
+        assert_eq!(child_failed[0]["fields"]["error_code"], "Boom");
+    }
+
+    /// Cancelling a group cancels its queued and running children in the same transaction.
+    async fn cancelling_a_group_cancels_its_children(backend: Backend) {
+        let app = TestApp::spawn(backend).await;
+        let jobs: Vec<_> =
+            (0..6).map(|_| json!({ "operation": "sleep", "payload": { "seconds": 30, "steps": 300 } })).collect();
+        let (_, group) = app.submit(json!({ "operation": "group", "payload": { "jobs": jobs } })).await;
+        let id = group["id"].as_str().unwrap();
+        let running = "SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'running'";
+        app.wait_for_count(running, 2, std::time::Duration::from_secs(30)).await;
+
+        let (status, cancelled) = app.post(&format!("/jobs/{id}/cancel")).await;
+        assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled}");
+        let (_, page) = app.get(&format!("/jobs/{id}/children")).await;
+        let statuses: Vec<_> = page["jobs"].as_array().unwrap().iter().map(|child| child["status"].clone()).collect();
+        assert_eq!(statuses, vec![json!("cancelled"); 6]);
+    }
+
+    on_both_backends!(
+        a_group_closes_once_its_children_succeed,
+        a_failing_child_fails_the_group_naming_it,
+        cancelling_a_group_cancels_its_children,
+    );
+}

@@ -5,13 +5,19 @@
 //! Outcomes of one parent are written together: the parent row is locked first (its
 //! compare-and-set names the run), new outcomes are inserted under the `job_batch` primary
 //! key (a redelivered one is a no-op), and the counter moves once by their number.
+//!
+//! Child jobs (rows with `parent_job_id`) settle their parent instead: when one ends, the
+//! parent row is locked and its counter recomputed from its children, so concurrent
+//! endings queue up on the lock and the last to commit sees them all.
 
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait, QueryFilter, TryInsertResult, UpdateMany,
+    ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait, PaginatorTrait, QueryFilter, TryInsertResult,
+    UpdateMany,
 };
 use serde_json::json;
+use uuid::Uuid;
 
 use super::rows::to_job;
 use super::{append_event, compare_and_set, SeaStore};
@@ -19,8 +25,8 @@ use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, Job, JobSt
 use crate::store::entity::{job, job_batch};
 use crate::store::{BatchRecorded, RunRef, StoreError};
 
-/// Error class of a parent whose batch failed.
-pub const BATCH_FAILED: &str = "BatchFailed";
+/// Error class of a parent whose batch or child job failed.
+pub const CHILD_FAILED: &str = "ChildFailed";
 
 type NoTime = Option<chrono::DateTime<Utc>>;
 
@@ -105,7 +111,10 @@ impl SeaStore {
             answers.push(BatchRecorded::Counted { closed: None });
         }
         let closed = match failure {
-            Some((index, error_code, message)) => self.fail_parent(txn, parent, index, error_code, message).await?,
+            Some((index, error_code, message)) => {
+                let batch = json!({ "batch": index });
+                fail_parent(txn, parent, batch, &format!("batch {index}"), error_code, message).await?
+            }
             None if succeeded.is_empty() => None,
             None => self.advance_parent(txn, parent, &succeeded).await?,
         };
@@ -138,57 +147,103 @@ impl SeaStore {
         if row.progress_current < total {
             return Ok(None);
         }
-        let now = Utc::now();
-        let set = |update: UpdateMany<job::Entity>| {
-            update
-                .col_expr(job::Column::FinishedAt, Expr::value(now))
-                .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
-                .col_expr(job::Column::Result, Expr::value(json!({ "batches": total })))
-                .filter(job::Column::Attempts.eq(parent.attempt))
-        };
-        let closed = compare_and_set(txn, parent.id, &[JobStatus::Running], JobStatus::Succeeded, set).await?;
-        if closed.is_none() {
-            return Ok(None);
-        }
-        append_event(txn, parent.id, &NewEvent::new(EventName::SUCCEEDED).fields(json!({ "batches": total }))).await?;
-        Ok(Some(JobStatus::Succeeded))
+        close_succeeded(txn, parent, json!({ "batches": total })).await
     }
+}
 
-    /// A batch failed after its retries: the parent fails, naming it.
-    async fn fail_parent(
-        &self,
-        txn: &DatabaseTransaction,
-        parent: RunRef,
-        index: i64,
-        error_code: &str,
-        message: &str,
-    ) -> Result<Option<JobStatus>, StoreError> {
-        let now = Utc::now();
-        let summary = format!("batch {index} failed: {error_code}: {message}");
-        let parent_message = summary.clone();
-        let set = move |update: UpdateMany<job::Entity>| {
-            update
-                .col_expr(job::Column::FinishedAt, Expr::value(now))
-                .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
-                .col_expr(job::Column::ErrorCode, Expr::value(BATCH_FAILED))
-                .col_expr(job::Column::ErrorMessage, Expr::value(parent_message))
-                .col_expr(job::Column::Failures, Expr::col(job::Column::Failures).add(1))
-                .filter(job::Column::Attempts.eq(parent.attempt))
-        };
-        if compare_and_set(txn, parent.id, &[JobStatus::Running], JobStatus::Failed, set).await?.is_none() {
-            return Ok(None);
-        }
-        let fields = json!({ "batch": index, "error_code": error_code });
-        let child_failed =
-            NewEvent::new(EventName::CHILD_FAILED).message(message).fields(fields).level(EventLevel::Error);
-        append_event(txn, parent.id, &child_failed).await?;
-        let failed = NewEvent::new(EventName::FAILED)
-            .message(summary)
-            .fields(json!({ "error_code": BATCH_FAILED }))
-            .level(EventLevel::Error);
-        append_event(txn, parent.id, &failed).await?;
-        Ok(Some(JobStatus::Failed))
+/// After a child job ended inside `txn` (or once its parent deferred): recounts the
+/// parent's children, closing the parent SUCCEEDED once all `progress_total` succeeded, or
+/// FAILED with `child.failed` when one failed or was cancelled. Only a deferred RUNNING
+/// parent is settled; the recount makes a repeated or late call harmless.
+pub(super) async fn settle_parent(txn: &DatabaseTransaction, parent: Uuid) -> Result<(), StoreError> {
+    let locked = job::Entity::update_many()
+        .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent))
+        .filter(job::Column::Id.eq(parent))
+        .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+        .filter(job::Column::DeferredAt.is_not_null())
+        .exec_with_returning(txn)
+        .await?;
+    let Some(row) = locked.into_iter().next() else { return Ok(()) };
+    let run = RunRef { id: parent, attempt: row.attempts };
+    let children = job::Entity::find().filter(job::Column::ParentJobId.eq(parent));
+    let unsuccessful = [JobStatus::Failed.as_str(), JobStatus::Cancelled.as_str()];
+    if let Some(child) = children.clone().filter(job::Column::Status.is_in(unsuccessful)).one(txn).await? {
+        let error_code = child.error_code.clone().unwrap_or_else(|| child.status.clone());
+        let message = child.error_message.clone().unwrap_or_else(|| format!("child was {}", child.status));
+        let which = json!({ "child_job_id": child.id });
+        fail_parent(txn, run, which, &format!("child {}", child.id), &error_code, &message).await?;
+        return Ok(());
     }
+    let succeeded = children.filter(job::Column::Status.eq(JobStatus::Succeeded.as_str())).count(txn).await? as i64;
+    if succeeded == row.progress_current {
+        return Ok(());
+    }
+    running(run).col_expr(job::Column::ProgressCurrent, Expr::value(succeeded)).exec(txn).await?;
+    let event = NewEvent::new(EventName::CHILDREN_SUCCEEDED).fields(json!({ "_progress_current": succeeded }));
+    append_event(txn, parent, &event).await?;
+    let total = row.progress_total.unwrap_or(i64::MAX);
+    if succeeded >= total {
+        close_succeeded(txn, run, json!({ "children": total })).await?;
+    }
+    Ok(())
+}
+
+/// Closes a coordinator's run SUCCEEDED with `result`, exactly once.
+async fn close_succeeded(
+    txn: &DatabaseTransaction,
+    run: RunRef,
+    result: serde_json::Value,
+) -> Result<Option<JobStatus>, StoreError> {
+    let now = Utc::now();
+    let event = NewEvent::new(EventName::SUCCEEDED).fields(result.clone());
+    let set = |update: UpdateMany<job::Entity>| {
+        update
+            .col_expr(job::Column::FinishedAt, Expr::value(now))
+            .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
+            .col_expr(job::Column::Result, Expr::value(result))
+            .filter(job::Column::Attempts.eq(run.attempt))
+    };
+    if compare_and_set(txn, run.id, &[JobStatus::Running], JobStatus::Succeeded, set).await?.is_none() {
+        return Ok(None);
+    }
+    append_event(txn, run.id, &event).await?;
+    Ok(Some(JobStatus::Succeeded))
+}
+
+/// A batch or child failed for good: the parent fails, naming it in `child.failed`.
+async fn fail_parent(
+    txn: &DatabaseTransaction,
+    run: RunRef,
+    which: serde_json::Value,
+    name: &str,
+    error_code: &str,
+    message: &str,
+) -> Result<Option<JobStatus>, StoreError> {
+    let now = Utc::now();
+    let summary = format!("{name} failed: {error_code}: {message}");
+    let parent_message = summary.clone();
+    let set = move |update: UpdateMany<job::Entity>| {
+        update
+            .col_expr(job::Column::FinishedAt, Expr::value(now))
+            .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
+            .col_expr(job::Column::ErrorCode, Expr::value(CHILD_FAILED))
+            .col_expr(job::Column::ErrorMessage, Expr::value(parent_message))
+            .col_expr(job::Column::Failures, Expr::col(job::Column::Failures).add(1))
+            .filter(job::Column::Attempts.eq(run.attempt))
+    };
+    if compare_and_set(txn, run.id, &[JobStatus::Running], JobStatus::Failed, set).await?.is_none() {
+        return Ok(None);
+    }
+    let mut fields = which;
+    fields["error_code"] = json!(error_code);
+    let child_failed = NewEvent::new(EventName::CHILD_FAILED).message(message).fields(fields).level(EventLevel::Error);
+    append_event(txn, run.id, &child_failed).await?;
+    let failed = NewEvent::new(EventName::FAILED)
+        .message(summary)
+        .fields(json!({ "error_code": CHILD_FAILED }))
+        .level(EventLevel::Error);
+    append_event(txn, run.id, &failed).await?;
+    Ok(Some(JobStatus::Failed))
 }
 
 /// `UPDATE job … WHERE` this run is the job's RUNNING one.

@@ -4,13 +4,14 @@
 //! compare-and-set; only the commit is shared. A batch is whatever arrived while the
 //! previous one was committing (up to `max_batch`), so an idle system adds no delay.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use sea_orm::{DatabaseTransaction, DbErr};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use super::fan_out::settle_parent;
 use super::rows::to_job;
 use super::runs::Outcome;
 use super::{append_events, event_row, insert_new, SeaStore};
@@ -245,6 +246,10 @@ impl SeaStore {
             let runs: Vec<(RunRef, &Completion)> =
                 wanted.iter().map(|(_, run, completion)| (*run, *completion)).collect();
             let mut finished = self.finish_runs(txn, to, &runs).await?;
+            let parents: BTreeSet<Uuid> = finished.iter().filter_map(|(row, _)| row.parent_job_id).collect();
+            for parent in parents {
+                settle_parent(txn, parent).await?;
+            }
             answer_moved(
                 &mut answers,
                 &mut events,

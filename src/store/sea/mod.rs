@@ -120,7 +120,10 @@ impl SeaStore {
             return Ok(None);
         };
         append_event(&txn, id, &NewEvent::new(EventName::CANCELLED).message("cancelled by request")).await?;
-        let children = cancel_queued_children(&txn, id).await?;
+        let children = cancel_children(&txn, id).await?;
+        if let Some(parent) = row.parent_job_id {
+            fan_out::settle_parent(&txn, parent).await?;
+        }
         txn.commit().await?;
         Ok(Some(Cancellation { job: to_job(row)?, changed: true, children_cancelled: children }))
     }
@@ -310,6 +313,13 @@ impl JobStore for SeaStore {
         self.defer_run(run).await
     }
 
+    async fn settle_children(&self, parent: Uuid) -> Result<(), StoreError> {
+        let txn = self.write_txn().await?;
+        fan_out::settle_parent(&txn, parent).await?;
+        txn.commit().await?;
+        Ok(())
+    }
+
     async fn record_batch(&self, outcome: BatchOutcome) -> Result<BatchRecorded, StoreError> {
         if let Some(writer) = &self.writer {
             return writer.write(group_commit::Write::Batch { outcome }).await?.into_batch();
@@ -431,7 +441,8 @@ impl SeaStore {
     }
 }
 
-/// The compare-and-set and its event, inside `txn`; `None` (nothing written) on a miss.
+/// The compare-and-set and its event, inside `txn`; `None` (nothing written) on a miss. A
+/// child job that ends settles its parent in the same transaction.
 async fn apply_transition(
     txn: &DatabaseTransaction,
     id: Uuid,
@@ -444,6 +455,9 @@ async fn apply_transition(
         return Ok(None);
     };
     append_event(txn, id, event).await?;
+    if let (true, Some(parent)) = (to.is_terminal(), row.parent_job_id) {
+        fan_out::settle_parent(txn, parent).await?;
+    }
     to_job(row).map(Some)
 }
 
@@ -477,21 +491,28 @@ async fn compare_and_set_many(
     set(update).exec_with_returning(txn).await
 }
 
-/// Cancels a parent's QUEUED children inside the parent's cancel transaction.
-async fn cancel_queued_children(txn: &DatabaseTransaction, parent: Uuid) -> Result<u64, DbErr> {
+/// Cancels a parent's QUEUED and RUNNING descendants inside the parent's cancel
+/// transaction, each with its event; a running one's heartbeat then finds its run gone and
+/// stops its work. Returns how many were cancelled.
+async fn cancel_children(txn: &DatabaseTransaction, parent: Uuid) -> Result<u64, DbErr> {
     let now = Utc::now();
-    let children = job::Entity::update_many()
-        .col_expr(job::Column::Status, Expr::value(JobStatus::Cancelled.as_str()))
-        .col_expr(job::Column::FinishedAt, Expr::value(now))
-        .filter(job::Column::ParentJobId.eq(parent))
-        .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
-        .exec_with_returning(txn)
-        .await?;
+    let from = [JobStatus::Queued.as_str(), JobStatus::Running.as_str()];
     let event = NewEvent::new(EventName::CANCELLED).message("parent was cancelled");
-    for child in &children {
-        append_event(txn, child.id, &event).await?;
+    let (mut parents, mut cancelled) = (vec![parent], 0);
+    while let Some(parent) = parents.pop() {
+        let children = job::Entity::update_many()
+            .col_expr(job::Column::Status, Expr::value(JobStatus::Cancelled.as_str()))
+            .col_expr(job::Column::FinishedAt, Expr::value(now))
+            .col_expr(job::Column::LeasedUntil, Expr::value(None::<chrono::DateTime<Utc>>))
+            .filter(job::Column::ParentJobId.eq(parent))
+            .filter(job::Column::Status.is_in(from))
+            .exec_with_returning(txn)
+            .await?;
+        append_events(txn, children.iter().map(|child| event_row(child.id, &event)).collect()).await?;
+        cancelled += children.len() as u64;
+        parents.extend(children.into_iter().map(|child| child.id));
     }
-    Ok(children.len() as u64)
+    Ok(cancelled)
 }
 
 async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent) -> Result<(), DbErr> {
