@@ -5,7 +5,8 @@
 //! and the throughput and latency again with a large history of finished jobs in the tables.
 //!
 //! `BENCH_JOBS` sets the jobs per throughput case (default 5000), `BENCH_HISTORY` the finished
-//! jobs of the history cases (default 1,000,000; 0 skips them). Needs the local PostgreSQL and
+//! jobs of the history cases (default 1,000,000; 0 skips them), `BENCH_ONLY` the groups to
+//! run (`throughput,fanout,http,latency,history,memory`; default all). Needs the local PostgreSQL and
 //! RabbitMQ (`scripts/bench.sh` starts them, installs the peer and builds in release).
 
 use std::path::{Path, PathBuf};
@@ -67,35 +68,49 @@ struct Latency {
     p99: f64,
 }
 
+/// Whether a group of cases runs: `BENCH_ONLY=memory,fanout` picks groups (default: all).
+fn wanted(group: &str) -> bool {
+    std::env::var("BENCH_ONLY").map_or(true, |only| only.split(',').any(|name| name.trim() == group))
+}
+
 async fn run(jobs: usize, history: usize) {
     println!("yardmaster benchmark: {jobs} no-op jobs per case, {} cores", num_cores());
-    let mut figures = Vec::new();
-    figures.push(plain_sql(jobs, 1).await);
-    figures.push(plain_sql(jobs, 100).await);
-    figures.extend(graphile(jobs, "single").await);
-    figures.extend(graphile(jobs, "batched").await);
-    for group_commit in [1, 64] {
-        // Off, and the default (64).
-        figures.push(in_process(jobs, Store::Sqlite, group_commit, 0).await);
-        figures.push(in_process(jobs, Store::Postgres, group_commit, 0).await);
+    let (mut figures, mut latencies, mut memory) = (Vec::new(), Vec::new(), Vec::new());
+    if wanted("throughput") {
+        figures.push(plain_sql(jobs, 1).await);
+        figures.push(plain_sql(jobs, 100).await);
+        figures.extend(graphile(jobs, "single").await);
+        figures.extend(graphile(jobs, "batched").await);
+        for group_commit in [1, 64] {
+            // Off, and the default (64).
+            figures.push(in_process(jobs, Store::Sqlite, group_commit, 0).await);
+            figures.push(in_process(jobs, Store::Postgres, group_commit, 0).await);
+        }
+        figures.push(with_rabbitmq(jobs, 1, 0).await);
+        figures.push(with_rabbitmq(jobs, 2, 0).await);
     }
-    figures.push(with_rabbitmq(jobs, 1, 0).await);
-    figures.push(with_rabbitmq(jobs, 2, 0).await);
-    figures.push(http_submit(jobs, 64).await);
-    figures.push(http_batch_submit(jobs.max(20_000), 500).await);
-
-    let mut latencies = Vec::new();
-    latencies.extend(graphile_latency().await);
-    latencies.push(embedded_latency(0).await);
-    latencies.push(rabbitmq_latency(0).await);
-
-    if history > 0 {
+    if wanted("fanout") {
+        figures.push(fan_out_embedded(jobs).await);
+        figures.push(fan_out_rabbitmq(jobs, 2).await);
+    }
+    if wanted("http") {
+        figures.push(http_submit(jobs, 64).await);
+        figures.push(http_batch_submit(jobs.max(20_000), 500).await);
+    }
+    if wanted("latency") {
+        latencies.extend(graphile_latency().await);
+        latencies.push(embedded_latency(0).await);
+        latencies.push(rabbitmq_latency(0).await);
+    }
+    if history > 0 && wanted("history") {
         figures.push(in_process(jobs, Store::Sqlite, 64, history).await);
         figures.push(with_rabbitmq(jobs, 1, history).await);
         latencies.push(embedded_latency(history).await);
         latencies.push(rabbitmq_latency(history).await);
     }
-    let memory = memory().await;
+    if wanted("memory") {
+        memory = self::memory().await;
+    }
 
     let peer = figures.iter().find(|figure| figure.name.starts_with("graphile-worker batched")).map(|f| f.value);
     println!();
@@ -416,8 +431,9 @@ fn release_binary() -> PathBuf {
 fn worker_processes(url: &str, prefix: &str, workers: usize) -> Vec<Process> {
     (0..workers)
         .map(|n| {
+            // Every queue of the configuration: jobs, batches and batch outcomes.
             let child = Command::new(release_binary())
-                .args(["worker", "--queue", "default"])
+                .arg("worker")
                 .env("YARDMASTER__STORE__URL", url)
                 .env("YARDMASTER__STORE__MAX_CONNECTIONS", "16")
                 .env("YARDMASTER__TRANSPORT__KIND", "amqp")
@@ -484,6 +500,67 @@ async fn with_rabbitmq(jobs: usize, workers: usize, history: usize) -> Figure {
         jobs as f64 / seconds,
         "publish (confirmed) + claim + outcome + 2 events",
     )
+}
+
+/// A `sum_squares` coordinator over `batches` batches of 10 numbers.
+fn coordinator(batches: usize) -> NewJob {
+    let payload = json!({ "start": 1, "end": batches * 10, "batch_size": 10 });
+    NewJob { payload, ..NewJob::new("sum_squares") }
+}
+
+/// Polls until the job is SUCCEEDED.
+async fn wait_for_success(db: &DatabaseConnection, id: Uuid) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let row = job::Entity::find_by_id(id).one(db).await.unwrap().unwrap();
+        match row.status.as_str() {
+            "succeeded" => return Instant::now(),
+            "failed" | "cancelled" => panic!("the coordinator ended {}: {:?}", row.status, row.error_message),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the coordinator never finished");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Fan-out in the embedded default: one coordinator, `batches` batches through the
+/// in-process batch and write queues, each outcome recorded once and counted.
+async fn fan_out_embedded(batches: usize) -> Figure {
+    let scratch = Scratch::create(Store::Sqlite).await;
+    let mut settings = bench_settings(&scratch.url);
+    settings.queues.extend(Settings::default().queues.into_iter().filter(|(name, _)| name != "default"));
+    let app = Application::builder(settings).without_api().build().await.unwrap();
+    let (db, store) = (app.db(), app.store());
+    let start = Instant::now();
+    let id = store.submit(coordinator(batches)).await.unwrap().job.id;
+    // The start-up dispatch is over; the sweep sends the coordinator within its interval,
+    // so publish it now as the API would.
+    Dispatcher::new(store.clone(), app.transport()).sweep_once(Duration::ZERO, 10).await.unwrap();
+    let seconds = wait_for_success(&db, id).await.duration_since(start).as_secs_f64();
+    drop(app);
+    scratch.remove().await;
+    Figure::rate(
+        "yardmaster fan-out embedded: batches of one coordinator",
+        batches as f64 / seconds,
+        "batch run + outcome recorded and counted",
+    )
+}
+
+/// Fan-out on PostgreSQL + RabbitMQ with `workers` worker processes.
+async fn fan_out_rabbitmq(batches: usize, workers: usize) -> Figure {
+    let database = FreshDatabase::create().await;
+    migrated(&database.url).await.close().await.ok();
+    let prefix = queue_prefix();
+    let processes = worker_processes(&database.url, &prefix, workers);
+    let Publisher { db, dispatcher } = publisher(&database.url, &prefix).await;
+    let start = Instant::now();
+    let id = dispatcher.submit(coordinator(batches)).await.unwrap().job.id;
+    let seconds = wait_for_success(&db, id).await.duration_since(start).as_secs_f64();
+    drop(processes);
+    db.close().await.ok();
+    database.drop_now().await;
+    let name = format!("yardmaster fan-out: PostgreSQL + RabbitMQ, {workers} worker processes");
+    Figure::rate(name, batches as f64 / seconds, "batches/s: batch run, outcome published, recorded and counted")
 }
 
 /// Milliseconds from each submission (client side) to its no-op job's `finished_at`. The
@@ -667,19 +744,25 @@ async fn memory() -> Vec<Figure> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let idle = rss_kib(process.0.id());
-    let sleeper = json!({ "operation": "sleep", "payload": { "seconds": 3600 } });
-    for _ in 0..IN_FLIGHT / 1000 {
-        let body = json!({ "jobs": vec![sleeper.clone(); 1000] });
-        let response = client.post(format!("{base}/jobs:batch")).json(&body).send().await.unwrap();
-        assert_eq!(response.status().as_u16(), 201);
-    }
     let db = yardmaster::store::connect(&bench_settings(&scratch.url).store).await.unwrap();
+    let sleeper = json!({ "operation": "sleep", "payload": { "seconds": 3600 } });
     let running = "SELECT COUNT(*) FROM job WHERE status = 'running'";
-    wait_for(&db, running, IN_FLIGHT as i64).await;
-    let loaded = rss_kib(process.0.id());
+    // RSS with half, then all of the jobs in flight: the slope is what one more job costs,
+    // apart from caches that warm up under any load.
+    let mut rss = Vec::new();
+    for half in 1..=2 {
+        for _ in 0..IN_FLIGHT / 2 / 1000 {
+            let body = json!({ "jobs": vec![sleeper.clone(); 1000] });
+            let response = client.post(format!("{base}/jobs:batch")).json(&body).send().await.unwrap();
+            assert_eq!(response.status().as_u16(), 201);
+        }
+        wait_for(&db, running, (half * IN_FLIGHT / 2) as i64).await;
+        rss.push(rss_kib(process.0.id()));
+    }
     drop(process);
     db.close().await.ok();
     scratch.remove().await;
+    let loaded = rss[1];
     vec![
         Figure {
             name: "yardmaster serve, idle (embedded default)".into(),
@@ -691,7 +774,13 @@ async fn memory() -> Vec<Figure> {
             name: format!("yardmaster serve, per in-flight job ({IN_FLIGHT} sleeping jobs under lease)"),
             value: (loaded - idle) / IN_FLIGHT as f64,
             unit: "KiB",
-            note: format!("{:.1} MiB in all", loaded / 1024.0),
+            note: format!("(RSS − idle) / jobs; {:.1} MiB in all", loaded / 1024.0),
+        },
+        Figure {
+            name: format!("yardmaster serve, per in-flight job, {} → {IN_FLIGHT} jobs", IN_FLIGHT / 2),
+            value: (rss[1] - rss[0]) / (IN_FLIGHT / 2) as f64,
+            unit: "KiB",
+            note: "the slope: caches warmed by the first half excluded".into(),
         },
     ]
 }

@@ -159,7 +159,7 @@ impl Executor {
             let message = format!("this worker has no operation named {:?}", job.operation);
             return Outcome::Complete(Completion::Failed { error_code: UNKNOWN_OPERATION.into(), message });
         };
-        let (payload, policy_job) = (job.payload.clone(), job.clone());
+        let payload = job.payload.clone();
         let ctx = JobContext::new(job, self.services.clone(), cancel);
         let executed = AssertUnwindSafe(operation.execute(ctx.clone(), payload)).catch_unwind().await;
         if ctx.is_deferred() {
@@ -174,9 +174,11 @@ impl Executor {
             Ok(Err(OperationError::Failed { class, message })) => (class, message),
             Err(panic) => (OPERATION_PANICKED.to_owned(), panic_message(&panic)),
         };
-        let failure = policy_job.failures + 1;
-        let policy = &policy_job.retry_policy;
-        match policy.next_delay(policy_job.max_retries, failure, &error_code, jitter()) {
+        let Some(job) = ctx.job() else {
+            return Outcome::Complete(Completion::Failed { error_code, message });
+        };
+        let failure = job.failures + 1;
+        match job.retry_policy.next_delay(job.max_retries, failure, &error_code, jitter()) {
             Some(delay) => Outcome::Requeue(Requeue::RetryAfterFailure { failure, delay, error_code, message }),
             None => Outcome::Complete(Completion::Failed { error_code, message }),
         }
