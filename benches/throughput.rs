@@ -442,6 +442,8 @@ fn worker_processes(url: &str, prefix: &str, workers: usize) -> Vec<Process> {
                 .env("YARDMASTER__DISPATCH__ENABLED", "false")
                 .env("YARDMASTER__QUEUES__DEFAULT__CONCURRENCY", CONCURRENCY.to_string())
                 .env("YARDMASTER__QUEUES__DEFAULT__PREFETCH", (2 * CONCURRENCY).to_string())
+                .env("YARDMASTER__QUEUES__BATCHES__CONCURRENCY", CONCURRENCY.to_string())
+                .env("YARDMASTER__QUEUES__BATCHES__PREFETCH", (2 * CONCURRENCY).to_string())
                 .env("YARDMASTER__WORKER__ID", format!("bench-{n}"))
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
@@ -529,6 +531,9 @@ async fn fan_out_embedded(batches: usize) -> Figure {
     let scratch = Scratch::create(Store::Sqlite).await;
     let mut settings = bench_settings(&scratch.url);
     settings.queues.extend(Settings::default().queues.into_iter().filter(|(name, _)| name != "default"));
+    if let Some(batches) = settings.queues.get_mut(yardmaster::ops::BATCH_QUEUE) {
+        (batches.concurrency, batches.prefetch) = (CONCURRENCY, 2 * CONCURRENCY as u16);
+    }
     let app = Application::builder(settings).without_api().build().await.unwrap();
     let (db, store) = (app.db(), app.store());
     let start = Instant::now();

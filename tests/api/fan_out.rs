@@ -153,6 +153,39 @@ async fn outcomes_count_once_per_batch_and_run(backend: Backend) {
     assert_eq!(names.iter().filter(|name| *name == "job.succeeded").count(), 1, "{names:?}");
 }
 
+/// A deferred parent holds no lease: the reaper judges it by its batches' events, leaving
+/// one that makes progress alone and timing out one whose batches went quiet.
+async fn the_reaper_judges_a_deferred_parent_by_its_batches(backend: Backend) {
+    use yardmaster::actors::reaper::run_once;
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let store = app.store.clone();
+    let dispatcher = yardmaster::dispatch::Dispatcher::new(store.clone(), app.transport.clone());
+    let parent = store.submit(NewJob::new("sum_squares")).await.unwrap().job;
+    let run = RunRef::from(&store.claim(parent.id, "test", Duration::from_millis(1)).await.unwrap().unwrap());
+    store.fan_out(run, 3, "batches").await.unwrap().unwrap();
+    let deferred = store.defer(run).await.unwrap().unwrap();
+    assert!(deferred.leased_until.is_none() && deferred.deferred_at.is_some());
+    let outcome = BatchOutcome {
+        parent_job_id: run.id,
+        attempt: run.attempt,
+        index: 0,
+        result: BatchResult::Succeeded { output: json!(0) },
+    };
+    store.record_batch(outcome).await.unwrap();
+
+    let mut settings = yardmaster::Settings::default().reaper;
+    (settings.timeout_seconds, settings.stall_seconds) = (0, 3600);
+    let counts = run_once(store.as_ref(), &dispatcher, &settings).await.unwrap();
+    assert_eq!(counts.total(), 0, "{counts:?}");
+    assert_eq!(store.get(run.id).await.unwrap().unwrap().status, JobStatus::Running);
+
+    settings.stall_seconds = 0;
+    let counts = run_once(store.as_ref(), &dispatcher, &settings).await.unwrap();
+    assert_eq!(counts.timed_out, 1, "{counts:?}");
+    let job = store.get(run.id).await.unwrap().unwrap();
+    assert_eq!((job.status, job.error_code.as_deref()), (JobStatus::Failed, Some("JobTimeout")));
+}
+
 /// Bad coordinator payloads are refused at submit.
 async fn a_bad_range_is_refused(backend: Backend) {
     let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
@@ -173,6 +206,7 @@ on_both_backends!(
     cancelling_a_parent_stops_its_batches,
     a_long_fan_out_outlives_the_lease,
     outcomes_count_once_per_batch_and_run,
+    the_reaper_judges_a_deferred_parent_by_its_batches,
     a_bad_range_is_refused,
 );
 
