@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs the throughput benchmark: starts the local PostgreSQL and RabbitMQ if they are down,
-# installs the peer (graphile-worker, from npm) beside it, builds in release and prints the
-# figures with ratios. BENCH_JOBS=N sets the jobs per case (default 5000).
+# Runs the benchmark: starts the local PostgreSQL and RabbitMQ if they are down, installs the
+# peer (graphile-worker, from npm) beside it, builds in release and prints the figures with
+# ratios. BENCH_JOBS=N sets the jobs per case (default 5000), BENCH_HISTORY the finished jobs
+# of the history cases (default 1000000, 0 skips them), BENCH_ONLY=a,b the case groups
+# (throughput, fanout, http, latency, history, memory; default all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
