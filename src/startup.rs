@@ -217,7 +217,7 @@ fn start_workers(
     let heartbeat = Duration::from_millis(settings.worker.heartbeat_ms);
     let jobs = Arc::new(JobMessages::new(executor, store.clone(), in_flight.clone(), heartbeat));
     let operations = Arc::new(OperationMessages::new(registry.clone(), services));
-    let writes = Arc::new(BatchWrites::new(store.clone()));
+    let writes = Arc::new(BatchWrites::new(store.clone(), registry.clone()));
     let mut consumers = Consumers::default();
     for (queue, queue_settings) in &settings.queues {
         let (queue, queue_settings, transport) = (queue.clone(), queue_settings.clone(), transport.clone());

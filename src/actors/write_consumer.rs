@@ -9,6 +9,7 @@ use tracing::{debug, warn};
 
 use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
 use crate::domain::BatchOutcome;
+use crate::ops::OperationRegistry;
 use crate::store::JobStore;
 use crate::transport::{Delivery, Transport, MAX_MESSAGE_BYTES};
 
@@ -18,11 +19,13 @@ pub type WriteConsumer = Consumer<BatchWrites>;
 /// Records batch outcomes in the store.
 pub struct BatchWrites {
     store: Arc<dyn JobStore>,
+    /// Folds a coordinator's batch outputs into its result when the last one arrives.
+    registry: Arc<OperationRegistry>,
 }
 
 impl BatchWrites {
-    pub fn new(store: Arc<dyn JobStore>) -> Self {
-        BatchWrites { store }
+    pub fn new(store: Arc<dyn JobStore>, registry: Arc<OperationRegistry>) -> Self {
+        BatchWrites { store, registry }
     }
 }
 
@@ -41,7 +44,7 @@ impl DeliveryHandler for BatchWrites {
             return dead_letter(transport, queue, body, acker, "undecodable").await;
         };
         let (parent, index) = (outcome.parent_job_id, outcome.index);
-        match self.store.record_batch(outcome).await {
+        match self.store.record_batch(outcome, self.registry.clone()).await {
             Ok(recorded) => {
                 debug!(%parent, batch = index, ?recorded, "batch outcome recorded");
                 settle(acker.ack().await)

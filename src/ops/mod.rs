@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::domain::RetryPolicy;
+use crate::store::Reduce;
 
 pub use busy::Busy;
 pub use context::{JobContext, Services};
@@ -42,6 +43,12 @@ pub trait Operation: Send + Sync + 'static {
     /// `(max_retries, policy)`. Default: no retries.
     fn retry_defaults(&self) -> (i32, RetryPolicy) {
         (0, RetryPolicy::default())
+    }
+
+    /// A coordinator's result from its batches' outputs, in batch order (see
+    /// [`JobContext::fan_out`]). Default: `{"batches": n}`.
+    fn reduce(&self, outputs: Vec<Value>) -> Value {
+        serde_json::json!({ "batches": outputs.len() })
     }
 
     /// Runs the work; `Ok` carries the job's result. Long work should watch
@@ -123,6 +130,15 @@ impl OperationRegistry {
     pub fn validate(&self, name: &str, payload: &Value) -> Result<(), Rejection> {
         let operation = self.get(name).ok_or_else(|| Rejection::UnknownOperation(name.to_owned()))?;
         operation.validate(payload).map_err(|reason| Rejection::InvalidPayload { operation: name.to_owned(), reason })
+    }
+}
+
+impl Reduce for OperationRegistry {
+    fn reduce(&self, operation: &str, outputs: Vec<Value>) -> Value {
+        match self.get(operation) {
+            Some(operation) => operation.reduce(outputs),
+            None => serde_json::json!({ "batches": outputs.len() }),
+        }
     }
 }
 

@@ -77,6 +77,12 @@ impl Operation for SumSquares {
         Range::parse(payload).map(drop)
     }
 
+    /// The sum over all batches.
+    fn reduce(&self, outputs: Vec<Value>) -> Value {
+        let sum: u64 = outputs.iter().filter_map(|output| output["sum"].as_u64()).sum();
+        json!({ "batches": outputs.len(), "sum": sum })
+    }
+
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let range = Range::parse(&payload).map_err(|err| OperationError::new("InvalidPayload", err))?;
         // Resolved once, here, and copied into every batch.

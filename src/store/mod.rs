@@ -7,6 +7,7 @@ mod connect;
 pub mod entity;
 mod sea;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -97,8 +98,9 @@ pub trait JobStore: Send + Sync + 'static {
 
     /// Records a batch's outcome once (a redelivery changes nothing) and advances its
     /// parent's count; the outcome that reaches `progress_total` closes the parent SUCCEEDED
-    /// and a failed one closes it FAILED with `child.failed`, each exactly once.
-    async fn record_batch(&self, outcome: BatchOutcome) -> Result<BatchRecorded, StoreError>;
+    /// with `reduce` applied to its batches' outputs, and a failed one closes it FAILED with
+    /// `child.failed`, each exactly once.
+    async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError>;
 
     /// Appends an operation's event; `_progress_current` / `_progress_total` in its fields
     /// are written back to the job in the same transaction.
@@ -115,6 +117,12 @@ pub trait JobStore: Send + Sync + 'static {
     /// Marks every QUEUED job unpublished: a transport that keeps nothing across restarts
     /// (in-process) lost their messages.
     async fn forget_publications(&self) -> Result<u64, StoreError>;
+}
+
+/// Folds the outputs of a coordinator's batches, in batch order, into its result; asked by
+/// the coordinator's operation name when the last batch closes it.
+pub trait Reduce: Send + Sync + 'static {
+    fn reduce(&self, operation: &str, outputs: Vec<Value>) -> Value;
 }
 
 /// What [`JobStore::record_batch`] did.

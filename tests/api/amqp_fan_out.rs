@@ -92,6 +92,7 @@ async fn ten_thousand_batches_fan_in_exactly_once_across_two_worker_processes() 
     assert_eq!(batches.len(), 10_000);
     let sum: u64 = batches.iter().map(|batch| batch.output.as_ref().unwrap()["sum"].as_u64().unwrap()).sum();
     assert_eq!(sum, 100_000 * 100_001 * 200_001 / 6);
+    assert_eq!(parent.result, Some(json!({ "batches": 10_000, "sum": sum })));
     assert_eq!(deployment.events_named(id, "job.succeeded").await.len(), 1);
 }
 

@@ -10,8 +10,8 @@ use uuid::Uuid;
 use yardmaster::dispatch::encode_job_message;
 use yardmaster::domain::{BatchOutcome, Job, JobEvent, NewEvent, NewJob};
 use yardmaster::store::{
-    BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Requeue, RunRef,
-    StoreError, Submission,
+    BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Reduce, Requeue,
+    RunRef, StoreError, Submission,
 };
 
 use crate::helpers::{Backend, TestApp, TestOptions};
@@ -112,8 +112,8 @@ impl JobStore for SuccessCannotCommit {
     async fn settle_children(&self, parent: Uuid) -> Result<(), StoreError> {
         self.0.settle_children(parent).await
     }
-    async fn record_batch(&self, outcome: BatchOutcome) -> Result<BatchRecorded, StoreError> {
-        self.0.record_batch(outcome).await
+    async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError> {
+        self.0.record_batch(outcome, reduce).await
     }
     async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError> {
         self.0.record_event(id, event).await

@@ -7,11 +7,15 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::json;
 use uuid::Uuid;
 use yardmaster::domain::{BatchOutcome, BatchResult, JobStatus, NewJob};
-use yardmaster::ops::OperationMessage;
+use yardmaster::ops::{OperationMessage, OperationRegistry};
 use yardmaster::store::entity::job_batch;
 use yardmaster::store::{BatchRecorded, RunRef};
 
 use crate::helpers::{Backend, TestApp, TestOptions};
+
+fn registry() -> std::sync::Arc<OperationRegistry> {
+    std::sync::Arc::new(OperationRegistry::builtin())
+}
 
 fn fan_out_app_options() -> TestOptions {
     TestOptions {
@@ -45,7 +49,7 @@ async fn a_coordinator_fans_in_exactly_once(backend: Backend) {
     let done = app.wait_for_status(id, "succeeded").await;
 
     assert_eq!((done["progress_current"].as_i64(), done["progress_total"].as_i64()), (Some(1000), Some(1000)));
-    assert_eq!(done["result"], json!({ "batches": 1000 }));
+    assert_eq!(done["result"], json!({ "batches": 1000, "sum": sum_of_squares(10_000) }));
     assert_eq!(done["attempts"], 1);
     let parent: Uuid = id.parse().unwrap();
     let rows = batch_rows(&app, parent).await;
@@ -137,18 +141,19 @@ async fn outcomes_count_once_per_batch_and_run(backend: Backend) {
         result: BatchResult::Succeeded { output: json!({ "sum": index }) },
     };
 
-    let first = store.record_batch(outcome(0, run.attempt)).await.unwrap();
+    let first = store.record_batch(outcome(0, run.attempt), registry()).await.unwrap();
     assert_eq!(first, BatchRecorded::Counted { closed: None });
-    assert_eq!(store.record_batch(outcome(0, run.attempt)).await.unwrap(), BatchRecorded::Duplicate);
-    assert_eq!(store.record_batch(outcome(1, run.attempt - 1)).await.unwrap(), BatchRecorded::ParentGone);
+    assert_eq!(store.record_batch(outcome(0, run.attempt), registry()).await.unwrap(), BatchRecorded::Duplicate);
+    assert_eq!(store.record_batch(outcome(1, run.attempt - 1), registry()).await.unwrap(), BatchRecorded::ParentGone);
     assert!(store.defer(run).await.unwrap().is_some());
-    let last = store.record_batch(outcome(1, run.attempt)).await.unwrap();
+    let last = store.record_batch(outcome(1, run.attempt), registry()).await.unwrap();
     assert_eq!(last, BatchRecorded::Counted { closed: Some(JobStatus::Succeeded) });
-    assert_eq!(store.record_batch(outcome(1, run.attempt)).await.unwrap(), BatchRecorded::ParentGone);
+    assert_eq!(store.record_batch(outcome(1, run.attempt), registry()).await.unwrap(), BatchRecorded::ParentGone);
 
     let job = store.get(run.id).await.unwrap().unwrap();
     assert_eq!((job.status, job.progress_current, job.progress_total), (JobStatus::Succeeded, 2, Some(2)));
-    assert_eq!(job.result, Some(json!({ "batches": 2 })));
+    // sum_squares folds its batches' sums: 0 + 1.
+    assert_eq!(job.result, Some(json!({ "batches": 2, "sum": 1 })));
     let names = event_names(&app, run.id).await;
     assert_eq!(names.iter().filter(|name| *name == "job.succeeded").count(), 1, "{names:?}");
 }
@@ -171,7 +176,7 @@ async fn the_reaper_judges_a_deferred_parent_by_its_batches(backend: Backend) {
         index: 0,
         result: BatchResult::Succeeded { output: json!(0) },
     };
-    store.record_batch(outcome).await.unwrap();
+    store.record_batch(outcome, registry()).await.unwrap();
 
     let mut settings = yardmaster::Settings::default().reaper;
     (settings.timeout_seconds, settings.stall_seconds) = (0, 3600);

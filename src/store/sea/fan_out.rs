@@ -13,8 +13,8 @@
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait, PaginatorTrait, QueryFilter, TryInsertResult,
-    UpdateMany,
+    ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
+    QuerySelect, TryInsertResult, UpdateMany,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -23,7 +23,7 @@ use super::rows::to_job;
 use super::{append_event, compare_and_set, SeaStore};
 use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, Job, JobStatus, NewEvent};
 use crate::store::entity::{job, job_batch};
-use crate::store::{BatchRecorded, RunRef, StoreError};
+use crate::store::{BatchRecorded, Reduce, RunRef, StoreError};
 
 /// Error class of a parent whose batch or child job failed.
 pub const CHILD_FAILED: &str = "ChildFailed";
@@ -78,6 +78,7 @@ impl SeaStore {
         txn: &DatabaseTransaction,
         parent: RunRef,
         outcomes: &[&BatchOutcome],
+        reduce: &dyn Reduce,
     ) -> Result<Vec<BatchRecorded>, StoreError> {
         // Locks the parent row until the commit, so outcomes of one parent queue up here.
         let locked = running(parent)
@@ -116,7 +117,7 @@ impl SeaStore {
                 fail_parent(txn, parent, batch, &format!("batch {index}"), error_code, message).await?
             }
             None if succeeded.is_empty() => None,
-            None => self.advance_parent(txn, parent, &succeeded).await?,
+            None => self.advance_parent(txn, parent, &succeeded, reduce).await?,
         };
         // The outcome that closed the parent is the last one counted.
         if let Some(last) = answers.iter_mut().rev().find(|answer| matches!(answer, BatchRecorded::Counted { .. })) {
@@ -126,12 +127,13 @@ impl SeaStore {
     }
 
     /// Moves the counter by the new successes; the move that reaches the total closes the
-    /// parent SUCCEEDED in the same transaction.
+    /// parent SUCCEEDED in the same transaction, its result the reduced batch outputs.
     async fn advance_parent(
         &self,
         txn: &DatabaseTransaction,
         parent: RunRef,
         batches: &[i64],
+        reduce: &dyn Reduce,
     ) -> Result<Option<JobStatus>, StoreError> {
         let count = batches.len() as i64;
         let moved = running(parent)
@@ -147,7 +149,17 @@ impl SeaStore {
         if row.progress_current < total {
             return Ok(None);
         }
-        close_succeeded(txn, parent, json!({ "batches": total })).await
+        let outputs = job_batch::Entity::find()
+            .select_only()
+            .column(job_batch::Column::Output)
+            .filter(job_batch::Column::ParentJobId.eq(parent.id))
+            .filter(job_batch::Column::Attempt.eq(parent.attempt))
+            .order_by_asc(job_batch::Column::Batch)
+            .into_tuple::<Option<serde_json::Value>>()
+            .all(txn)
+            .await?;
+        let result = reduce.reduce(&row.operation, outputs.into_iter().map(Option::unwrap_or_default).collect());
+        close_succeeded(txn, parent, result).await
     }
 }
 
@@ -195,7 +207,7 @@ async fn close_succeeded(
     result: serde_json::Value,
 ) -> Result<Option<JobStatus>, StoreError> {
     let now = Utc::now();
-    let event = NewEvent::new(EventName::SUCCEEDED).fields(result.clone());
+    let event = NewEvent::new(EventName::SUCCEEDED);
     let set = |update: UpdateMany<job::Entity>| {
         update
             .col_expr(job::Column::FinishedAt, Expr::value(now))

@@ -5,6 +5,7 @@
 //! previous one was committing (up to `max_batch`), so an idle system adds no delay.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::{DatabaseTransaction, DbErr};
@@ -17,7 +18,7 @@ use super::runs::Outcome;
 use super::{append_events, event_row, insert_new, SeaStore};
 use crate::domain::{BatchOutcome, Job, JobStatus, NewEvent, NewJob};
 use crate::store::entity::{job, job_event};
-use crate::store::{BatchRecorded, Completion, Dispatch, RunRef, StoreError};
+use crate::store::{BatchRecorded, Completion, Dispatch, Reduce, RunRef, StoreError};
 
 /// A write the group-commit writer performs.
 pub(super) enum Write {
@@ -44,6 +45,7 @@ pub(super) enum Write {
     /// A batch outcome: outcomes of one parent in a batch move its counter once.
     Batch {
         outcome: BatchOutcome,
+        reduce: Arc<dyn Reduce>,
     },
 }
 
@@ -199,6 +201,7 @@ impl SeaStore {
         let mut submissions = Vec::new();
         let mut renewals: BTreeMap<Duration, Vec<(usize, RunRef)>> = BTreeMap::new();
         let mut batches: HashMap<RunRef, Vec<(usize, &BatchOutcome)>> = HashMap::new();
+        let mut reducers: HashMap<RunRef, &dyn Reduce> = HashMap::new();
         for (at, write) in writes.iter().enumerate() {
             match write {
                 Write::Claim { id, owner, lease } => {
@@ -216,15 +219,20 @@ impl SeaStore {
                     answers[at] = Some(Written::Count(self.record_publications(txn, jobs).await?));
                 }
                 Write::ExtendLease { run, lease } => renewals.entry(*lease).or_default().push((at, *run)),
-                Write::Batch { outcome } => {
+                Write::Batch { outcome, reduce } => {
                     let parent = RunRef { id: outcome.parent_job_id, attempt: outcome.attempt };
                     batches.entry(parent).or_default().push((at, outcome));
+                    reducers.insert(parent, reduce.as_ref());
                 }
             }
         }
         for (parent, wanted) in batches {
             let outcomes: Vec<&BatchOutcome> = wanted.iter().map(|(_, outcome)| *outcome).collect();
-            let recorded = self.record_batches_in(txn, parent, &outcomes).await?;
+            let reduce = reducers
+                .get(&parent)
+                .copied()
+                .ok_or_else(|| StoreError::Corrupt("a batch without its reducer".into()))?;
+            let recorded = self.record_batches_in(txn, parent, &outcomes, reduce).await?;
             for ((at, _), recorded) in wanted.into_iter().zip(recorded) {
                 answers[at] = Some(Written::Batch(recorded));
             }

@@ -12,6 +12,7 @@ mod rows;
 mod runs;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -28,8 +29,8 @@ use uuid::Uuid;
 use self::rows::{new_row, to_event, to_job};
 use super::entity::{job, job_event};
 use super::{
-    BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Requeue, RunRef,
-    StoreError, Submission,
+    BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Reduce, Requeue,
+    RunRef, StoreError, Submission,
 };
 use crate::domain::{BatchOutcome, EventName, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
 
@@ -320,13 +321,13 @@ impl JobStore for SeaStore {
         Ok(())
     }
 
-    async fn record_batch(&self, outcome: BatchOutcome) -> Result<BatchRecorded, StoreError> {
+    async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError> {
         if let Some(writer) = &self.writer {
-            return writer.write(group_commit::Write::Batch { outcome }).await?.into_batch();
+            return writer.write(group_commit::Write::Batch { outcome, reduce }).await?.into_batch();
         }
         let parent = RunRef { id: outcome.parent_job_id, attempt: outcome.attempt };
         let txn = self.write_txn().await?;
-        let recorded = self.record_batches_in(&txn, parent, &[&outcome]).await?;
+        let recorded = self.record_batches_in(&txn, parent, &[&outcome], reduce.as_ref()).await?;
         txn.commit().await?;
         recorded.into_iter().next().ok_or_else(|| StoreError::Corrupt("a batch outcome went unanswered".into()))
     }
