@@ -227,7 +227,7 @@ impl Default for Settings {
                 ),
                 (
                     crate::ops::WRITE_QUEUE.to_owned(),
-                    QueueSettings { concurrency: 16, prefetch: 64, kind: QueueKind::Writes },
+                    QueueSettings { concurrency: 64, prefetch: 256, kind: QueueKind::Writes },
                 ),
             ]),
         }
