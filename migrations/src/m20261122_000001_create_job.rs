@@ -90,5 +90,6 @@ pub enum Job {
     PublishedAt,
     Failures,
     RetryPolicy,
+    FanOut,
     DeferredAt,
 }

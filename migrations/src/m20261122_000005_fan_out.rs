@@ -1,6 +1,7 @@
-//! Fan-out: `deferred_at` on the job (a coordinator handed its work to batches and no longer
-//! holds a lease) and `job_batch`, one row per batch outcome of a parent's run, whose primary
-//! key makes a redelivered outcome count once.
+//! Fan-out: on the job, `fan_out` (the form a coordinator's run fanned out in: `batches` or
+//! `children`) and `deferred_at` (it handed its work on and holds no lease); and `job_batch`,
+//! one row per batch outcome of a parent's run, whose primary key makes a redelivered
+//! outcome count once.
 
 use sea_orm_migration::prelude::*;
 
@@ -12,8 +13,12 @@ pub struct Migration;
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let deferred_at = ColumnDef::new(Job::DeferredAt).timestamp_with_time_zone().null().to_owned();
-        manager.alter_table(Table::alter().table(Job::Table).add_column(deferred_at).to_owned()).await?;
+        for column in [
+            ColumnDef::new(Job::FanOut).string_len(16).null().to_owned(),
+            ColumnDef::new(Job::DeferredAt).timestamp_with_time_zone().null().to_owned(),
+        ] {
+            manager.alter_table(Table::alter().table(Job::Table).add_column(column).to_owned()).await?;
+        }
         manager
             .create_table(
                 Table::create()
@@ -35,7 +40,10 @@ impl MigrationTrait for Migration {
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager.drop_table(Table::drop().table(JobBatch::Table).to_owned()).await?;
-        manager.alter_table(Table::alter().table(Job::Table).drop_column(Job::DeferredAt).to_owned()).await
+        for column in [Job::FanOut, Job::DeferredAt] {
+            manager.alter_table(Table::alter().table(Job::Table).drop_column(column).to_owned()).await?;
+        }
+        Ok(())
     }
 }
 

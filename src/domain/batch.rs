@@ -5,6 +5,24 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+/// The form a coordinator's run fans out in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FanOutForm {
+    /// Ephemeral batches on an operations queue, their outcomes on a write queue.
+    Batches,
+    /// Child jobs with rows and lifecycles of their own.
+    Children,
+}
+
+impl FanOutForm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FanOutForm::Batches => "batches",
+            FanOutForm::Children => "children",
+        }
+    }
+}
+
 /// Where a batch belongs: its parent's run and its place among the parent's batches.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

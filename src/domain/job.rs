@@ -43,9 +43,12 @@ pub struct Job {
     pub failures: i32,
     /// How failures are retried, up to `max_retries`.
     pub retry_policy: RetryPolicy,
-    /// When this RUNNING job handed its work to batches (a coordinator): it holds no lease
-    /// from then on, its batches' outcomes advance `progress_current`, and the one that
-    /// reaches `progress_total` closes it.
+    /// How this run fanned out (`batches` or `children`), if it did: its batches' outcomes
+    /// or children's endings then advance `progress_current`, and the one that reaches
+    /// `progress_total` closes it.
+    pub fan_out: Option<String>,
+    /// When this run of a coordinator returned with its work handed on: it holds no lease
+    /// from then on.
     pub deferred_at: Option<DateTime<Utc>>,
 }
 

@@ -8,7 +8,7 @@ mod job;
 mod retry;
 mod status;
 
-pub use batch::{BatchAddress, BatchOutcome, BatchResult};
+pub use batch::{BatchAddress, BatchOutcome, BatchResult, FanOutForm};
 pub use event::{EventLevel, EventName, NewEvent};
 pub use job::{Job, JobEvent, NewJob, QueueName};
 pub use retry::{RetryPolicy, NEVER_RETRIED};

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::{JobContext, OperationError};
 use crate::dispatch::Dispatcher;
-use crate::domain::{BatchAddress, Job, NewJob};
+use crate::domain::{BatchAddress, FanOutForm, Job, NewJob};
 use crate::store::RunRef;
 
 /// Batch messages published at once, their confirms in flight together.
@@ -94,7 +94,7 @@ impl JobContext {
         let run = RunRef::from(job);
         let total = fan_out.batches.len() as i64;
         let store_failed = |err: crate::store::StoreError| OperationError::new(FAN_OUT_FAILED, err.to_string());
-        if self.store.fan_out(run, total, &fan_out.queue).await.map_err(store_failed)?.is_none() {
+        if self.store.fan_out(run, total, FanOutForm::Batches).await.map_err(store_failed)?.is_none() {
             return Err(OperationError::new(FAN_OUT_FAILED, "the run is no longer current"));
         }
         let FanOut { operation, queue, write_queue, snapshot, batches, max_retries } = fan_out;
@@ -135,7 +135,7 @@ impl JobContext {
     /// and events) and defers this job until they end: it closes SUCCEEDED once every child
     /// succeeded, or FAILED with `child.failed` when one fails or is cancelled. Children
     /// are keyed by this job and their place, so a re-run of the coordinator finds the
-    /// children it made before instead of making more.
+    /// children it made before instead of making more (and counts those that succeeded).
     pub async fn spawn_children(&self, children: Vec<NewJob>) -> Result<Vec<Job>, OperationError> {
         let Some(job) = self.job() else {
             return Err(OperationError::new(FAN_OUT_FAILED, "only a job can have children, not ephemeral work"));
@@ -145,7 +145,8 @@ impl JobContext {
         }
         let run = RunRef::from(job);
         let store_failed = |err: crate::store::StoreError| OperationError::new(FAN_OUT_FAILED, err.to_string());
-        if self.store.fan_out(run, children.len() as i64, "children").await.map_err(store_failed)?.is_none() {
+        let total = children.len() as i64;
+        if self.store.fan_out(run, total, FanOutForm::Children).await.map_err(store_failed)?.is_none() {
             return Err(OperationError::new(FAN_OUT_FAILED, "the run is no longer current"));
         }
         let children = children
@@ -160,10 +161,6 @@ impl JobContext {
         let dispatcher = Dispatcher::new(self.store.clone(), self.transport.clone());
         let submissions = dispatcher.submit_many(children).await.map_err(store_failed)?;
         self.defer(run).await;
-        // Children that ended before the deferral did not settle it: count them now.
-        if let Err(err) = self.store.settle_children(run.id).await {
-            warn!(job_id = %run.id, error = %err, "could not count finished children; the next child will");
-        }
         Ok(submissions.into_iter().map(|submission| submission.job).collect())
     }
 

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::domain::{BatchOutcome, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
+use crate::domain::{BatchOutcome, FanOutForm, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
 
 pub use connect::{connect, migrate, Backend};
 pub use sea::SeaStore;
@@ -82,19 +82,16 @@ pub trait JobStore: Send + Sync + 'static {
     /// [`StoreError::InvalidTransition`].
     async fn retry(&self, id: Uuid) -> Result<Job, StoreError>;
 
-    /// A coordinator's run is about to send `total` batches to `queue`: sets
-    /// `progress_total` (and `progress_current = 0`) with `job.fanned_out`. `None` when the
-    /// run is no longer current.
-    async fn fan_out(&self, run: RunRef, total: i64, queue: &str) -> Result<Option<Job>, StoreError>;
+    /// A coordinator's run is about to hand its work to `total` batches or children: sets
+    /// `fan_out`, `progress_total` and `progress_current` (0; for children, those that
+    /// already succeeded under an earlier run) with `job.fanned_out`. `None` when the run is
+    /// no longer current.
+    async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError>;
 
     /// The coordinator returned with its batches sent: the run gives up its lease and waits
     /// for them (`deferred_at`, `job.deferred`). `None` when the run is no longer RUNNING,
     /// for example because its batches already closed it.
     async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError>;
-
-    /// Recounts a deferred parent's child jobs (as each child's ending does): closes it
-    /// once all succeeded, or fails it when one failed or was cancelled.
-    async fn settle_children(&self, parent: Uuid) -> Result<(), StoreError>;
 
     /// Records a batch's outcome once (a redelivery changes nothing) and advances its
     /// parent's count; the outcome that reaches `progress_total` closes the parent SUCCEEDED
@@ -165,7 +162,7 @@ pub struct Cancellation {
 /// One claimed run of a job: its id and the `attempts` value its claim set. Every write a
 /// worker makes about its run names it, so a run the reaper or a shutdown took away can
 /// never finish, extend or requeue a later run of the same job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RunRef {
     pub id: Uuid,
     pub attempt: i32,

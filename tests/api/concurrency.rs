@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use serde_json::json;
 use uuid::Uuid;
 use yardmaster::dispatch::encode_job_message;
-use yardmaster::domain::{BatchOutcome, Job, JobEvent, NewEvent, NewJob};
+use yardmaster::domain::{BatchOutcome, FanOutForm, Job, JobEvent, NewEvent, NewJob};
 use yardmaster::store::{
     BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Reduce, Requeue,
     RunRef, StoreError, Submission,
@@ -103,14 +103,11 @@ impl JobStore for SuccessCannotCommit {
     async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
         self.0.retry(id).await
     }
-    async fn fan_out(&self, run: RunRef, total: i64, queue: &str) -> Result<Option<Job>, StoreError> {
-        self.0.fan_out(run, total, queue).await
+    async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
+        self.0.fan_out(run, total, form).await
     }
     async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
         self.0.defer(run).await
-    }
-    async fn settle_children(&self, parent: Uuid) -> Result<(), StoreError> {
-        self.0.settle_children(parent).await
     }
     async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError> {
         self.0.record_batch(outcome, reduce).await

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::json;
 use uuid::Uuid;
-use yardmaster::domain::{BatchOutcome, BatchResult, JobStatus, NewJob};
+use yardmaster::domain::{BatchOutcome, BatchResult, FanOutForm, JobStatus, NewJob};
 use yardmaster::ops::{OperationMessage, OperationRegistry};
 use yardmaster::store::entity::job_batch;
 use yardmaster::store::{BatchRecorded, RunRef};
@@ -133,7 +133,7 @@ async fn outcomes_count_once_per_batch_and_run(backend: Backend) {
     let store = app.store.clone();
     let parent = store.submit(NewJob::new("sum_squares")).await.unwrap().job;
     let run = RunRef::from(&store.claim(parent.id, "test", Duration::from_secs(60)).await.unwrap().unwrap());
-    assert!(store.fan_out(run, 2, "batches").await.unwrap().is_some());
+    assert!(store.fan_out(run, 2, FanOutForm::Batches).await.unwrap().is_some());
     let outcome = |index: i64, attempt: i32| BatchOutcome {
         parent_job_id: run.id,
         attempt,
@@ -167,7 +167,7 @@ async fn the_reaper_judges_a_deferred_parent_by_its_batches(backend: Backend) {
     let dispatcher = yardmaster::dispatch::Dispatcher::new(store.clone(), app.transport.clone());
     let parent = store.submit(NewJob::new("sum_squares")).await.unwrap().job;
     let run = RunRef::from(&store.claim(parent.id, "test", Duration::from_millis(1)).await.unwrap().unwrap());
-    store.fan_out(run, 3, "batches").await.unwrap().unwrap();
+    store.fan_out(run, 3, FanOutForm::Batches).await.unwrap().unwrap();
     let deferred = store.defer(run).await.unwrap().unwrap();
     assert!(deferred.leased_until.is_none() && deferred.deferred_at.is_some());
     let outcome = BatchOutcome {

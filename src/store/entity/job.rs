@@ -29,6 +29,7 @@ pub struct Model {
     pub published_at: Option<ChronoDateTimeUtc>,
     pub failures: i32,
     pub retry_policy: Option<Json>,
+    pub fan_out: Option<String>,
     pub deferred_at: Option<ChronoDateTimeUtc>,
 }
 

@@ -6,9 +6,12 @@
 //! compare-and-set names the run), new outcomes are inserted under the `job_batch` primary
 //! key (a redelivered one is a no-op), and the counter moves once by their number.
 //!
-//! Child jobs (rows with `parent_job_id`) settle their parent instead: when one ends, the
-//! parent row is locked and its counter recomputed from its children, so concurrent
-//! endings queue up on the lock and the last to commit sees them all.
+//! Child jobs (rows with `parent_job_id`) count towards their parent in the transaction of
+//! their own ending, with the parent row locked; a coordinator that is itself a child counts
+//! towards its parent the same way when it closes.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait};
@@ -21,26 +24,47 @@ use uuid::Uuid;
 
 use super::rows::to_job;
 use super::{append_event, compare_and_set, SeaStore};
-use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, Job, JobStatus, NewEvent};
+use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
 use crate::store::entity::{job, job_batch};
 use crate::store::{BatchRecorded, Reduce, RunRef, StoreError};
 
 /// Error class of a parent whose batch or child job failed.
 pub const CHILD_FAILED: &str = "ChildFailed";
+/// Error class of a parent whose operation's `reduce` panicked.
+pub const REDUCE_PANICKED: &str = "ReducePanicked";
 
 type NoTime = Option<chrono::DateTime<Utc>>;
 
 impl SeaStore {
-    /// Sets the run's batch count (`progress_total`, `progress_current = 0`) with
-    /// `job.fanned_out`, before any batch is sent.
-    pub(super) async fn begin_fan_out(&self, run: RunRef, total: i64, queue: &str) -> Result<Option<Job>, StoreError> {
-        let event = NewEvent::new(EventName::FANNED_OUT).fields(json!({ "batches": total, "queue": queue }));
-        let set = move |update: UpdateMany<job::Entity>| {
-            update
-                .col_expr(job::Column::ProgressTotal, Expr::value(total))
-                .col_expr(job::Column::ProgressCurrent, Expr::value(0_i64))
+    /// Sets the run's form and count (`fan_out`, `progress_total`, `progress_current`) with
+    /// `job.fanned_out`, before any batch or child is sent. Batches of an earlier run never
+    /// count (their outcomes name that run); children are the same rows for every run, so
+    /// those that already succeeded count from the start.
+    pub(super) async fn begin_fan_out(
+        &self,
+        run: RunRef,
+        total: i64,
+        form: FanOutForm,
+    ) -> Result<Option<Job>, StoreError> {
+        let txn = self.write_txn().await?;
+        let done = match form {
+            FanOutForm::Batches => 0,
+            FanOutForm::Children => {
+                let children = job::Entity::find().filter(job::Column::ParentJobId.eq(run.id));
+                children.filter(job::Column::Status.eq(JobStatus::Succeeded.as_str())).count(&txn).await? as i64
+            }
         };
-        self.update_running(run, set, event).await
+        let moved = running(run)
+            .col_expr(job::Column::FanOut, Expr::value(form.as_str()))
+            .col_expr(job::Column::ProgressTotal, Expr::value(total))
+            .col_expr(job::Column::ProgressCurrent, Expr::value(done))
+            .exec_with_returning(&txn)
+            .await?;
+        let Some(row) = moved.into_iter().next() else { return Ok(None) };
+        let fields = json!({ "form": form.as_str(), "total": total, "done": done });
+        append_event(&txn, run.id, &NewEvent::new(EventName::FANNED_OUT).fields(fields)).await?;
+        txn.commit().await?;
+        to_job(row).map(Some)
     }
 
     /// The coordinator returned with its batches sent: it gives up its lease, and its
@@ -82,6 +106,7 @@ impl SeaStore {
     ) -> Result<Vec<BatchRecorded>, StoreError> {
         // Locks the parent row until the commit, so outcomes of one parent queue up here.
         let locked = running(parent)
+            .filter(job::Column::FanOut.eq(FanOutForm::Batches.as_str()))
             .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent))
             .exec_with_returning(txn)
             .await?;
@@ -158,44 +183,55 @@ impl SeaStore {
             .into_tuple::<Option<serde_json::Value>>()
             .all(txn)
             .await?;
-        let result = reduce.reduce(&row.operation, outputs.into_iter().map(Option::unwrap_or_default).collect());
-        close_succeeded(txn, parent, result).await
+        let outputs = outputs.into_iter().map(Option::unwrap_or_default).collect();
+        // `reduce` is the operation's code: a panic fails the parent, not this writer.
+        match std::panic::catch_unwind(AssertUnwindSafe(|| reduce.reduce(&row.operation, outputs))) {
+            Ok(result) => close_succeeded(txn, parent, result).await,
+            Err(_) => {
+                let message = "the operation's reduce panicked";
+                fail_parent(txn, parent, json!({}), "reduce", REDUCE_PANICKED, message).await
+            }
+        }
     }
 }
 
-/// After a child job ended inside `txn` (or once its parent deferred): recounts the
-/// parent's children, closing the parent SUCCEEDED once all `progress_total` succeeded, or
-/// FAILED with `child.failed` when one failed or was cancelled. Only a deferred RUNNING
-/// parent is settled; the recount makes a repeated or late call harmless.
-pub(super) async fn settle_parent(txn: &DatabaseTransaction, parent: Uuid) -> Result<(), StoreError> {
-    let locked = job::Entity::update_many()
-        .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent))
-        .filter(job::Column::Id.eq(parent))
-        .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
-        .filter(job::Column::DeferredAt.is_not_null())
-        .exec_with_returning(txn)
-        .await?;
-    let Some(row) = locked.into_iter().next() else { return Ok(()) };
-    let run = RunRef { id: parent, attempt: row.attempts };
-    let children = job::Entity::find().filter(job::Column::ParentJobId.eq(parent));
-    let unsuccessful = [JobStatus::Failed.as_str(), JobStatus::Cancelled.as_str()];
-    if let Some(child) = children.clone().filter(job::Column::Status.is_in(unsuccessful)).one(txn).await? {
-        let error_code = child.error_code.clone().unwrap_or_else(|| child.status.clone());
-        let message = child.error_message.clone().unwrap_or_else(|| format!("child was {}", child.status));
-        let which = json!({ "child_job_id": child.id });
-        fail_parent(txn, run, which, &format!("child {}", child.id), &error_code, &message).await?;
-        return Ok(());
+/// Child jobs that just ended inside `txn` (their terminal transition committed with this):
+/// each one's parent, if it fanned out into children, counts it with its row locked, so
+/// concurrent endings queue up and exactly one reaches the total. SUCCEEDED once every child
+/// succeeded; FAILED, naming the child, once one failed or was cancelled. Parents in id
+/// order, so concurrent transactions lock them in the same order.
+pub(super) async fn children_ended(txn: &DatabaseTransaction, children: &[job::Model]) -> Result<(), StoreError> {
+    let mut by_parent: BTreeMap<Uuid, Vec<&job::Model>> = BTreeMap::new();
+    for child in children {
+        if let Some(parent) = child.parent_job_id {
+            by_parent.entry(parent).or_default().push(child);
+        }
     }
-    let succeeded = children.filter(job::Column::Status.eq(JobStatus::Succeeded.as_str())).count(txn).await? as i64;
-    if succeeded == row.progress_current {
-        return Ok(());
-    }
-    running(run).col_expr(job::Column::ProgressCurrent, Expr::value(succeeded)).exec(txn).await?;
-    let event = NewEvent::new(EventName::CHILDREN_SUCCEEDED).fields(json!({ "_progress_current": succeeded }));
-    append_event(txn, parent, &event).await?;
-    let total = row.progress_total.unwrap_or(i64::MAX);
-    if succeeded >= total {
-        close_succeeded(txn, run, json!({ "children": total })).await?;
+    for (parent, ended) in by_parent {
+        let succeeded = ended.iter().filter(|child| child.status == JobStatus::Succeeded.as_str()).count() as i64;
+        let locked = job::Entity::update_many()
+            .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent).add(succeeded))
+            .filter(job::Column::Id.eq(parent))
+            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .filter(job::Column::FanOut.eq(FanOutForm::Children.as_str()))
+            .exec_with_returning(txn)
+            .await?;
+        let Some(row) = locked.into_iter().next() else { continue };
+        let run = RunRef { id: parent, attempt: row.attempts };
+        if let Some(child) = ended.iter().find(|child| child.status != JobStatus::Succeeded.as_str()) {
+            let error_code = child.error_code.clone().unwrap_or_else(|| child.status.clone());
+            let message = child.error_message.clone().unwrap_or_else(|| format!("child was {}", child.status));
+            let which = json!({ "child_job_id": child.id });
+            Box::pin(fail_parent(txn, run, which, &format!("child {}", child.id), &error_code, &message)).await?;
+            continue;
+        }
+        let ids: Vec<Uuid> = ended.iter().map(|child| child.id).collect();
+        let fields = json!({ "children": ids, "_progress_current": row.progress_current });
+        append_event(txn, parent, &NewEvent::new(EventName::CHILDREN_SUCCEEDED).fields(fields)).await?;
+        let total = row.progress_total.unwrap_or(i64::MAX);
+        if row.progress_current >= total {
+            Box::pin(close_succeeded(txn, run, json!({ "children": total }))).await?;
+        }
     }
     Ok(())
 }
@@ -215,10 +251,12 @@ async fn close_succeeded(
             .col_expr(job::Column::Result, Expr::value(result))
             .filter(job::Column::Attempts.eq(run.attempt))
     };
-    if compare_and_set(txn, run.id, &[JobStatus::Running], JobStatus::Succeeded, set).await?.is_none() {
+    let Some(row) = compare_and_set(txn, run.id, &[JobStatus::Running], JobStatus::Succeeded, set).await? else {
         return Ok(None);
-    }
+    };
     append_event(txn, run.id, &event).await?;
+    // A coordinator may itself be a child.
+    Box::pin(children_ended(txn, std::slice::from_ref(&row))).await?;
     Ok(Some(JobStatus::Succeeded))
 }
 
@@ -243,9 +281,9 @@ async fn fail_parent(
             .col_expr(job::Column::Failures, Expr::col(job::Column::Failures).add(1))
             .filter(job::Column::Attempts.eq(run.attempt))
     };
-    if compare_and_set(txn, run.id, &[JobStatus::Running], JobStatus::Failed, set).await?.is_none() {
+    let Some(row) = compare_and_set(txn, run.id, &[JobStatus::Running], JobStatus::Failed, set).await? else {
         return Ok(None);
-    }
+    };
     let mut fields = which;
     fields["error_code"] = json!(error_code);
     let child_failed = NewEvent::new(EventName::CHILD_FAILED).message(message).fields(fields).level(EventLevel::Error);
@@ -255,6 +293,7 @@ async fn fail_parent(
         .fields(json!({ "error_code": CHILD_FAILED }))
         .level(EventLevel::Error);
     append_event(txn, run.id, &failed).await?;
+    Box::pin(children_ended(txn, std::slice::from_ref(&row))).await?;
     Ok(Some(JobStatus::Failed))
 }
 

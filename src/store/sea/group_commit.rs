@@ -4,7 +4,7 @@
 //! compare-and-set; only the commit is shared. A batch is whatever arrived while the
 //! previous one was committing (up to `max_batch`), so an idle system adds no delay.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use sea_orm::{DatabaseTransaction, DbErr};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::fan_out::settle_parent;
+use super::fan_out::children_ended;
 use super::rows::to_job;
 use super::runs::Outcome;
 use super::{append_events, event_row, insert_new, SeaStore};
@@ -200,7 +200,8 @@ impl SeaStore {
         let mut outcomes: BTreeMap<&'static str, Vec<(usize, RunRef, &Completion)>> = BTreeMap::new();
         let mut submissions = Vec::new();
         let mut renewals: BTreeMap<Duration, Vec<(usize, RunRef)>> = BTreeMap::new();
-        let mut batches: HashMap<RunRef, Vec<(usize, &BatchOutcome)>> = HashMap::new();
+        // Parents in a fixed order, so two processes lock them in the same order.
+        let mut batches: BTreeMap<RunRef, Vec<(usize, &BatchOutcome)>> = BTreeMap::new();
         let mut reducers: HashMap<RunRef, &dyn Reduce> = HashMap::new();
         for (at, write) in writes.iter().enumerate() {
             match write {
@@ -254,10 +255,8 @@ impl SeaStore {
             let runs: Vec<(RunRef, &Completion)> =
                 wanted.iter().map(|(_, run, completion)| (*run, *completion)).collect();
             let mut finished = self.finish_runs(txn, to, &runs).await?;
-            let parents: BTreeSet<Uuid> = finished.iter().filter_map(|(row, _)| row.parent_job_id).collect();
-            for parent in parents {
-                settle_parent(txn, parent).await?;
-            }
+            let rows: Vec<job::Model> = finished.iter().map(|(row, _)| row.clone()).collect();
+            children_ended(txn, &rows).await?;
             answer_moved(
                 &mut answers,
                 &mut events,

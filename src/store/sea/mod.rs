@@ -32,7 +32,9 @@ use super::{
     BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Reduce, Requeue,
     RunRef, StoreError, Submission,
 };
-use crate::domain::{BatchOutcome, EventName, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
+use crate::domain::{
+    BatchOutcome, EventName, FanOutForm, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob,
+};
 
 /// The SQL store. Cheap to clone: it holds a connection pool.
 #[derive(Clone)]
@@ -122,9 +124,7 @@ impl SeaStore {
         };
         append_event(&txn, id, &NewEvent::new(EventName::CANCELLED).message("cancelled by request")).await?;
         let children = cancel_children(&txn, id).await?;
-        if let Some(parent) = row.parent_job_id {
-            fan_out::settle_parent(&txn, parent).await?;
-        }
+        fan_out::children_ended(&txn, std::slice::from_ref(&row)).await?;
         txn.commit().await?;
         Ok(Some(Cancellation { job: to_job(row)?, changed: true, children_cancelled: children }))
     }
@@ -296,6 +296,8 @@ impl JobStore for SeaStore {
                 .col_expr(job::Column::PublishedAt, Expr::value(no_time))
                 // A manual retry starts a fresh retry budget.
                 .col_expr(job::Column::Failures, Expr::value(0))
+                .col_expr(job::Column::FanOut, Expr::value(None::<String>))
+                .col_expr(job::Column::DeferredAt, Expr::value(no_time))
         };
         let event = NewEvent::new(EventName::RETRIED).message("re-queued by request");
         let from = [JobStatus::Failed, JobStatus::Cancelled];
@@ -306,19 +308,12 @@ impl JobStore for SeaStore {
         Err(InvalidTransition { from: job.status, to: JobStatus::Queued }.into())
     }
 
-    async fn fan_out(&self, run: RunRef, total: i64, queue: &str) -> Result<Option<Job>, StoreError> {
-        self.begin_fan_out(run, total, queue).await
+    async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
+        self.begin_fan_out(run, total, form).await
     }
 
     async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
         self.defer_run(run).await
-    }
-
-    async fn settle_children(&self, parent: Uuid) -> Result<(), StoreError> {
-        let txn = self.write_txn().await?;
-        fan_out::settle_parent(&txn, parent).await?;
-        txn.commit().await?;
-        Ok(())
     }
 
     async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError> {
@@ -336,7 +331,10 @@ impl JobStore for SeaStore {
         let txn = self.write_txn().await?;
         let (current, total) = event.progress();
         if current.is_some() || total.is_some() {
-            let mut update = job::Entity::update_many().filter(job::Column::Id.eq(id));
+            // A coordinator's counters count its batches or children; reports (from a batch,
+            // say) do not move them.
+            let mut update =
+                job::Entity::update_many().filter(job::Column::Id.eq(id)).filter(job::Column::FanOut.is_null());
             if let Some(current) = current {
                 update = update.col_expr(job::Column::ProgressCurrent, Expr::value(current));
             }
@@ -456,8 +454,8 @@ async fn apply_transition(
         return Ok(None);
     };
     append_event(txn, id, event).await?;
-    if let (true, Some(parent)) = (to.is_terminal(), row.parent_job_id) {
-        fan_out::settle_parent(txn, parent).await?;
+    if to.is_terminal() {
+        fan_out::children_ended(txn, std::slice::from_ref(&row)).await?;
     }
     to_job(row).map(Some)
 }

@@ -65,6 +65,7 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         published_at: None,
         failures: 0,
         retry_policy: serde_json::to_value(&new.retry_policy).ok(),
+        fan_out: None,
         deferred_at: None,
     }
 }
@@ -94,6 +95,7 @@ pub(super) fn to_job(row: job::Model) -> Result<Job, StoreError> {
         run_after: row.run_after,
         published_at: row.published_at,
         failures: row.failures,
+        fan_out: row.fan_out,
         deferred_at: row.deferred_at,
         retry_policy: row
             .retry_policy

@@ -162,6 +162,8 @@ impl SeaStore {
                 .col_expr(job::Column::StartedAt, Expr::value(NoTime::None))
                 .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
                 .col_expr(job::Column::Owner, Expr::value(None::<String>))
+                .col_expr(job::Column::FanOut, Expr::value(None::<String>))
+                .col_expr(job::Column::DeferredAt, Expr::value(NoTime::None))
                 .filter(job::Column::Attempts.eq(run.attempt));
             if let Some((code, message)) = error {
                 update = update
@@ -190,6 +192,8 @@ impl SeaStore {
             .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
             .filter(this_run(runs))
             .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            // A deferred run holds no lease; a renewal sent before it deferred gives none.
+            .filter(job::Column::DeferredAt.is_null())
             .exec_with_returning(txn)
             .await?;
         Ok(renewed.into_iter().map(|row| row.id).collect())
@@ -203,6 +207,7 @@ impl SeaStore {
             .filter(job::Column::Id.eq(run.id))
             .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
             .filter(job::Column::Attempts.eq(run.attempt))
+            .filter(job::Column::DeferredAt.is_null())
             .exec(&self.db)
             .await?;
         Ok(result.rows_affected == 1)
@@ -229,6 +234,9 @@ fn claim_update(
             .col_expr(job::Column::Attempts, Expr::col(job::Column::Attempts).add(1))
             .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
             .col_expr(job::Column::Owner, Expr::value(owner))
+            // A new run fans out afresh, if at all.
+            .col_expr(job::Column::FanOut, Expr::value(None::<String>))
+            .col_expr(job::Column::DeferredAt, Expr::value(NoTime::None))
             // A job waiting out a delay is not claimable early, whatever stale message
             // arrives; judged by the same clock the sweep uses to send it.
             .filter(job::Column::RunAfter.is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))))
