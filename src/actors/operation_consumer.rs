@@ -57,10 +57,11 @@ impl DeliveryHandler for OperationMessages {
             return dead_letter(transport, queue, body, acker, "undecodable").await;
         };
         let Some(operation) = self.registry.get(&message.operation) else {
-            return dead_letter(transport, queue, body, acker, "unknown_operation").await;
+            let detail = format!("no operation named {:?} here", message.operation);
+            return reject(transport, queue, body, acker, &message, "unknown_operation", detail).await;
         };
-        if operation.validate(&message.payload).is_err() {
-            return dead_letter(transport, queue, body, acker, "invalid_payload").await;
+        if let Err(detail) = operation.validate(&message.payload) {
+            return reject(transport, queue, body, acker, &message, "invalid_payload", detail).await;
         }
         if let Some(address) = message.batch.clone() {
             return self.run_batch(queue, transport, acker, message, address).await;
@@ -76,6 +77,26 @@ impl DeliveryHandler for OperationMessages {
             Err(_) => dead_letter(transport, queue, body, acker, "panicked").await,
         }
     }
+}
+
+/// A message that can never run is dead-lettered; a batch's fails its parent at once
+/// instead, rather than leave it waiting for an outcome that will not come.
+async fn reject(
+    transport: &dyn Transport,
+    queue: &str,
+    body: Vec<u8>,
+    acker: Box<dyn Acker>,
+    message: &OperationMessage,
+    reason: &str,
+    detail: String,
+) {
+    if let Some(address) = &message.batch {
+        let failed = BatchResult::Failed { error_code: reason.to_owned(), message: detail };
+        if transport.publish(&address.write_queue, BatchOutcome::of(address, failed).encode()).await.is_ok() {
+            return settle(acker.ack().await);
+        }
+    }
+    dead_letter(transport, queue, body, acker, reason).await
 }
 
 impl OperationMessages {
@@ -103,7 +124,7 @@ impl OperationMessages {
             }
         }
         let Some(operation) = self.registry.get(&message.operation) else {
-            return settle(acker.ack().await);
+            return settle(acker.ack().await); // `handle` checked it
         };
         let ctx = JobContext::ephemeral(message.parent_job_id, message.snapshot.clone(), self.services.clone());
         let executed = AssertUnwindSafe(operation.execute(ctx, message.payload.clone())).catch_unwind().await;

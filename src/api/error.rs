@@ -22,6 +22,7 @@ pub enum Code {
     InvalidPayload,
     InvalidQueue,
     ParentNotFound,
+    ParentIsCoordinator,
     JobNotFound,
     NotFound,
     MethodNotAllowed,
@@ -50,6 +51,9 @@ impl Code {
             }
             InvalidQueue => ("invalid_queue", StatusCode::UNPROCESSABLE_ENTITY, "Queue name is invalid"),
             ParentNotFound => ("parent_not_found", StatusCode::UNPROCESSABLE_ENTITY, "Parent job does not exist"),
+            ParentIsCoordinator => {
+                ("parent_is_coordinator", StatusCode::CONFLICT, "Parent job fanned out and takes no other children")
+            }
             JobNotFound => ("job_not_found", StatusCode::NOT_FOUND, "Job not found"),
             NotFound => ("not_found", StatusCode::NOT_FOUND, "No such endpoint"),
             MethodNotAllowed => ("method_not_allowed", StatusCode::METHOD_NOT_ALLOWED, "Method not allowed here"),
@@ -168,6 +172,7 @@ mod tests {
             InvalidPayload,
             InvalidQueue,
             ParentNotFound,
+            ParentIsCoordinator,
             JobNotFound,
             NotFound,
             MethodNotAllowed,

@@ -88,7 +88,15 @@ pub struct BatchResponse {
 /// Submits up to [`MAX_BATCH`] jobs in one transaction: all are accepted or none is. An
 /// invalid item is a problem whose `pointer` names it (`/jobs/3`). 201 when any job was
 /// created, 200 when every one was an idempotent repeat.
-pub async fn submit_batch(state: web::Data<AppState>, body: web::Json<BatchRequest>) -> Result<HttpResponse, ApiError> {
+pub async fn submit_batch(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Json<BatchRequest>,
+) -> Result<HttpResponse, ApiError> {
+    if req.headers().contains_key("Idempotency-Key") {
+        let detail = "a batch takes no Idempotency-Key header: give each job its idempotency_key";
+        return Err(ApiError::new(Code::InvalidRequest, detail));
+    }
     let requests = body.into_inner().jobs;
     if requests.is_empty() || requests.len() > MAX_BATCH {
         let detail = format!("jobs must hold 1-{MAX_BATCH} submissions, not {}", requests.len());
@@ -112,12 +120,17 @@ pub async fn submit_batch(state: web::Data<AppState>, body: web::Json<BatchReque
     Ok(response.json(BatchResponse { jobs: jobs.collect() }))
 }
 
+/// A parent must exist, and must not be a coordinator: its count is of the batches or
+/// children it made itself.
 async fn check_parents(state: &AppState, parent: Option<Uuid>) -> Result<(), ApiError> {
-    match parent {
-        Some(parent) if state.store.get(parent).await?.is_none() => {
-            Err(ApiError::new(Code::ParentNotFound, format!("no job with id {parent}")))
+    let Some(parent) = parent else { return Ok(()) };
+    match state.store.get(parent).await? {
+        None => Err(ApiError::new(Code::ParentNotFound, format!("no job with id {parent}"))),
+        Some(job) if job.fan_out.is_some() => {
+            let detail = format!("job {parent} fanned out; it counts only the work it made");
+            Err(ApiError::new(Code::ParentIsCoordinator, detail))
         }
-        _ => Ok(()),
+        Some(_) => Ok(()),
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::json;
 use uuid::Uuid;
-use yardmaster::domain::{BatchOutcome, BatchResult, FanOutForm, JobStatus, NewJob};
+use yardmaster::domain::{BatchAddress, BatchOutcome, BatchResult, FanOutForm, JobStatus, NewJob, QueueName};
 use yardmaster::ops::{OperationMessage, OperationRegistry};
 use yardmaster::store::entity::job_batch;
 use yardmaster::store::{BatchRecorded, RunRef};
@@ -191,6 +191,35 @@ async fn the_reaper_judges_a_deferred_parent_by_its_batches(backend: Backend) {
     assert_eq!((job.status, job.error_code.as_deref()), (JobStatus::Failed, Some("JobTimeout")));
 }
 
+/// A batch no worker can run (here: an operation nobody registered) fails its parent at
+/// once instead of leaving it waiting.
+async fn a_batch_that_cannot_run_fails_its_parent(backend: Backend) {
+    let app = TestApp::spawn_with(backend, fan_out_app_options()).await;
+    let store = app.store.clone();
+    let parent = store
+        .submit(NewJob { queue: QueueName::parse("parked").unwrap(), ..NewJob::new("sum_squares") })
+        .await
+        .unwrap();
+    let run = RunRef::from(&store.claim(parent.job.id, "test", Duration::from_secs(60)).await.unwrap().unwrap());
+    store.fan_out(run, 1, FanOutForm::Batches).await.unwrap().unwrap();
+    let address = BatchAddress {
+        parent_job_id: run.id,
+        attempt: run.attempt,
+        index: 0,
+        write_queue: "batch_writes".into(),
+        failures: 0,
+        max_retries: 0,
+    };
+    let message = OperationMessage { batch: Some(address), ..OperationMessage::new("launch_rockets", json!({})) };
+    app.transport.publish("batches", message.encode()).await.unwrap();
+
+    let failed = app.wait_for_status(&run.id.to_string(), "failed").await;
+    assert_eq!(failed["error_code"], "ChildFailed");
+    let events = store.events(run.id, None, 100).await.unwrap();
+    let child_failed = events.iter().find(|event| event.event == "child.failed").expect("a child.failed event");
+    assert_eq!(child_failed.fields["error_code"], "unknown_operation");
+}
+
 /// Bad coordinator payloads are refused at submit.
 async fn a_bad_range_is_refused(backend: Backend) {
     let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
@@ -212,6 +241,7 @@ on_both_backends!(
     a_long_fan_out_outlives_the_lease,
     outcomes_count_once_per_batch_and_run,
     the_reaper_judges_a_deferred_parent_by_its_batches,
+    a_batch_that_cannot_run_fails_its_parent,
     a_bad_range_is_refused,
 );
 
@@ -284,4 +314,50 @@ mod children {
         a_failing_child_fails_the_group_naming_it,
         cancelling_a_group_cancels_its_children,
     );
+}
+
+mod nesting {
+    //! Coordinators inside coordinators, and what the API refuses around them.
+
+    use serde_json::json;
+
+    use crate::helpers::{read, Backend, TestApp, TestOptions};
+
+    /// A group whose children are coordinators closes when they close.
+    async fn a_group_of_coordinators_closes_when_they_do(backend: Backend) {
+        let options =
+            TestOptions { operation_queues: vec!["batches"], write_queues: vec!["batch_writes"], ..Default::default() };
+        let app = TestApp::spawn_with(backend, options).await;
+        let sums = json!({ "operation": "sum_squares", "payload": { "start": 1, "end": 100, "batch_size": 10 } });
+        let (_, group) = app.submit(json!({ "operation": "group", "payload": { "jobs": [sums.clone(), sums] } })).await;
+        let id = group["id"].as_str().unwrap();
+        let done = app.wait_for_status(id, "succeeded").await;
+        assert_eq!(done["result"], json!({ "children": 2 }));
+        let (_, page) = app.get(&format!("/jobs/{id}/children")).await;
+        for child in page["jobs"].as_array().unwrap() {
+            assert_eq!(child["result"], json!({ "batches": 10, "sum": 338_350 }), "{child}");
+        }
+    }
+
+    async fn a_coordinator_takes_no_outside_children(backend: Backend) {
+        let app = TestApp::spawn(backend).await;
+        let (_, group) = app
+            .submit(json!({ "operation": "group", "payload": { "jobs": [
+            { "operation": "sleep", "payload": { "seconds": 30, "steps": 300 } },
+        ] } }))
+            .await;
+        let id = group["id"].as_str().unwrap();
+        let running = "SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'running'";
+        app.wait_for_count(running, 1, std::time::Duration::from_secs(30)).await;
+        let (status, problem) = app.submit(json!({ "operation": "ping", "parent_job_id": id })).await;
+        assert_eq!((status, problem["code"].as_str()), (409, Some("parent_is_coordinator")), "{problem}");
+
+        let batch = json!({ "jobs": [{ "operation": "ping" }] });
+        let response = app.client.post(app.url("/jobs:batch")).header("Idempotency-Key", "k").json(&batch).send();
+        let (status, problem) = read(response.await.unwrap()).await;
+        assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_request")), "{problem}");
+        app.post(&format!("/jobs/{id}/cancel")).await;
+    }
+
+    on_both_backends!(a_group_of_coordinators_closes_when_they_do, a_coordinator_takes_no_outside_children);
 }

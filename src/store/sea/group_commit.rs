@@ -4,10 +4,12 @@
 //! compare-and-set; only the commit is shared. A batch is whatever arrived while the
 //! previous one was committing (up to `max_batch`), so an idle system adds no delay.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use sea_orm::{DatabaseTransaction, DbErr};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
@@ -121,7 +123,11 @@ impl Writer {
                         Err(_) => break,
                     }
                 }
-                store.commit_batch(batch).await;
+                // A panic answers this batch's writers with "writer stopped" (their replies
+                // are dropped); the writer goes on with the next batch.
+                if AssertUnwindSafe(store.commit_batch(batch)).catch_unwind().await.is_err() {
+                    tracing::error!("a group commit panicked; its writes were answered with an error");
+                }
             }
         });
         Writer { requests }
@@ -203,8 +209,19 @@ impl SeaStore {
         // Parents in a fixed order, so two processes lock them in the same order.
         let mut batches: BTreeMap<RunRef, Vec<(usize, &BatchOutcome)>> = BTreeMap::new();
         let mut reducers: HashMap<RunRef, &dyn Reduce> = HashMap::new();
+        // The multi-row statements key their per-row values by job id: a second write for
+        // the same job (an old run's and the current run's) goes in a statement of its own.
+        let (mut finishing, mut renewing) = (HashSet::new(), HashSet::new());
         for (at, write) in writes.iter().enumerate() {
             match write {
+                Write::Finish { run, completion } if !finishing.insert(run.id) => {
+                    let job = self.finish_run(Some(txn), *run, completion).await?;
+                    answers[at] = Some(Written::Job(job.map(Box::new)));
+                }
+                Write::ExtendLease { run, lease } if !renewing.insert(run.id) => {
+                    let renewed = self.extend_run_leases(txn, std::slice::from_ref(run), *lease).await?;
+                    answers[at] = Some(Written::Count(u64::from(renewed.contains(&run.id))));
+                }
                 Write::Claim { id, owner, lease } => {
                     claims.entry((owner.as_str(), *lease)).or_default().push((at, *id))
                 }
