@@ -268,10 +268,18 @@ impl JobStore for SeaStore {
 
     async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
         // A failed compare-and-set means the job was terminal; re-read it. Should a manual
-        // retry have re-queued it in between, the loop tries again.
-        for _ in 0..3 {
-            if let Some(cancellation) = self.cancel_once(id).await? {
-                return Ok(cancellation);
+        // retry have re-queued it in between, the loop tries again. So does a deadlock with
+        // a finishing child (it locks itself, then this parent): the transaction rolled
+        // back, and a cancel that did commit is found terminal on the next try.
+        for attempt in 1..=3 {
+            match self.cancel_once(id).await {
+                Ok(Some(cancellation)) => return Ok(cancellation),
+                Ok(None) => {}
+                Err(StoreError::Database(err)) if attempt < 3 => {
+                    tracing::warn!(job_id = %id, error = %err, "cancel failed; trying again");
+                    continue;
+                }
+                Err(err) => return Err(err),
             }
             let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
             if job.status.is_terminal() {
