@@ -61,6 +61,12 @@ impl Operation for Group {
         GroupPayload::parse(payload).map(drop)
     }
 
+    fn nested(&self, payload: &Value) -> Vec<(String, Value)> {
+        let Ok(group) = GroupPayload::parse(payload) else { return Vec::new() };
+        let children = group.jobs.into_iter();
+        children.map(|child| (child.operation, child.payload.unwrap_or_else(|| json!({})))).collect()
+    }
+
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let group = GroupPayload::parse(&payload).map_err(|err| OperationError::new("InvalidPayload", err))?;
         let children: Vec<NewJob> = group

@@ -39,6 +39,12 @@ pub trait Operation: Send + Sync + 'static {
     /// Checks a payload at submit time, so a bad one is refused before it is queued.
     fn validate(&self, payload: &Value) -> Result<(), String>;
 
+    /// The submissions a valid payload will make, as `(operation, payload)` (a `group`'s
+    /// children), so the registry checks them at submit time too. Default: none.
+    fn nested(&self, _payload: &Value) -> Vec<(String, Value)> {
+        Vec::new()
+    }
+
     /// Retries a job of this operation gets when its submission names none:
     /// `(max_retries, policy)`. Default: no retries.
     fn retry_defaults(&self) -> (i32, RetryPolicy) {
@@ -126,10 +132,20 @@ impl OperationRegistry {
         self.operations.get(name).cloned()
     }
 
-    /// Refuses unknown operations and malformed payloads.
+    /// Refuses unknown operations and malformed payloads, the submissions a payload nests
+    /// included (a `group` naming an operation this registry lacks is refused whole).
     pub fn validate(&self, name: &str, payload: &Value) -> Result<(), Rejection> {
         let operation = self.get(name).ok_or_else(|| Rejection::UnknownOperation(name.to_owned()))?;
-        operation.validate(payload).map_err(|reason| Rejection::InvalidPayload { operation: name.to_owned(), reason })
+        operation
+            .validate(payload)
+            .map_err(|reason| Rejection::InvalidPayload { operation: name.to_owned(), reason })?;
+        for (at, (nested, payload)) in operation.nested(payload).into_iter().enumerate() {
+            self.validate(&nested, &payload).map_err(|rejection| Rejection::InvalidPayload {
+                operation: name.to_owned(),
+                reason: format!("jobs[{at}]: {rejection}"),
+            })?;
+        }
+        Ok(())
     }
 }
 

@@ -352,6 +352,11 @@ mod nesting {
         let (status, problem) = app.submit(json!({ "operation": "ping", "parent_job_id": id })).await;
         assert_eq!((status, problem["code"].as_str()), (409, Some("parent_is_coordinator")), "{problem}");
 
+        let typo = json!({ "operation": "group", "payload": { "jobs": [{ "operation": "pnig" }] } });
+        let (status, problem) = app.submit(typo).await;
+        assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_payload")), "{problem}");
+        assert!(problem["detail"].as_str().unwrap().contains("jobs[0]"), "{problem}");
+
         let batch = json!({ "jobs": [{ "operation": "ping" }] });
         let response = app.client.post(app.url("/jobs:batch")).header("Idempotency-Key", "k").json(&batch).send();
         let (status, problem) = read(response.await.unwrap()).await;
