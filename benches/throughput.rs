@@ -669,41 +669,32 @@ async fn rabbitmq_latency(history: usize) -> Latency {
 
 /// `POST /jobs` against the embedded default (SQLite), `connections` clients, workers off.
 async fn http_submit(jobs: usize, connections: usize) -> Figure {
-    let (url, scratch) = idle_api().await;
-    let client = reqwest::Client::new();
-    let start = Instant::now();
-    let clients = (0..connections).map(|client_no| {
-        let (client, url) = (client.clone(), format!("{url}/jobs"));
-        async move {
-            let mut latencies = Vec::new();
-            for _ in (client_no..jobs).step_by(connections) {
-                let sent = Instant::now();
-                let response = client.post(&url).json(&json!({ "operation": "ping" })).send().await.unwrap();
-                assert_eq!(response.status().as_u16(), 201);
-                latencies.push(sent.elapsed());
-            }
-            latencies
-        }
-    });
-    let latencies: Vec<Duration> = join_all(clients).await.into_iter().flatten().collect();
-    let seconds = start.elapsed().as_secs_f64();
-    scratch.remove().await;
+    let (latencies, seconds) = post_many("/jobs", json!({ "operation": "ping" }), jobs, connections).await;
     let name = format!("yardmaster HTTP POST /jobs: embedded, {connections} connections");
     Figure { unit: "req/s", ..Figure::rate(name, jobs as f64 / seconds, percentiles(latencies)) }
 }
 
 /// `POST /jobs:batch` of `per_request` jobs, 4 clients, against the embedded default.
 async fn http_batch_submit(jobs: usize, per_request: usize) -> Figure {
-    let (url, scratch) = idle_api().await;
-    let client = reqwest::Client::new();
     let body = json!({ "jobs": vec![json!({ "operation": "ping" }); per_request] });
     let requests = jobs / per_request;
+    let (latencies, seconds) = post_many("/jobs:batch", body, requests, 4).await;
+    let name = format!("yardmaster HTTP POST /jobs:batch: embedded, {per_request} per request, 4 connections");
+    let note = format!("per request: {}", percentiles(latencies));
+    Figure::rate(name, (requests * per_request) as f64 / seconds, note)
+}
+
+/// Sends `requests` POSTs of `body` to `path` of an idle embedded API from `connections`
+/// clients, each expecting 201; returns every request's latency and the seconds it all took.
+async fn post_many(path: &str, body: Value, requests: usize, connections: usize) -> (Vec<Duration>, f64) {
+    let (url, scratch) = idle_api().await;
+    let client = reqwest::Client::new();
     let start = Instant::now();
-    let clients = (0..4).map(|client_no| {
-        let (client, url, body) = (client.clone(), format!("{url}/jobs:batch"), body.clone());
+    let clients = (0..connections).map(|client_no| {
+        let (client, url, body) = (client.clone(), format!("{url}{path}"), body.clone());
         async move {
             let mut latencies = Vec::new();
-            for _ in (client_no..requests).step_by(4) {
+            for _ in (client_no..requests).step_by(connections) {
                 let sent = Instant::now();
                 let response = client.post(&url).json(&body).send().await.unwrap();
                 assert_eq!(response.status().as_u16(), 201);
@@ -715,9 +706,7 @@ async fn http_batch_submit(jobs: usize, per_request: usize) -> Figure {
     let latencies: Vec<Duration> = join_all(clients).await.into_iter().flatten().collect();
     let seconds = start.elapsed().as_secs_f64();
     scratch.remove().await;
-    let name = format!("yardmaster HTTP POST /jobs:batch: embedded, {per_request} per request, 4 connections");
-    let note = format!("per request: {}", percentiles(latencies));
-    Figure::rate(name, (requests * per_request) as f64 / seconds, note)
+    (latencies, seconds)
 }
 
 /// The embedded API with workers off: its base URL and its database.
