@@ -18,9 +18,10 @@ use futures_util::FutureExt as _;
 use tracing::{debug, warn};
 
 use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
-use crate::domain::{BatchAddress, BatchOutcome, BatchResult, JobStatus};
+use crate::domain::{BatchAddress, BatchOutcome, BatchResult};
 pub use crate::ops::OperationMessage;
 use crate::ops::{JobContext, OperationError, OperationRegistry, Services};
+use crate::store::RunRef;
 use crate::transport::{Acker, Delivery, Transport, MAX_MESSAGE_BYTES};
 use crate::worker::OPERATION_PANICKED;
 
@@ -111,11 +112,11 @@ impl OperationMessages {
         message: OperationMessage,
         address: BatchAddress,
     ) {
-        match self.services.store.get(address.parent_job_id).await {
-            Ok(Some(parent)) if parent.status == JobStatus::Running && parent.attempts == address.attempt => {}
-            Ok(parent) => {
-                let status = parent.map(|parent| parent.status.to_string());
-                debug!(parent = %address.parent_job_id, batch = address.index, ?status, "parent's run is over; batch skipped");
+        let parent = RunRef { id: address.parent_job_id, attempt: address.attempt };
+        match self.services.store.run_is_current(parent).await {
+            Ok(true) => {}
+            Ok(false) => {
+                debug!(parent = %parent.id, batch = address.index, "parent's run is over; batch skipped");
                 return settle(acker.ack().await);
             }
             Err(err) => {

@@ -93,19 +93,20 @@ impl NewJob {
 
     /// Whether two submissions ask for the same job (as [`NewJob::matches`]).
     pub fn matches_new(&self, other: &NewJob) -> bool {
-        other.operation == self.operation
-            && other.queue == self.queue
-            && other.payload == self.payload
-            && other.parent_job_id == self.parent_job_id
+        self.asks_for(&other.operation, other.queue.as_str(), &other.payload, other.parent_job_id)
     }
 
     /// True when `job` is what this submission would have created: the test for
     /// whether a reused idempotency key is a retry or a conflict.
     pub fn matches(&self, job: &Job) -> bool {
-        job.operation == self.operation
-            && job.queue == self.queue.as_str()
-            && job.payload == self.payload
-            && job.parent_job_id == self.parent_job_id
+        self.asks_for(&job.operation, &job.queue, &job.payload, job.parent_job_id)
+    }
+
+    fn asks_for(&self, operation: &str, queue: &str, payload: &Value, parent_job_id: Option<Uuid>) -> bool {
+        self.operation == operation
+            && self.queue.as_str() == queue
+            && &self.payload == payload
+            && self.parent_job_id == parent_job_id
     }
 }
 

@@ -88,6 +88,10 @@ pub trait JobStore: Send + Sync + 'static {
     /// no longer current.
     async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError>;
 
+    /// Whether this run is still the job's RUNNING one (a cheap read: a batch checks its
+    /// parent before it runs).
+    async fn run_is_current(&self, run: RunRef) -> Result<bool, StoreError>;
+
     /// The coordinator returned with its batches sent: the run gives up its lease and waits
     /// for them (`deferred_at`, `job.deferred`). `None` when the run is no longer RUNNING,
     /// for example because its batches already closed it.

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::domain::{Job, JobStatus};
 use crate::ops::{JobContext, OperationError, OperationRegistry, Services};
-use crate::store::{Completion, JobStore, Requeue, RunRef, StoreError};
+use crate::store::{Completion, Requeue, RunRef, StoreError};
 
 /// Error class recorded when the outcome could not be committed.
 pub const RESULT_COMMIT_FAILED: &str = "ResultCommitFailed";
@@ -76,7 +76,6 @@ enum Outcome {
 
 /// Runs jobs by id. Shared by every consumer of a process.
 pub struct Executor {
-    store: Arc<dyn JobStore>,
     registry: Arc<OperationRegistry>,
     services: Services,
     config: ExecutorConfig,
@@ -84,7 +83,7 @@ pub struct Executor {
 
 impl Executor {
     pub fn new(services: Services, registry: Arc<OperationRegistry>, config: ExecutorConfig) -> Self {
-        Executor { store: services.store.clone(), registry, services, config }
+        Executor { registry, services, config }
     }
 
     pub fn config(&self) -> &ExecutorConfig {
@@ -93,11 +92,11 @@ impl Executor {
 
     /// Session 1: QUEUED → RUNNING, committed before anything runs.
     pub async fn claim(&self, id: Uuid) -> Result<Claim, StoreError> {
-        if let Some(job) = self.store.claim(id, &self.config.owner, self.config.lease).await? {
+        if let Some(job) = self.services.store.claim(id, &self.config.owner, self.config.lease).await? {
             info!(job_id = %id, operation = %job.operation, attempt = job.attempts, "claimed");
             return Ok(Claim::Claimed(Box::new(job)));
         }
-        match self.store.get(id).await? {
+        match self.services.store.get(id).await? {
             Some(job) => {
                 debug!(job_id = %id, status = %job.status, "not claimable, skipped");
                 Ok(Claim::NotClaimable)
@@ -116,10 +115,10 @@ impl Executor {
         };
         let written = match &outcome {
             Outcome::Complete(completion) => {
-                self.store.finish(run, completion).await.map(|job| job.map(|job| job.status))
+                self.services.store.finish(run, completion).await.map(|job| job.map(|job| job.status))
             }
             Outcome::Requeue(requeue) => {
-                self.store.requeue(run, requeue).await.map(|job| job.map(|_| JobStatus::Queued))
+                self.services.store.requeue(run, requeue).await.map(|job| job.map(|_| JobStatus::Queued))
             }
             Outcome::Deferred => return HandleOutcome::Deferred,
         };
@@ -142,7 +141,7 @@ impl Executor {
 
     async fn parent_cancelled(&self, job: &Job) -> bool {
         let Some(parent) = job.parent_job_id else { return false };
-        match self.store.get(parent).await {
+        match self.services.store.get(parent).await {
             Ok(Some(parent)) => parent.status == JobStatus::Cancelled,
             Ok(None) => false,
             Err(err) => {
@@ -194,7 +193,7 @@ impl Executor {
         };
         let mut pause = FALLBACK_FIRST_PAUSE;
         for attempt in 1..=FALLBACK_ATTEMPTS {
-            match self.store.finish(run, &fallback).await {
+            match self.services.store.finish(run, &fallback).await {
                 Ok(Some(_)) => return HandleOutcome::ForcedFailed,
                 Ok(None) => return HandleOutcome::Superseded,
                 Err(err) if attempt == FALLBACK_ATTEMPTS => {

@@ -106,6 +106,9 @@ impl JobStore for SuccessCannotCommit {
     async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
         self.0.fan_out(run, total, form).await
     }
+    async fn run_is_current(&self, run: RunRef) -> Result<bool, StoreError> {
+        self.0.run_is_current(run).await
+    }
     async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
         self.0.defer(run).await
     }

@@ -23,10 +23,11 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::rows::to_job;
-use super::{append_event, compare_and_set, SeaStore};
+use super::runs::finish_in;
+use super::{append_event, SeaStore};
 use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
 use crate::store::entity::{job, job_batch};
-use crate::store::{BatchRecorded, Reduce, RunRef, StoreError};
+use crate::store::{BatchRecorded, Completion, Reduce, RunRef, StoreError};
 
 /// Error class of a parent whose batch or child job failed.
 pub const CHILD_FAILED: &str = "ChildFailed";
@@ -236,31 +237,19 @@ pub(super) async fn children_ended(txn: &DatabaseTransaction, children: &[job::M
     Ok(())
 }
 
-/// Closes a coordinator's run SUCCEEDED with `result`, exactly once.
+/// Closes a coordinator's run SUCCEEDED with `result`, exactly once (as any finish: a
+/// coordinator that is itself a child then counts towards its parent).
 async fn close_succeeded(
     txn: &DatabaseTransaction,
     run: RunRef,
     result: serde_json::Value,
 ) -> Result<Option<JobStatus>, StoreError> {
-    let now = Utc::now();
-    let event = NewEvent::new(EventName::SUCCEEDED);
-    let set = |update: UpdateMany<job::Entity>| {
-        update
-            .col_expr(job::Column::FinishedAt, Expr::value(now))
-            .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
-            .col_expr(job::Column::Result, Expr::value(result))
-            .filter(job::Column::Attempts.eq(run.attempt))
-    };
-    let Some(row) = compare_and_set(txn, run.id, &[JobStatus::Running], JobStatus::Succeeded, set).await? else {
-        return Ok(None);
-    };
-    append_event(txn, run.id, &event).await?;
-    // A coordinator may itself be a child.
-    Box::pin(children_ended(txn, std::slice::from_ref(&row))).await?;
-    Ok(Some(JobStatus::Succeeded))
+    let closed = Box::pin(finish_in(txn, run, &Completion::Succeeded { result })).await?;
+    Ok(closed.map(|job| job.status))
 }
 
-/// A batch or child failed for good: the parent fails, naming it in `child.failed`.
+/// A batch or child failed for good: the parent fails, `child.failed` naming it. Callers
+/// hold the parent's row locked as this run's, so its compare-and-set cannot miss.
 async fn fail_parent(
     txn: &DatabaseTransaction,
     run: RunRef,
@@ -269,32 +258,18 @@ async fn fail_parent(
     error_code: &str,
     message: &str,
 ) -> Result<Option<JobStatus>, StoreError> {
-    let now = Utc::now();
-    let summary = format!("{name} failed: {error_code}: {message}");
-    let parent_message = summary.clone();
-    let set = move |update: UpdateMany<job::Entity>| {
-        update
-            .col_expr(job::Column::FinishedAt, Expr::value(now))
-            .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
-            .col_expr(job::Column::ErrorCode, Expr::value(CHILD_FAILED))
-            .col_expr(job::Column::ErrorMessage, Expr::value(parent_message))
-            .col_expr(job::Column::Failures, Expr::col(job::Column::Failures).add(1))
-            .filter(job::Column::Attempts.eq(run.attempt))
-    };
-    let Some(row) = compare_and_set(txn, run.id, &[JobStatus::Running], JobStatus::Failed, set).await? else {
-        return Ok(None);
-    };
     let mut fields = which;
     fields["error_code"] = json!(error_code);
     let child_failed = NewEvent::new(EventName::CHILD_FAILED).message(message).fields(fields).level(EventLevel::Error);
     append_event(txn, run.id, &child_failed).await?;
-    let failed = NewEvent::new(EventName::FAILED)
-        .message(summary)
-        .fields(json!({ "error_code": CHILD_FAILED }))
-        .level(EventLevel::Error);
-    append_event(txn, run.id, &failed).await?;
-    Box::pin(children_ended(txn, std::slice::from_ref(&row))).await?;
-    Ok(Some(JobStatus::Failed))
+    let failed = Completion::Failed {
+        error_code: CHILD_FAILED.to_owned(),
+        message: format!("{name} failed: {error_code}: {message}"),
+    };
+    match Box::pin(finish_in(txn, run, &failed)).await? {
+        Some(job) => Ok(Some(job.status)),
+        None => Err(StoreError::Corrupt(format!("locked parent {} was not its run's", run.id))),
+    }
 }
 
 /// `UPDATE job … WHERE` this run is the job's RUNNING one.

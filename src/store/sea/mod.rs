@@ -20,8 +20,8 @@ use chrono::Utc;
 use sea_orm::sea_query::{Expr, IntoCondition};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
-    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, SqlErr, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait, UpdateMany,
+    IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, SqlErr, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait, UpdateMany,
 };
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -292,7 +292,7 @@ impl JobStore for SeaStore {
     async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
         let set = |update: UpdateMany<job::Entity>| {
             let no_time = None::<chrono::DateTime<Utc>>;
-            update
+            let update = update
                 .col_expr(job::Column::Result, Expr::value(None::<Value>))
                 .col_expr(job::Column::ErrorCode, Expr::value(None::<String>))
                 .col_expr(job::Column::ErrorMessage, Expr::value(None::<String>))
@@ -303,9 +303,8 @@ impl JobStore for SeaStore {
                 .col_expr(job::Column::RunAfter, Expr::value(Utc::now()))
                 .col_expr(job::Column::PublishedAt, Expr::value(no_time))
                 // A manual retry starts a fresh retry budget.
-                .col_expr(job::Column::Failures, Expr::value(0))
-                .col_expr(job::Column::FanOut, Expr::value(None::<String>))
-                .col_expr(job::Column::DeferredAt, Expr::value(no_time))
+                .col_expr(job::Column::Failures, Expr::value(0));
+            runs::forget_fan_out(update)
         };
         let event = NewEvent::new(EventName::RETRIED).message("re-queued by request");
         let from = [JobStatus::Failed, JobStatus::Cancelled];
@@ -318,6 +317,16 @@ impl JobStore for SeaStore {
 
     async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
         self.begin_fan_out(run, total, form).await
+    }
+
+    async fn run_is_current(&self, run: RunRef) -> Result<bool, StoreError> {
+        let current = job::Entity::find()
+            .filter(job::Column::Id.eq(run.id))
+            .filter(job::Column::Attempts.eq(run.attempt))
+            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .count(&self.db)
+            .await?;
+        Ok(current == 1)
     }
 
     async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError> {

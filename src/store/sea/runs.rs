@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use chrono::Utc;
 use sea_orm::sea_query::{CaseStatement, Expr, ExprTrait};
-use sea_orm::{ColumnTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, QueryFilter, UpdateMany};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, QueryFilter, UpdateMany,
+};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::rows::{db_now, db_now_plus, millis, to_chrono};
-use super::{compare_and_set_many, SeaStore};
+use super::{apply_transition, compare_and_set_many, SeaStore};
 use crate::domain::{EventLevel, EventName, Job, JobStatus, NewEvent};
 use crate::store::entity::job;
 use crate::store::{Completion, Requeue, RunRef, StoreError};
@@ -39,29 +41,15 @@ impl SeaStore {
         run: RunRef,
         completion: &Completion,
     ) -> Result<Option<Job>, StoreError> {
-        let backend = self.db.get_database_backend();
-        let now = Utc::now();
-        let outcome = Outcome::of(completion);
-        let counts_failure = completion.status() == JobStatus::Failed;
-        let lease_must_be_expired = matches!(completion, Completion::LeaseExpired { .. });
-        let Outcome { event, result, error_code, error_message } = outcome;
-        let set = move |update: UpdateMany<job::Entity>| {
-            let mut update = update
-                .col_expr(job::Column::FinishedAt, Expr::value(now))
-                .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
-                .col_expr(job::Column::Result, Expr::value(result))
-                .col_expr(job::Column::ErrorCode, Expr::value(error_code))
-                .col_expr(job::Column::ErrorMessage, Expr::value(error_message))
-                .filter(job::Column::Attempts.eq(run.attempt));
-            if counts_failure {
-                update = update.col_expr(job::Column::Failures, Expr::col(job::Column::Failures).add(1));
-            }
-            if lease_must_be_expired {
-                update = update.filter(Expr::col(job::Column::LeasedUntil).lt(db_now(backend)));
-            }
-            update
-        };
-        self.transition_in(shared, run.id, &[JobStatus::Running], completion.status(), set, event).await
+        if let Some(txn) = shared {
+            return finish_in(txn, run, completion).await;
+        }
+        let txn = self.write_txn().await?;
+        let job = finish_in(&txn, run, completion).await?;
+        if job.is_some() {
+            txn.commit().await?;
+        }
+        Ok(job)
     }
 
     /// Many claims by one owner in one statement (a group commit). Returns the rows that
@@ -162,9 +150,8 @@ impl SeaStore {
                 .col_expr(job::Column::StartedAt, Expr::value(NoTime::None))
                 .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
                 .col_expr(job::Column::Owner, Expr::value(None::<String>))
-                .col_expr(job::Column::FanOut, Expr::value(None::<String>))
-                .col_expr(job::Column::DeferredAt, Expr::value(NoTime::None))
                 .filter(job::Column::Attempts.eq(run.attempt));
+            update = forget_fan_out(update);
             if let Some((code, message)) = error {
                 update = update
                     .col_expr(job::Column::Failures, Expr::col(job::Column::Failures).add(1))
@@ -214,6 +201,45 @@ impl SeaStore {
     }
 }
 
+/// Session 2's write inside `txn`: RUNNING → the completion's state, for this run only,
+/// with its event (and, for a child, its parent's count).
+pub(super) async fn finish_in(
+    txn: &DatabaseTransaction,
+    run: RunRef,
+    completion: &Completion,
+) -> Result<Option<Job>, StoreError> {
+    let backend = txn.get_database_backend();
+    let now = Utc::now();
+    let counts_failure = completion.status() == JobStatus::Failed;
+    let lease_must_be_expired = matches!(completion, Completion::LeaseExpired { .. });
+    let Outcome { event, result, error_code, error_message } = Outcome::of(completion);
+    let set = move |update: UpdateMany<job::Entity>| {
+        let mut update = update
+            .col_expr(job::Column::FinishedAt, Expr::value(now))
+            .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
+            .col_expr(job::Column::Result, Expr::value(result))
+            .col_expr(job::Column::ErrorCode, Expr::value(error_code))
+            .col_expr(job::Column::ErrorMessage, Expr::value(error_message))
+            .filter(job::Column::Attempts.eq(run.attempt));
+        if counts_failure {
+            update = update.col_expr(job::Column::Failures, Expr::col(job::Column::Failures).add(1));
+        }
+        if lease_must_be_expired {
+            update = update.filter(Expr::col(job::Column::LeasedUntil).lt(db_now(backend)));
+        }
+        update
+    };
+    apply_transition(txn, run.id, &[JobStatus::Running], completion.status(), set, &event).await
+}
+
+/// Clears what a run's fan-out left (`fan_out`, `deferred_at`): they belong to one run, and
+/// the job's next run fans out afresh, if at all.
+pub(super) fn forget_fan_out(update: UpdateMany<job::Entity>) -> UpdateMany<job::Entity> {
+    update
+        .col_expr(job::Column::FanOut, Expr::value(None::<String>))
+        .col_expr(job::Column::DeferredAt, Expr::value(NoTime::None))
+}
+
 /// `(id, attempts) IN (…)`: the rows of exactly these runs.
 fn this_run(runs: &[RunRef]) -> Expr {
     Expr::tuple([Expr::col(job::Column::Id), Expr::col(job::Column::Attempts)])
@@ -229,17 +255,15 @@ fn claim_update(
     let now = Utc::now();
     let owner = owner.to_owned();
     move |update| {
-        update
+        let update = update
             .col_expr(job::Column::StartedAt, Expr::value(now))
             .col_expr(job::Column::Attempts, Expr::col(job::Column::Attempts).add(1))
             .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
             .col_expr(job::Column::Owner, Expr::value(owner))
-            // A new run fans out afresh, if at all.
-            .col_expr(job::Column::FanOut, Expr::value(None::<String>))
-            .col_expr(job::Column::DeferredAt, Expr::value(NoTime::None))
             // A job waiting out a delay is not claimable early, whatever stale message
             // arrives; judged by the same clock the sweep uses to send it.
-            .filter(job::Column::RunAfter.is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))))
+            .filter(job::Column::RunAfter.is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))));
+        forget_fan_out(update)
     }
 }
 
