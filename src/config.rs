@@ -149,12 +149,23 @@ pub struct ReaperSettings {
 pub struct QueueSettings {
     /// Jobs of this queue running at once in this process.
     pub concurrency: usize,
-    /// Messages the broker hands this process ahead of a free slot (AMQP prefetch).
-    /// 1 suits long jobs: nothing waits here that another worker could run.
+    /// Deliveries this process may hold at once, running ones included (AMQP prefetch),
+    /// never fewer than `concurrency`. At or below `concurrency` nothing waits here that
+    /// another worker could run; above it, the extra keeps a process of short jobs fed while
+    /// the broker refills it.
     pub prefetch: u16,
     /// What the queue carries.
     #[serde(default)]
     pub kind: QueueKind,
+}
+
+impl QueueSettings {
+    /// The broker's window of unacknowledged deliveries: every slot fed, and no more
+    /// unless `prefetch` asks for it. A delivery is held until its work ends.
+    pub fn window(&self) -> u16 {
+        let concurrency = u16::try_from(self.concurrency).unwrap_or(u16::MAX);
+        concurrency.max(self.prefetch).max(1)
+    }
 }
 
 impl Default for QueueSettings {
@@ -223,7 +234,7 @@ impl Default for Settings {
                 (QueueName::DEFAULT.to_owned(), QueueSettings { concurrency: 4, prefetch: 1, kind: QueueKind::Jobs }),
                 (
                     crate::ops::BATCH_QUEUE.to_owned(),
-                    QueueSettings { concurrency: 4, prefetch: 8, kind: QueueKind::Operations },
+                    QueueSettings { concurrency: 4, prefetch: 1, kind: QueueKind::Operations },
                 ),
                 (
                     crate::ops::WRITE_QUEUE.to_owned(),

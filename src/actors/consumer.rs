@@ -36,6 +36,9 @@ pub struct Consumer<H: DeliveryHandler> {
     queue: String,
     /// Deliveries handled at once in this process, and the broker prefetch.
     settings: QueueSettings,
+    /// One permit per delivery being handled. It outlives a subscription, so runs carried
+    /// over a resubscription still count against `concurrency`.
+    slots: Arc<Semaphore>,
     transport: Arc<dyn Transport>,
     handler: Arc<H>,
     /// Subscriptions failed in a row; sets the pause before the next one (kept across
@@ -49,7 +52,8 @@ pub struct Consumer<H: DeliveryHandler> {
 
 impl<H: DeliveryHandler> Consumer<H> {
     pub fn new(queue: String, settings: QueueSettings, transport: Arc<dyn Transport>, handler: Arc<H>) -> Self {
-        Consumer { queue, settings, transport, handler, failures: 0, consuming: None, stopping: false }
+        let slots = Arc::new(Semaphore::new(settings.concurrency.max(1)));
+        Consumer { queue, settings, transport, handler, slots, failures: 0, consuming: None, stopping: false }
     }
 
     fn resubscribe_pause(&self) -> Duration {
@@ -74,7 +78,7 @@ impl<H: DeliveryHandler> Actor for Consumer<H> {
         }
         let (queue, settings) = (&self.queue, &self.settings);
         info!(queue = %queue, kind = self.handler.kind(), concurrency = settings.concurrency, prefetch = settings.prefetch, "consumer started");
-        let consume = consume(queue.clone(), settings.clone(), self.transport.clone(), self.handler.clone());
+        let consume = consume(queue.clone(), settings.window(), self.slots.clone(), self.transport.clone(), self.handler.clone());
         let pause = self.resubscribe_pause();
         let consume = async move {
             tokio::time::sleep(pause).await;
@@ -120,16 +124,20 @@ impl<H: DeliveryHandler> Supervised for Consumer<H> {
     }
 }
 
+/// Takes a delivery only when a slot is free, and hands it to the handler, which settles it
+/// before giving the slot back. With the broker's window at `window` (never below
+/// `concurrency`), a delivery held in this process beyond its free slots exists only when
+/// `prefetch` was set above `concurrency` on purpose.
 async fn consume<H: DeliveryHandler>(
     queue: String,
-    settings: QueueSettings,
+    window: u16,
+    slots: Arc<Semaphore>,
     transport: Arc<dyn Transport>,
     handler: Arc<H>,
 ) -> Result<(), TransportError> {
-    let mut subscription = transport.subscribe(&queue, settings.prefetch).await?;
-    let permits = Arc::new(Semaphore::new(settings.concurrency.max(1)));
+    let mut subscription = transport.subscribe(&queue, window).await?;
     loop {
-        let permit = permits.clone().acquire_owned().await.map_err(|_| TransportError::Closed)?;
+        let permit = slots.clone().acquire_owned().await.map_err(|_| TransportError::Closed)?;
         let Some(delivery) = subscription.next().await else { return Ok(()) };
         let (queue, transport, handler) = (queue.clone(), transport.clone(), handler.clone());
         actix::spawn(async move {

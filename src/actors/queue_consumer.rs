@@ -1,10 +1,14 @@
 //! `QueueConsumer`: consumes job ids and drives the two-session executor.
 //!
-//! A delivery is acknowledged right after the claim commits: from then on the job row (its
-//! lease, renewed by a `Heartbeat` actor for the run) keeps the job, not the message, so a
-//! long job never holds a broker delivery open. A message that is oversized, not a job id,
-//! or names no job goes to the dead letters; a claim that fails on the store, or arrives
-//! while the process shuts down, gives the message back.
+//! The job row (its lease, renewed by a `Heartbeat` actor for the run) keeps a claimed job,
+//! not the message; the delivery is still held until the run ends, because an unsettled
+//! delivery is what fills this process's window at the broker. Acknowledged at the claim,
+//! the broker would hand the next message to a process with no free slot, where it waits
+//! beside idle workers (and a frozen worker would swallow the job the reaper re-queued).
+//! If the broker drops the channel meanwhile, its redelivery finds the job RUNNING and is
+//! acknowledged unrun. A message that is oversized, not a job id, or names no job goes to
+//! the dead letters; a claim that fails on the store, or arrives while the process shuts
+//! down, gives the message back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,13 +69,14 @@ impl DeliveryHandler for JobMessages {
             Ok(Claim::Claimed(job)) => {
                 let run = RunRef::from(&*job);
                 slot.bind(run);
-                settle(acker.ack().await);
                 let cancel = CancellationToken::new();
                 let lease = self.executor.config().lease;
                 let heartbeat = Heartbeat::new(run, self.store.clone(), lease, self.heartbeat, cancel.clone()).start();
                 // Stops the heartbeat however the run ends, a panic included.
-                let _stop = StopOnDrop(heartbeat);
+                let stop = StopOnDrop(heartbeat);
                 self.executor.run(*job, cancel).await;
+                drop(stop);
+                settle(acker.ack().await);
             }
             Ok(Claim::NotClaimable) => settle(acker.ack().await),
             Ok(Claim::Missing) => dead_letter(transport, queue, body, acker, "unknown_job").await,

@@ -331,3 +331,71 @@ async fn a_job_that_kills_its_worker_every_time_fails_after_its_budget() {
     wait_for_row(&db, &done, Duration::from_secs(30)).await;
     assert!(worker.0.try_wait().unwrap().is_none(), "the worker died again");
 }
+
+/// One job at a time per worker, the broker's window at its narrowest.
+const ONE_AT_A_TIME: [(&str, &str); 2] =
+    [("YARDMASTER__QUEUES__DEFAULT__CONCURRENCY", "1"), ("YARDMASTER__QUEUES__DEFAULT__PREFETCH", "1")];
+
+fn one_at_a_time<'a>(id: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let named = [("YARDMASTER__WORKER__ID", id)];
+    ONE_AT_A_TIME.iter().chain(&named).chain(extra).copied().collect()
+}
+
+/// Inserts `n` instant `sleep` jobs and waits until every one succeeded on worker `owner`.
+async fn short_jobs_finish_on(db: &DatabaseConnection, url: &str, n: usize, owner: &str, within: Duration) {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        ids.push(insert_job(url, "sleep", json!({ "seconds": 0 })).await);
+    }
+    let list = ids.iter().map(|id| format!("'{id}'")).collect::<Vec<_>>().join(",");
+    let done = format!("SELECT COUNT(*) FROM job WHERE id IN ({list}) AND status = 'succeeded' AND owner = '{owner}'");
+    wait_for_count(db, &done, n as i64, within).await;
+}
+
+#[actix_rt::test]
+async fn a_busy_worker_takes_no_message_while_another_is_idle() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    seed(&url, "count", 0).await;
+    let deployment = Deployment::new(&url);
+    let args = ["worker", "--queue", "default"];
+    let _busy = deployment.spawn(&args, &one_at_a_time("busy", &[]));
+    let long = insert_job(&url, "sleep", json!({ "seconds": 60, "steps": 60 })).await;
+    let db = Database::connect(&url).await.unwrap();
+    let running = format!("SELECT COUNT(*) FROM job WHERE id = '{long}' AND status = 'running'");
+    wait_for_row(&db, &running, Duration::from_secs(30)).await;
+    let _idle = deployment.spawn(&args, &one_at_a_time("idle", &[]));
+
+    // Acknowledged at its claim, the long job's delivery would free the busy worker's
+    // window, and about half of these would wait a minute behind it.
+    short_jobs_finish_on(&db, &url, 6, "idle", Duration::from_secs(20)).await;
+    assert_eq!(count(&db, &running).await, 1, "the long job is still running where it started");
+}
+
+#[actix_rt::test]
+async fn a_frozen_worker_swallows_no_message() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    seed(&url, "count", 0).await;
+    let deployment = Deployment::new(&url);
+    let args = ["worker", "--queue", "default"];
+    let frozen = deployment.spawn(&args, &one_at_a_time("frozen", &FAST));
+    let stuck = insert_job(&url, "sleep", json!({ "seconds": 2, "steps": 20 })).await;
+    let db = Database::connect(&url).await.unwrap();
+    let running = format!("SELECT COUNT(*) FROM job WHERE id = '{stuck}' AND status = 'running' AND owner = 'frozen'");
+    wait_for_row(&db, &running, Duration::from_secs(30)).await;
+    let _thawed = deployment.spawn(&args, &one_at_a_time("thawed", &FAST));
+    // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
+    unsafe {
+        libc::kill(frozen.0.id() as libc::pid_t, libc::SIGSTOP);
+    }
+
+    // The reaper re-queues the frozen run once its lease expires; neither that message nor
+    // any other may go into the frozen worker's window, where it would sit until the broker
+    // gives up on the connection (minutes).
+    short_jobs_finish_on(&db, &url, 4, "thawed", Duration::from_secs(20)).await;
+    let rerun = format!("SELECT COUNT(*) FROM job WHERE id = '{stuck}' AND status = 'succeeded' AND owner = 'thawed'");
+    wait_for_row(&db, &rerun, Duration::from_secs(20)).await;
+    // SAFETY: as above.
+    unsafe {
+        libc::kill(frozen.0.id() as libc::pid_t, libc::SIGCONT);
+    }
+}
