@@ -49,4 +49,5 @@ ensure_nextest() {
 ensure_postgres
 ensure_rabbitmq
 ensure_nextest
+bash scripts/check-units.sh
 cargo nextest run --workspace --no-fail-fast "$@"
