@@ -67,7 +67,8 @@ impl DeliveryHandler for OperationMessages {
         if let Some(address) = message.batch.clone() {
             return self.run_batch(queue, transport, acker, message, address).await;
         }
-        let ctx = JobContext::ephemeral(message.parent_job_id, message.snapshot, self.services.clone());
+        // Only a batch names its coordinator's run, so only a batch reports to a job's log.
+        let ctx = JobContext::ephemeral(None, message.snapshot, self.services.clone());
         let outcome = AssertUnwindSafe(operation.execute(ctx, message.payload)).catch_unwind().await;
         match outcome {
             Ok(Ok(_)) => settle(acker.ack().await),
@@ -127,7 +128,7 @@ impl OperationMessages {
         let Some(operation) = self.registry.get(&message.operation) else {
             return settle(acker.ack().await); // `handle` checked it
         };
-        let ctx = JobContext::ephemeral(message.parent_job_id, message.snapshot.clone(), self.services.clone());
+        let ctx = JobContext::ephemeral(Some(parent), message.snapshot.clone(), self.services.clone());
         let executed = AssertUnwindSafe(operation.execute(ctx, message.payload.clone())).catch_unwind().await;
         let result = match executed {
             Ok(Ok(output)) => BatchResult::Succeeded { output },

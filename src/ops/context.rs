@@ -6,10 +6,9 @@ use std::sync::Arc;
 use sea_orm::DatabaseConnection;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::domain::{EventLevel, Job, NewEvent};
-use crate::store::{JobStore, StoreError};
+use crate::store::{JobStore, RunRef, StoreError};
 use crate::transport::Transport;
 
 /// What every execution context is built from; cheap to clone.
@@ -25,8 +24,9 @@ pub struct Services {
 pub struct JobContext {
     /// The claimed job; `None` for ephemeral work from an operation queue.
     job: Option<Arc<Job>>,
-    /// Whose event log `emit` writes to: the job, or an ephemeral batch's parent.
-    events_to: Option<Uuid>,
+    /// Whose event log `emit` writes to, and for which run: the job's, or a batch's
+    /// coordinator's. Writes of a run that is no longer current are dropped.
+    events_to: Option<RunRef>,
     pub(super) store: Arc<dyn JobStore>,
     db: DatabaseConnection,
     pub(super) transport: Arc<dyn Transport>,
@@ -42,7 +42,7 @@ impl JobContext {
     /// The context of a claimed job.
     pub fn new(job: Job, services: Services, cancel: CancellationToken) -> Self {
         JobContext {
-            events_to: Some(job.id),
+            events_to: Some(RunRef::from(&job)),
             job: Some(Arc::new(job)),
             store: services.store,
             db: services.db,
@@ -53,9 +53,9 @@ impl JobContext {
         }
     }
 
-    /// The context of ephemeral work (no job row) that reports to `parent`, if any, with
-    /// its coordinator's `snapshot` when it is a batch.
-    pub fn ephemeral(parent: Option<Uuid>, snapshot: Value, services: Services) -> Self {
+    /// The context of ephemeral work (no job row) that reports to its coordinator's run
+    /// `parent`, if any, with the coordinator's `snapshot` when it is a batch.
+    pub fn ephemeral(parent: Option<RunRef>, snapshot: Value, services: Services) -> Self {
         JobContext {
             job: None,
             events_to: parent,
@@ -105,9 +105,11 @@ impl JobContext {
         &self.db
     }
 
-    /// Appends an event to the job's log (an ephemeral batch: its parent's) in its own short
+    /// Appends an event to the job's log (a batch: its coordinator's) in its own short
     /// transaction. `_progress_current` / `_progress_total` in `fields` are written back to
-    /// that job. Ephemeral work without a parent only logs the event.
+    /// that job. Ephemeral work without a parent only logs the event. Once the run is no
+    /// longer current (cancelled, re-run, taken away) nothing is written and the run is told
+    /// to stop: [`JobContext::cancelled`] completes.
     pub async fn emit(
         &self,
         event: &str,
@@ -115,7 +117,7 @@ impl JobContext {
         fields: Value,
         level: EventLevel,
     ) -> Result<(), StoreError> {
-        let Some(id) = self.events_to else {
+        let Some(run) = self.events_to else {
             tracing::info!(event, message, %fields, "ephemeral event");
             return Ok(());
         };
@@ -123,12 +125,21 @@ impl JobContext {
         if let Some(message) = message {
             new = new.message(message);
         }
-        self.store.record_event(id, new).await
+        if !self.store.record_event(run, new).await? {
+            tracing::info!(job_id = %run.id, attempt = run.attempt, event, "run no longer current; event dropped, run stopped");
+            self.cancel.cancel();
+        }
+        Ok(())
     }
 
-    /// Reports progress as a `job.progress` event.
-    pub async fn progress(&self, current: i64, total: i64) -> Result<(), StoreError> {
+    /// Reports progress as a `job.progress` event. Progress is advisory: a report that
+    /// cannot be written (the database is away) is dropped with a warning, and the next one
+    /// carries the newer count; it never decides the job's outcome.
+    pub async fn progress(&self, current: i64, total: i64) {
         let fields = json!({ "_progress_current": current, "_progress_total": total });
-        self.emit("job.progress", None, fields, EventLevel::Info).await
+        if let Err(err) = self.emit("job.progress", None, fields, EventLevel::Info).await {
+            let job_id = self.events_to.map(|run| run.id);
+            tracing::warn!(job_id = ?job_id, current, total, error = %err, "progress not recorded; dropped");
+        }
     }
 }

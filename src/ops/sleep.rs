@@ -57,9 +57,7 @@ impl Operation for Sleep {
                 _ = tokio::time::sleep(slice) => {}
                 _ = ctx.cancelled() => return Err(OperationError::new("Cancelled", format!("stopped after {} of {} steps", step - 1, payload.steps))),
             }
-            ctx.progress(i64::from(step), i64::from(payload.steps))
-                .await
-                .map_err(|err| OperationError::new("ProgressNotRecorded", err.to_string()))?;
+            ctx.progress(i64::from(step), i64::from(payload.steps)).await;
         }
         Ok(json!({ "slept_seconds": payload.seconds }))
     }

@@ -103,9 +103,12 @@ pub trait JobStore: Send + Sync + 'static {
     /// `child.failed`, each exactly once.
     async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError>;
 
-    /// Appends an operation's event; `_progress_current` / `_progress_total` in its fields
-    /// are written back to the job in the same transaction.
-    async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError>;
+    /// Appends an operation's event for this run; `_progress_current` / `_progress_total`
+    /// in its fields are written back to the job in the same transaction (not to a
+    /// coordinator, whose counters count its batches). False, with nothing written, once
+    /// the run is no longer the job's RUNNING one: a cancelled or re-run job's log and
+    /// progress are never touched by an old run.
+    async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError>;
 
     /// Records that the transport confirmed these jobs' messages (bookkeeping, not a
     /// transition): only rows still QUEUED, unpublished and at the same `attempts` change.

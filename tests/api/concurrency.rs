@@ -45,11 +45,24 @@ async fn run_exactly_once(backend: Backend, group_commit_max: usize) {
     assert_eq!(app.count("SELECT COUNT(*) FROM job WHERE attempts <> 1").await, 0);
 }
 
-/// Delegates to the real store but cannot commit a success: session 2 fails.
-struct SuccessCannotCommit(Arc<dyn JobStore>);
+/// Which writes of the real store fail, as if the database went away at that moment.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// A success cannot commit: session 2 fails.
+    Success,
+    /// No operation event (progress included) can be written.
+    Events,
+}
+
+/// Delegates to the real store but fails the writes its [`Fault`] names.
+struct Faulty(Arc<dyn JobStore>, Fault);
+
+fn injected() -> StoreError {
+    StoreError::Database(sea_orm::DbErr::Custom("injected: connection lost at commit".into()))
+}
 
 #[async_trait]
-impl JobStore for SuccessCannotCommit {
+impl JobStore for Faulty {
     async fn ping(&self) -> Result<(), StoreError> {
         self.0.ping().await
     }
@@ -73,9 +86,7 @@ impl JobStore for SuccessCannotCommit {
     }
     async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
         match completion {
-            Completion::Succeeded { .. } => {
-                Err(StoreError::Database(sea_orm::DbErr::Custom("injected: connection lost at commit".into())))
-            }
+            Completion::Succeeded { .. } if self.1 == Fault::Success => Err(injected()),
             _ => self.0.finish(run, completion).await,
         }
     }
@@ -115,8 +126,11 @@ impl JobStore for SuccessCannotCommit {
     async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError> {
         self.0.record_batch(outcome, reduce).await
     }
-    async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError> {
-        self.0.record_event(id, event).await
+    async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError> {
+        match self.1 {
+            Fault::Events => Err(injected()),
+            Fault::Success => self.0.record_event(run, event).await,
+        }
     }
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
         self.0.mark_published(jobs).await
@@ -131,7 +145,7 @@ impl JobStore for SuccessCannotCommit {
 
 async fn a_session_two_commit_failure_leaves_the_job_failed(backend: Backend) {
     let options = TestOptions {
-        wrap_store: Some(Box::new(|store| Arc::new(SuccessCannotCommit(store)) as Arc<dyn JobStore>)),
+        wrap_store: Some(Box::new(|store| Arc::new(Faulty(store, Fault::Success)) as Arc<dyn JobStore>)),
         ..Default::default()
     };
     let app = TestApp::spawn_with(backend, options).await;
@@ -145,8 +159,24 @@ async fn a_session_two_commit_failure_leaves_the_job_failed(backend: Backend) {
     assert_eq!(app.event_names(id).await, ["job.queued", "job.started", "job.failed"]);
 }
 
+/// Progress is advisory: reports that cannot be written are dropped, and the job still
+/// succeeds with its result.
+async fn progress_that_cannot_be_written_does_not_fail_the_job(backend: Backend) {
+    let options = TestOptions {
+        wrap_store: Some(Box::new(|store| Arc::new(Faulty(store, Fault::Events)) as Arc<dyn JobStore>)),
+        ..Default::default()
+    };
+    let app = TestApp::spawn_with(backend, options).await;
+    let (_, job) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 0.05, "steps": 5 } })).await;
+    let id = job["id"].as_str().unwrap();
+    let done = app.wait_for_status(id, "succeeded").await;
+    assert_eq!(done["result"], json!({ "slept_seconds": 0.05 }));
+    assert_eq!(app.event_names(id).await, ["job.queued", "job.started", "job.succeeded"]);
+}
+
 on_both_backends!(
     eight_consumers_run_two_thousand_jobs_exactly_once,
     without_group_commit_every_job_runs_exactly_once,
     a_session_two_commit_failure_leaves_the_job_failed,
+    progress_that_cannot_be_written_does_not_fail_the_job,
 );

@@ -14,6 +14,7 @@ use yardmaster::startup::StoreWrapper;
 use yardmaster::store::JobStore;
 
 use crate::custom_operation::{Count, FanCount};
+use crate::stale_runs::Stubborn;
 use yardmaster::transport::{AmqpTransport, InProcessTransport, Transport};
 use yardmaster::{Application, Settings};
 
@@ -211,7 +212,7 @@ impl TestApp {
             Backend::Sqlite | Backend::Postgres => Arc::new(InProcessTransport::new()),
         };
         let mut builder = Application::builder(settings)
-            .registry(OperationRegistry::builtin().with(Count).with(FanCount))
+            .registry(OperationRegistry::builtin().with(Count).with(FanCount).with(Stubborn))
             .transport(transport.clone());
         if let Some(wrap) = options.wrap_store {
             builder = builder.wrap_store(wrap);

@@ -14,4 +14,5 @@ mod dead_letters;
 mod errors;
 mod fan_out;
 mod lifecycle;
+mod stale_runs;
 mod systemd;

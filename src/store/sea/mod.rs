@@ -344,25 +344,31 @@ impl JobStore for SeaStore {
         recorded.into_iter().next().ok_or_else(|| StoreError::Corrupt("a batch outcome went unanswered".into()))
     }
 
-    async fn record_event(&self, id: Uuid, event: NewEvent) -> Result<(), StoreError> {
+    async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError> {
         let txn = self.write_txn().await?;
         let (current, total) = event.progress();
-        if current.is_some() || total.is_some() {
-            // A coordinator's counters count its batches or children; reports (from a batch,
-            // say) do not move them.
-            let mut update =
-                job::Entity::update_many().filter(job::Column::Id.eq(id)).filter(job::Column::FanOut.is_null());
-            if let Some(current) = current {
-                update = update.col_expr(job::Column::ProgressCurrent, Expr::value(current));
-            }
-            if let Some(total) = total {
-                update = update.col_expr(job::Column::ProgressTotal, Expr::value(total));
-            }
-            update.exec(&txn).await?;
+        // The run's row is locked and checked even when no counter moves, so a stale run
+        // writes nothing and an event never lands after the run ended. A coordinator's
+        // counters count its batches or children; reports (from a batch, say) leave them.
+        let counted = |column: job::Column, value: Option<i64>| match value {
+            Some(value) => Expr::case(job::Column::FanOut.is_null(), value).finally(Expr::col(column)).into(),
+            None => Expr::col(column).into(),
+        };
+        let moved = job::Entity::update_many()
+            .col_expr(job::Column::ProgressCurrent, counted(job::Column::ProgressCurrent, current))
+            .col_expr(job::Column::ProgressTotal, counted(job::Column::ProgressTotal, total))
+            .filter(job::Column::Id.eq(run.id))
+            .filter(job::Column::Attempts.eq(run.attempt))
+            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        if moved == 0 {
+            return Ok(false);
         }
-        append_event(&txn, id, &event).await?;
+        append_event(&txn, run.id, &event).await?;
         txn.commit().await?;
-        Ok(())
+        Ok(true)
     }
 
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {

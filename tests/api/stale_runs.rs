@@ -1,0 +1,91 @@
+//! A run that is no longer the job's current one (cancelled, or superseded by a retry)
+//! writes nothing more into the job: its progress and events are dropped, and it is told
+//! to stop. Its outcome was already dropped before; these tests guard its reports.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use yardmaster::ops::{JobContext, Operation, OperationError};
+
+use crate::helpers::{Backend, TestApp, TestOptions};
+
+/// Reports progress `steps` times, `pause_ms` apart, and never looks at cancellation: the
+/// worst case of an operation that keeps writing after its run was taken away.
+pub struct Stubborn;
+
+#[async_trait]
+impl Operation for Stubborn {
+    fn name(&self) -> &'static str {
+        "stubborn"
+    }
+
+    fn validate(&self, _payload: &Value) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
+        let steps = payload["steps"].as_i64().unwrap_or(40);
+        let pause = Duration::from_millis(payload["pause_ms"].as_u64().unwrap_or(25));
+        for step in 1..=steps {
+            tokio::time::sleep(pause).await;
+            ctx.progress(step, steps).await;
+        }
+        Ok(json!({ "steps": steps }))
+    }
+}
+
+const STEPS: i64 = 40;
+
+/// Submits a `stubborn` job and waits until it has reported a few steps.
+async fn start_stubborn(app: &TestApp) -> String {
+    let (code, job) = app.submit(json!({ "operation": "stubborn", "payload": { "steps": STEPS } })).await;
+    assert_eq!(code, 201, "{job}");
+    let id = job["id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, job) = app.get(&format!("/jobs/{id}")).await;
+        if job["progress_current"].as_i64() >= Some(3) {
+            return id;
+        }
+        assert!(std::time::Instant::now() < deadline, "no progress reported: {job}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn a_cancelled_run_writes_no_more_progress(backend: Backend) {
+    let options = TestOptions { queues: vec![("default", 1)], ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let id = start_stubborn(&app).await;
+    let (code, cancelled) = app.post(&format!("/jobs/{id}/cancel")).await;
+    assert_eq!((code, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled}");
+
+    // One job at a time: the sentinel runs only once the stubborn run has ended.
+    let (_, sentinel) = app.submit(json!({ "operation": "ping" })).await;
+    app.wait_for_status(sentinel["id"].as_str().unwrap(), "succeeded").await;
+
+    let (_, after) = app.get(&format!("/jobs/{id}")).await;
+    assert_eq!(after["progress_current"], cancelled["progress_current"], "progress moved after cancel: {after}");
+    let names = app.event_names(&id).await;
+    assert_eq!(names.last().map(String::as_str), Some("job.cancelled"), "events after cancel: {names:?}");
+}
+
+async fn a_superseded_run_does_not_interleave_with_the_retry(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let id = start_stubborn(&app).await;
+    let (code, _) = app.post(&format!("/jobs/{id}/cancel")).await;
+    assert_eq!(code, 200);
+    let (code, retried) = app.post(&format!("/jobs/{id}/retry")).await;
+    assert_eq!(code, 200, "{retried}");
+    let done = app.wait_for_status(&id, "succeeded").await;
+    assert_eq!(done["attempts"], 2);
+    assert_eq!(done["progress_current"], STEPS);
+
+    // Only the second run's reports follow its start.
+    let names = app.event_names(&id).await;
+    let second_start = names.iter().rposition(|name| name == "job.started").unwrap();
+    let reports = names[second_start..].iter().filter(|name| *name == "job.progress").count();
+    assert_eq!(reports as i64, STEPS, "{names:?}");
+}
+
+on_both_backends!(a_cancelled_run_writes_no_more_progress, a_superseded_run_does_not_interleave_with_the_retry);
