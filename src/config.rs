@@ -122,6 +122,10 @@ pub struct WorkerSettings {
     pub heartbeat_ms: u64,
     /// After SIGTERM: how long in-flight jobs may finish before they are re-queued.
     pub grace_seconds: u64,
+    /// The queues this process consumes; empty means every queue in `[queues]`
+    /// (`worker --queue NAME` sets it).
+    #[serde(default)]
+    pub queues: Vec<String>,
 }
 
 /// The reaper: rescues jobs nobody runs any more.
@@ -219,6 +223,7 @@ impl Default for Settings {
                 lease_ms: 60_000,
                 heartbeat_ms: 10_000,
                 grace_seconds: 30,
+                queues: Vec::new(),
             },
             reaper: ReaperSettings {
                 enabled: true,
@@ -289,15 +294,28 @@ impl Settings {
         Ok(())
     }
 
-    /// Consumes exactly `names`, keeping the configured settings of those listed.
+    /// Consume only the queues `names` (each from `[queues.NAME]` when configured, else
+    /// concurrency 1, prefetch 1); every configured queue stays known, so submissions to it
+    /// are still accepted by an API in this process.
     pub fn consume_only(&mut self, names: &[String]) -> anyhow::Result<()> {
-        let mut queues = BTreeMap::new();
         for name in names {
             QueueName::parse(name).map_err(|err| anyhow::anyhow!("--queue: {err}"))?;
-            queues.insert(name.clone(), self.queues.get(name).cloned().unwrap_or_default());
+            self.queues.entry(name.clone()).or_default();
         }
-        self.queues = queues;
+        self.worker.queues = names.to_vec();
         Ok(())
+    }
+
+    /// The queues this process consumes, with their settings.
+    pub fn consumed_queues(&self) -> impl Iterator<Item = (&String, &QueueSettings)> {
+        let all = self.worker.queues.is_empty();
+        self.queues.iter().filter(move |(name, _)| all || self.worker.queues.contains(name))
+    }
+
+    /// The job queues (`kind = "jobs"`) a submission may name.
+    pub fn job_queues(&self) -> std::collections::BTreeSet<String> {
+        let jobs = self.queues.iter().filter(|(_, queue)| queue.kind == QueueKind::Jobs);
+        jobs.map(|(name, _)| name.clone()).collect()
     }
 
     /// The worker name written to claimed jobs.

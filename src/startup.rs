@@ -122,6 +122,7 @@ impl ApplicationBuilder {
                     dispatcher: dispatcher.clone(),
                     registry,
                     max_page_size: settings.server.max_page_size,
+                    job_queues: settings.job_queues(),
                 };
                 let (port, server) = serve_api(&settings, state)?;
                 (Some(port), Some(server))
@@ -212,14 +213,15 @@ fn start_workers(
     in_flight: &Arc<InFlight>,
 ) -> Consumers {
     let config = ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_millis(settings.worker.lease_ms) };
-    let services = Services { store: store.clone(), db: db.clone(), transport: transport.clone() };
+    let services =
+        Services { store: store.clone(), db: db.clone(), transport: transport.clone(), registry: registry.clone() };
     let executor = Arc::new(Executor::new(services.clone(), registry.clone(), config));
     let heartbeat = Duration::from_millis(settings.worker.heartbeat_ms);
     let jobs = Arc::new(JobMessages::new(executor, store.clone(), in_flight.clone(), heartbeat));
     let operations = Arc::new(OperationMessages::new(registry.clone(), services));
     let writes = Arc::new(BatchWrites::new(store.clone(), registry.clone()));
     let mut consumers = Consumers::default();
-    for (queue, queue_settings) in &settings.queues {
+    for (queue, queue_settings) in settings.consumed_queues() {
         let (queue, queue_settings, transport) = (queue.clone(), queue_settings.clone(), transport.clone());
         match queue_settings.kind {
             QueueKind::Jobs => {

@@ -78,7 +78,8 @@ impl<H: DeliveryHandler> Actor for Consumer<H> {
         }
         let (queue, settings) = (&self.queue, &self.settings);
         info!(queue = %queue, kind = self.handler.kind(), concurrency = settings.concurrency, prefetch = settings.prefetch, "consumer started");
-        let consume = consume(queue.clone(), settings.window(), self.slots.clone(), self.transport.clone(), self.handler.clone());
+        let consume =
+            consume(queue.clone(), settings.window(), self.slots.clone(), self.transport.clone(), self.handler.clone());
         let pause = self.resubscribe_pause();
         let consume = async move {
             tokio::time::sleep(pause).await;

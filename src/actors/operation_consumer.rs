@@ -18,12 +18,13 @@ use futures_util::FutureExt as _;
 use tracing::{debug, warn};
 
 use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
+use crate::domain::scrub_nul;
 use crate::domain::{BatchAddress, BatchOutcome, BatchResult};
 pub use crate::ops::OperationMessage;
 use crate::ops::{JobContext, OperationError, OperationRegistry, Services};
 use crate::store::RunRef;
 use crate::transport::{Acker, Delivery, Transport, MAX_MESSAGE_BYTES};
-use crate::worker::OPERATION_PANICKED;
+use crate::worker::{unstorable, INVALID_RESULT, OPERATION_PANICKED};
 
 /// Longest a RetryLater batch is held back before it returns to the queue.
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(300);
@@ -131,11 +132,16 @@ impl OperationMessages {
         let ctx = JobContext::ephemeral(Some(parent), message.snapshot.clone(), self.services.clone());
         let executed = AssertUnwindSafe(operation.execute(ctx, message.payload.clone())).catch_unwind().await;
         let result = match executed {
-            Ok(Ok(output)) => BatchResult::Succeeded { output },
+            Ok(Ok(output)) => match unstorable(&output) {
+                None => BatchResult::Succeeded { output },
+                Some(message) => BatchResult::Failed { error_code: INVALID_RESULT.into(), message },
+            },
             Ok(Err(OperationError::RetryLater { delay, .. })) => {
                 return requeue_later(acker, delay.min(MAX_RETRY_PAUSE)).await;
             }
-            Ok(Err(OperationError::Failed { class, message })) => BatchResult::Failed { error_code: class, message },
+            Ok(Err(OperationError::Failed { class, message })) => {
+                BatchResult::Failed { error_code: scrub_nul(&class).into(), message: scrub_nul(&message).into() }
+            }
             Err(_) => {
                 BatchResult::Failed { error_code: OPERATION_PANICKED.into(), message: "the batch panicked".into() }
             }

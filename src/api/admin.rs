@@ -37,8 +37,10 @@ pub async fn summary(
     state: web::Data<AppState>,
     query: web::Query<SummaryQuery>,
 ) -> Result<web::Json<Summary>, ApiError> {
-    let queue = queue_name(&query.queue)?;
-    let limit = limit(query.limit)?;
+    // Faults in a query string are 400s, like every other query's.
+    let as_query = |err: ApiError| ApiError::new(Code::InvalidQuery, err.detail);
+    let queue = queue_name(&query.queue).map_err(as_query)?;
+    let limit = limit(query.limit).map_err(as_query)?;
     let summary =
         dead_letters::summarise(state.transport.as_ref(), queue.as_str(), limit).await.map_err(unavailable)?;
     Ok(web::Json(summary))

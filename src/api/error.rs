@@ -9,63 +9,57 @@ use tracing::error;
 use crate::ops::Rejection;
 use crate::store::StoreError;
 
-/// Every error the API returns. The `code` string is stable: clients may match on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    InvalidJson,
-    InvalidRequest,
-    InvalidQuery,
-    InvalidJobId,
-    UnsupportedMediaType,
-    PayloadTooLarge,
-    UnknownOperation,
-    InvalidPayload,
-    InvalidQueue,
-    ParentNotFound,
-    ParentIsCoordinator,
-    JobNotFound,
-    NotFound,
-    MethodNotAllowed,
-    InvalidTransition,
-    IdempotencyConflict,
-    NotReady,
-    Internal,
+/// Declares [`Code`], its table (code, HTTP status, title) and [`Code::ALL`] from one list,
+/// so no code can be missing from the table or from the uniqueness test.
+macro_rules! codes {
+    ($($variant:ident => ($code:literal, $status:ident, $title:literal),)*) => {
+        /// Every error the API returns. The `code` string is stable: clients may match on it.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Code {
+            $($variant,)*
+        }
+
+        impl Code {
+            /// Every code, in declaration order.
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
+            /// (code, HTTP status, title): the whole table.
+            fn describe(self) -> (&'static str, StatusCode, &'static str) {
+                match self {
+                    $(Code::$variant => ($code, StatusCode::$status, $title),)*
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    InvalidJson => ("invalid_json", BAD_REQUEST, "Request body is not valid JSON"),
+    InvalidRequest => ("invalid_request", UNPROCESSABLE_ENTITY, "Request body has the wrong shape"),
+    InvalidQuery => ("invalid_query", BAD_REQUEST, "Query string is invalid"),
+    InvalidJobId => ("invalid_job_id", BAD_REQUEST, "Job id is not a UUID"),
+    NulCharacter => ("nul_character", UNPROCESSABLE_ENTITY, "Text may not contain the NUL character"),
+    UnsupportedMediaType => ("unsupported_media_type", UNSUPPORTED_MEDIA_TYPE, "Send application/json"),
+    UnsupportedEncoding => ("unsupported_encoding", UNSUPPORTED_MEDIA_TYPE, "Send the body without a Content-Encoding"),
+    PayloadTooLarge => ("payload_too_large", PAYLOAD_TOO_LARGE, "Request body is too large"),
+    RequestTimeout => ("request_timeout", REQUEST_TIMEOUT, "The request body arrived too slowly"),
+    UnknownOperation => ("unknown_operation", UNPROCESSABLE_ENTITY, "Unknown operation"),
+    InvalidPayload => ("invalid_payload", UNPROCESSABLE_ENTITY, "Payload is invalid for this operation"),
+    InvalidQueue => ("invalid_queue", UNPROCESSABLE_ENTITY, "Queue name is invalid"),
+    UnknownQueue => ("unknown_queue", UNPROCESSABLE_ENTITY, "No job queue of this name"),
+    ParentNotFound => ("parent_not_found", UNPROCESSABLE_ENTITY, "Parent job does not exist"),
+    ParentIsCoordinator => ("parent_is_coordinator", CONFLICT, "Parent job is a coordinator and takes no other children"),
+    JobNotFound => ("job_not_found", NOT_FOUND, "Job not found"),
+    NotFound => ("not_found", NOT_FOUND, "No such endpoint"),
+    MethodNotAllowed => ("method_not_allowed", METHOD_NOT_ALLOWED, "Method not allowed here"),
+    InvalidTransition => ("invalid_transition", CONFLICT, "The job cannot make this transition"),
+    IdempotencyConflict => ("idempotency_conflict", CONFLICT, "Idempotency key already used for another job"),
+    NotReady => ("not_ready", SERVICE_UNAVAILABLE, "A dependency is unavailable"),
+    StoreUnavailable => ("store_unavailable", SERVICE_UNAVAILABLE, "The database cannot be reached; try again shortly"),
+    Internal => ("internal", INTERNAL_SERVER_ERROR, "Internal error"),
 }
 
 impl Code {
-    /// (code, HTTP status, title): the whole table.
-    fn describe(self) -> (&'static str, StatusCode, &'static str) {
-        use Code::*;
-        match self {
-            InvalidJson => ("invalid_json", StatusCode::BAD_REQUEST, "Request body is not valid JSON"),
-            InvalidRequest => ("invalid_request", StatusCode::UNPROCESSABLE_ENTITY, "Request body has the wrong shape"),
-            InvalidQuery => ("invalid_query", StatusCode::BAD_REQUEST, "Query string is invalid"),
-            InvalidJobId => ("invalid_job_id", StatusCode::BAD_REQUEST, "Job id is not a UUID"),
-            UnsupportedMediaType => {
-                ("unsupported_media_type", StatusCode::UNSUPPORTED_MEDIA_TYPE, "Send application/json")
-            }
-            PayloadTooLarge => ("payload_too_large", StatusCode::PAYLOAD_TOO_LARGE, "Request body is too large"),
-            UnknownOperation => ("unknown_operation", StatusCode::UNPROCESSABLE_ENTITY, "Unknown operation"),
-            InvalidPayload => {
-                ("invalid_payload", StatusCode::UNPROCESSABLE_ENTITY, "Payload is invalid for this operation")
-            }
-            InvalidQueue => ("invalid_queue", StatusCode::UNPROCESSABLE_ENTITY, "Queue name is invalid"),
-            ParentNotFound => ("parent_not_found", StatusCode::UNPROCESSABLE_ENTITY, "Parent job does not exist"),
-            ParentIsCoordinator => {
-                ("parent_is_coordinator", StatusCode::CONFLICT, "Parent job fanned out and takes no other children")
-            }
-            JobNotFound => ("job_not_found", StatusCode::NOT_FOUND, "Job not found"),
-            NotFound => ("not_found", StatusCode::NOT_FOUND, "No such endpoint"),
-            MethodNotAllowed => ("method_not_allowed", StatusCode::METHOD_NOT_ALLOWED, "Method not allowed here"),
-            InvalidTransition => ("invalid_transition", StatusCode::CONFLICT, "The job cannot make this transition"),
-            IdempotencyConflict => {
-                ("idempotency_conflict", StatusCode::CONFLICT, "Idempotency key already used for another job")
-            }
-            NotReady => ("not_ready", StatusCode::SERVICE_UNAVAILABLE, "A dependency is unavailable"),
-            Internal => ("internal", StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
-        }
-    }
-
     pub fn as_str(self) -> &'static str {
         self.describe().0
     }
@@ -73,6 +67,22 @@ impl Code {
     pub fn status(self) -> StatusCode {
         self.describe().1
     }
+}
+
+/// Longest `detail` sent back: an error about a huge input must not echo it.
+const MAX_DETAIL: usize = 1024;
+
+/// `detail` cut to [`MAX_DETAIL`] bytes on a character boundary, marked when cut.
+fn capped(mut detail: String) -> String {
+    if detail.len() > MAX_DETAIL {
+        let mut end = MAX_DETAIL;
+        while !detail.is_char_boundary(end) {
+            end -= 1;
+        }
+        detail.truncate(end);
+        detail.push_str("… (truncated)");
+    }
+    detail
 }
 
 /// An error on its way to the client.
@@ -83,16 +93,31 @@ pub struct ApiError {
     pub detail: String,
     /// JSON pointer to the part of the request at fault (`/jobs/3` in a batch).
     pub pointer: Option<String>,
+    /// The methods the resource takes, for a 405's `Allow` header.
+    pub allow: Option<&'static str>,
+    /// Seconds before trying again, for a 503's `Retry-After` header.
+    pub retry_after: Option<u32>,
 }
 
 impl ApiError {
     pub fn new(code: Code, detail: impl Into<String>) -> Self {
-        ApiError { code, detail: detail.into(), pointer: None }
+        ApiError { code, detail: capped(detail.into()), pointer: None, allow: None, retry_after: None }
     }
 
-    /// The same error, located at `pointer` in the request body.
-    pub fn at(self, pointer: String) -> Self {
-        ApiError { detail: format!("{pointer}: {}", self.detail), pointer: Some(pointer), ..self }
+    /// The same error, located at `prefix` in the request body (before any pointer it had:
+    /// `/jobs/3` then `/payload/a` gives `/jobs/3/payload/a`).
+    pub fn at(self, prefix: impl Into<String>) -> Self {
+        let pointer = format!("{}{}", prefix.into(), self.pointer.as_deref().unwrap_or(""));
+        let detail = match &self.pointer {
+            Some(inner) => self.detail.strip_prefix(&format!("{inner}: ")).unwrap_or(&self.detail).to_owned(),
+            None => self.detail.clone(),
+        };
+        ApiError { detail: capped(format!("{pointer}: {detail}")), pointer: Some(pointer), ..self }
+    }
+
+    /// A 405 naming the methods the resource takes.
+    pub fn method_not_allowed(allow: &'static str) -> Self {
+        ApiError { allow: Some(allow), ..ApiError::new(Code::MethodNotAllowed, format!("this endpoint takes {allow}")) }
     }
 }
 
@@ -124,7 +149,15 @@ impl ResponseError for ApiError {
             code,
             pointer: self.pointer.as_deref(),
         };
-        HttpResponse::build(status).insert_header((header::CONTENT_TYPE, "application/problem+json")).json(problem)
+        let mut response = HttpResponse::build(status);
+        response.insert_header((header::CONTENT_TYPE, "application/problem+json"));
+        if let Some(allow) = self.allow {
+            response.insert_header((header::ALLOW, allow));
+        }
+        if let Some(seconds) = self.retry_after {
+            response.insert_header((header::RETRY_AFTER, seconds.to_string()));
+        }
+        response.json(problem)
     }
 }
 
@@ -160,28 +193,17 @@ mod tests {
 
     #[test]
     fn codes_are_unique() {
-        use Code::*;
-        let all = [
-            InvalidJson,
-            InvalidRequest,
-            InvalidQuery,
-            InvalidJobId,
-            UnsupportedMediaType,
-            PayloadTooLarge,
-            UnknownOperation,
-            InvalidPayload,
-            InvalidQueue,
-            ParentNotFound,
-            ParentIsCoordinator,
-            JobNotFound,
-            NotFound,
-            MethodNotAllowed,
-            InvalidTransition,
-            IdempotencyConflict,
-            NotReady,
-            Internal,
-        ];
-        let names: HashSet<_> = all.iter().map(|code| code.as_str()).collect();
-        assert_eq!(names.len(), all.len());
+        let names: HashSet<_> = Code::ALL.iter().map(|code| code.as_str()).collect();
+        assert_eq!(names.len(), Code::ALL.len());
+        assert!(Code::ALL.contains(&Code::Internal) && Code::ALL.contains(&Code::InvalidJson));
+    }
+
+    #[test]
+    fn details_are_capped_and_pointers_nest() {
+        let huge = ApiError::new(Code::InvalidPayload, "x".repeat(5_000_000));
+        assert!(huge.detail.len() < 2 * MAX_DETAIL, "{}", huge.detail.len());
+        let nested = ApiError::new(Code::NulCharacter, "a NUL").at("/payload/a").at("/jobs/3");
+        assert_eq!(nested.pointer.as_deref(), Some("/jobs/3/payload/a"));
+        assert_eq!(nested.detail, "/jobs/3/payload/a: a NUL");
     }
 }

@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use super::error::{ApiError, Code};
 use super::AppState;
-use crate::domain::{Job, JobEvent, JobStatus, NewJob, QueueName, RetryPolicy};
-use crate::store::JobFilter;
+use crate::domain::{nul_pointer, Job, JobEvent, JobStatus, NewJob, QueueName, RetryPolicy};
+use crate::store::{JobFilter, StoreError};
 
 /// Longest idempotency key accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 255;
@@ -65,14 +65,13 @@ pub async fn submit(
     Ok(response.insert_header((header::LOCATION, location)).json(submission.job))
 }
 
-/// Body of `POST /jobs:batch`.
+/// Body of `POST /jobs:batch`; each item is read on its own, so a bad one is named.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
-    pub jobs: Vec<SubmitRequest>,
+    pub jobs: Vec<Value>,
 }
 
-/// One answer of a batch: the job, and whether this request created it.
 #[derive(Debug, Serialize)]
 pub struct BatchItem {
     pub created: bool,
@@ -97,21 +96,33 @@ pub async fn submit_batch(
         let detail = "a batch takes no Idempotency-Key header: give each job its idempotency_key";
         return Err(ApiError::new(Code::InvalidRequest, detail));
     }
-    let requests = body.into_inner().jobs;
-    if requests.is_empty() || requests.len() > MAX_BATCH {
-        let detail = format!("jobs must hold 1-{MAX_BATCH} submissions, not {}", requests.len());
-        return Err(ApiError::new(Code::InvalidRequest, detail));
+    let items = body.into_inner().jobs;
+    if items.is_empty() || items.len() > MAX_BATCH {
+        let detail = format!("jobs must hold 1-{MAX_BATCH} submissions, not {}", items.len());
+        return Err(ApiError::new(Code::InvalidRequest, detail).at("/jobs"));
     }
-    let parents: HashSet<Uuid> = requests.iter().filter_map(|request| request.parent_job_id).collect();
-    for parent in parents {
-        check_parents(&state, Some(parent)).await?;
+    let mut checked_parents = HashSet::new();
+    let mut jobs = Vec::with_capacity(items.len());
+    for (at, item) in items.into_iter().enumerate() {
+        let validated = async {
+            let request: SubmitRequest =
+                serde_json::from_value(item).map_err(|err| ApiError::new(Code::InvalidRequest, err.to_string()))?;
+            if request.parent_job_id.is_some_and(|parent| !checked_parents.contains(&parent)) {
+                check_parents(&state, request.parent_job_id).await?;
+                checked_parents.extend(request.parent_job_id);
+            }
+            validate_submission(&state, request, None)
+        };
+        jobs.push(validated.await.map_err(|err| err.at(format!("/jobs/{at}")))?);
     }
-    let jobs = requests
-        .into_iter()
-        .enumerate()
-        .map(|(at, request)| validate_submission(&state, request, None).map_err(|err| err.at(format!("/jobs/{at}"))))
-        .collect::<Result<Vec<_>, _>>()?;
-    let submissions = state.dispatcher.submit_many(jobs).await?;
+    let keys: Vec<Option<String>> = jobs.iter().map(|job| job.idempotency_key.clone()).collect();
+    let submissions = state.dispatcher.submit_many(jobs).await.map_err(|err| match err {
+        StoreError::IdempotencyConflict(key) => {
+            let at = keys.iter().position(|item| item.as_deref() == Some(key.as_str())).unwrap_or_default();
+            ApiError::from(StoreError::IdempotencyConflict(key)).at(format!("/jobs/{at}/idempotency_key"))
+        }
+        err => ApiError::from(err),
+    })?;
     let mut response = match submissions.iter().any(|submission| submission.created) {
         true => HttpResponse::Created(),
         false => HttpResponse::Ok(),
@@ -121,41 +132,86 @@ pub async fn submit_batch(
 }
 
 /// A parent must exist, and must not be a coordinator: its count is of the batches or
-/// children it made itself.
+/// children it makes itself, from its submission on (a `group` still QUEUED included).
 async fn check_parents(state: &AppState, parent: Option<Uuid>) -> Result<(), ApiError> {
     let Some(parent) = parent else { return Ok(()) };
     match state.store.get(parent).await? {
-        None => Err(ApiError::new(Code::ParentNotFound, format!("no job with id {parent}"))),
-        Some(job) if job.fan_out.is_some() => {
-            let detail = format!("job {parent} fanned out; it counts only the work it made");
-            Err(ApiError::new(Code::ParentIsCoordinator, detail))
+        None => Err(ApiError::new(Code::ParentNotFound, format!("no job with id {parent}")).at("/parent_job_id")),
+        Some(job) if job.fan_out.is_some() || state.registry.is_coordinator(&job.operation) => {
+            let detail = format!("job {parent} is a {} coordinator; it counts only the work it makes", job.operation);
+            Err(ApiError::new(Code::ParentIsCoordinator, detail).at("/parent_job_id"))
         }
         Some(_) => Ok(()),
     }
 }
 
-fn validate_submission(state: &AppState, body: SubmitRequest, header_key: Option<String>) -> Result<NewJob, ApiError> {
-    let payload = body.payload.unwrap_or_else(|| Value::Object(Default::default()));
-    state.registry.validate(&body.operation, &payload)?;
-    let (default_retries, default_policy) =
-        state.registry.get(&body.operation).map(|operation| operation.retry_defaults()).unwrap_or_default();
-    let retry_policy = body.retry.unwrap_or(default_policy);
-    retry_policy.validate().map_err(|err| ApiError::new(Code::InvalidRequest, err))?;
-    let queue = match body.queue {
-        Some(name) => QueueName::parse(&name).map_err(|err| ApiError::new(Code::InvalidQueue, err))?,
+/// Refuses a NUL character anywhere in a submission, naming where: PostgreSQL cannot
+/// store one, and both backends answer alike.
+fn refuse_nul(body: &SubmitRequest, header_key: Option<&str>) -> Result<(), ApiError> {
+    let nul = |pointer: &str| {
+        Err(ApiError::new(Code::NulCharacter, "a NUL character (\\u0000) cannot be stored").at(pointer))
+    };
+    let texts = [("/operation", Some(body.operation.as_str())), ("/queue", body.queue.as_deref())];
+    let keys = [("/idempotency_key", body.idempotency_key.as_deref()), ("/idempotency_key", header_key)];
+    for (pointer, text) in texts.into_iter().chain(keys) {
+        if text.is_some_and(|text| text.contains('\0')) {
+            return nul(pointer);
+        }
+    }
+    if let Some(inner) = body.payload.as_ref().and_then(nul_pointer) {
+        return nul(&format!("/payload{inner}"));
+    }
+    let classes = body.retry.iter().flat_map(|policy| {
+        let retry_on = policy.retry_on.iter().enumerate().map(|(at, class)| (format!("/retry/retry_on/{at}"), class));
+        let no_retry_on =
+            policy.no_retry_on.iter().enumerate().map(|(at, class)| (format!("/retry/no_retry_on/{at}"), class));
+        retry_on.chain(no_retry_on)
+    });
+    for (pointer, class) in classes {
+        if class.contains('\0') {
+            return nul(&pointer);
+        }
+    }
+    Ok(())
+}
+
+/// A job queue this deployment consumes (`[queues.NAME]` with `kind = "jobs"`): a job sent
+/// anywhere else would never be claimed.
+fn known_job_queue(state: &AppState, name: Option<&str>) -> Result<QueueName, ApiError> {
+    let queue = match name {
+        Some(name) => QueueName::parse(name).map_err(|err| ApiError::new(Code::InvalidQueue, err))?,
         None => QueueName::default(),
     };
+    if !state.job_queues.contains(queue.as_str()) {
+        let known: Vec<&str> = state.job_queues.iter().map(String::as_str).collect();
+        let detail = format!("no job queue named {:?}; job queues: {}", queue.as_str(), known.join(", "));
+        return Err(ApiError::new(Code::UnknownQueue, detail));
+    }
+    Ok(queue)
+}
+
+fn validate_submission(state: &AppState, body: SubmitRequest, header_key: Option<String>) -> Result<NewJob, ApiError> {
+    refuse_nul(&body, header_key.as_deref())?;
+    let payload = body.payload.unwrap_or_else(|| Value::Object(Default::default()));
+    state.registry.validate(&body.operation, &payload)?;
+    for (at, nested) in state.registry.nested(&body.operation, &payload).into_iter().enumerate() {
+        known_job_queue(state, nested.queue.as_deref()).map_err(|err| err.at(format!("/payload/jobs/{at}/queue")))?;
+    }
+    let (default_retries, default_policy) = state.registry.retry_defaults(&body.operation);
+    let retry_policy = body.retry.unwrap_or(default_policy);
+    retry_policy.validate().map_err(|err| ApiError::new(Code::InvalidRequest, err).at("/retry"))?;
+    let queue = known_job_queue(state, body.queue.as_deref()).map_err(|err| err.at("/queue"))?;
     let idempotency_key = body.idempotency_key.or(header_key);
     if let Some(key) = &idempotency_key {
         if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
             let detail = format!("idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY} bytes");
-            return Err(ApiError::new(Code::InvalidRequest, detail));
+            return Err(ApiError::new(Code::InvalidRequest, detail).at("/idempotency_key"));
         }
     }
     let max_retries = body.max_retries.unwrap_or(default_retries);
     if !(0..=MAX_RETRIES_LIMIT).contains(&max_retries) {
         let detail = format!("max_retries must be between 0 and {MAX_RETRIES_LIMIT}");
-        return Err(ApiError::new(Code::InvalidRequest, detail));
+        return Err(ApiError::new(Code::InvalidRequest, detail).at("/max_retries"));
     }
     Ok(NewJob {
         operation: body.operation,
@@ -197,6 +253,11 @@ pub struct JobPage {
 
 pub async fn list(state: web::Data<AppState>, query: web::Query<ListQuery>) -> Result<web::Json<JobPage>, ApiError> {
     let query = query.into_inner();
+    for (name, value) in [("operation", &query.operation), ("queue", &query.queue)] {
+        if value.as_deref().is_some_and(|value| value.contains('\0')) {
+            return Err(ApiError::new(Code::InvalidQuery, format!("{name} holds a NUL character, which no job has")));
+        }
+    }
     let filter = JobFilter {
         status: query.status,
         operation: query.operation,

@@ -8,7 +8,7 @@ mod jobs;
 
 use std::sync::Arc;
 
-use actix_web::{web, HttpResponse};
+use actix_web::{guard, web, HttpResponse};
 
 pub use error::{ApiError, Code};
 
@@ -24,38 +24,49 @@ pub struct AppState {
     pub dispatcher: Dispatcher,
     pub registry: Arc<OperationRegistry>,
     pub max_page_size: u64,
+    /// The queues a submission may name: the deployment's job queues.
+    pub job_queues: std::collections::BTreeSet<String>,
 }
 
-/// Registers every route and extractor setting.
+/// Registers every route and extractor setting. Every resource answers the methods it
+/// does not take with 405 and `Allow`; every GET also answers HEAD.
 pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
     cfg.app_data(extract::json_config(max_body_bytes))
         .app_data(web::PayloadConfig::default().limit(max_body_bytes))
         .app_data(extract::query_config())
         .app_data(extract::path_config())
-        .service(health::healthz)
-        .service(health::readyz)
-        .service(resource("/jobs").route(web::post().to(jobs::submit)).route(web::get().to(jobs::list)))
-        .service(resource("/jobs:batch").route(web::post().to(jobs::submit_batch)))
-        .service(resource("/jobs/{id}").route(web::get().to(jobs::get)))
-        .service(resource("/jobs/{id}/cancel").route(web::post().to(jobs::cancel)))
-        .service(resource("/jobs/{id}/retry").route(web::post().to(jobs::retry)))
-        .service(resource("/jobs/{id}/children").route(web::get().to(jobs::children)))
-        .service(resource("/admin/dead-letters").route(web::get().to(admin::summary)))
-        .service(resource("/admin/dead-letters/replay").route(web::post().to(admin::replay)))
-        .service(resource("/admin/dead-letters/purge").route(web::post().to(admin::purge)))
-        .service(resource("/jobs/{id}/events").route(web::get().to(jobs::events)));
+        .service(resource("/healthz", READ).route(read().to(health::healthz)))
+        .service(resource("/readyz", READ).route(read().to(health::readyz)))
+        .service(resource("/jobs", READ_WRITE).route(web::post().to(jobs::submit)).route(read().to(jobs::list)))
+        .service(resource("/jobs:batch", WRITE).route(web::post().to(jobs::submit_batch)))
+        .service(resource("/jobs/{id}", READ).route(read().to(jobs::get)))
+        .service(resource("/jobs/{id}/cancel", WRITE).route(web::post().to(jobs::cancel)))
+        .service(resource("/jobs/{id}/retry", WRITE).route(web::post().to(jobs::retry)))
+        .service(resource("/jobs/{id}/children", READ).route(read().to(jobs::children)))
+        .service(resource("/jobs/{id}/events", READ).route(read().to(jobs::events)))
+        .service(resource("/admin/dead-letters", READ).route(read().to(admin::summary)))
+        .service(resource("/admin/dead-letters/replay", WRITE).route(web::post().to(admin::replay)))
+        .service(resource("/admin/dead-letters/purge", WRITE).route(web::post().to(admin::purge)));
 }
 
-/// A resource that answers 405 problem+json to methods it has no route for.
-fn resource(path: &str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(method_not_allowed))
+/// The `Allow` values of the resources.
+const READ: &str = "GET, HEAD";
+const WRITE: &str = "POST";
+const READ_WRITE: &str = "GET, HEAD, POST";
+
+/// A route for GET and HEAD (actix-web sends a HEAD answer's headers without its body).
+fn read() -> actix_web::Route {
+    web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
+}
+
+/// A resource that answers 405 problem+json with `Allow: allow` to methods it has no
+/// route for.
+fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
+    web::resource(path)
+        .default_service(web::to(move || async move { Err::<HttpResponse, _>(ApiError::method_not_allowed(allow)) }))
 }
 
 /// The answer for paths no route matches.
 pub async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::new(Code::NotFound, "no endpoint at this path"))
-}
-
-async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::new(Code::MethodNotAllowed, "this endpoint does not take this method"))
 }

@@ -93,20 +93,47 @@ impl NewJob {
 
     /// Whether two submissions ask for the same job (as [`NewJob::matches`]).
     pub fn matches_new(&self, other: &NewJob) -> bool {
-        self.asks_for(&other.operation, other.queue.as_str(), &other.payload, other.parent_job_id)
+        let asked = Asked::of_new(other);
+        Asked::of_new(self) == asked
     }
 
     /// True when `job` is what this submission would have created: the test for
-    /// whether a reused idempotency key is a retry or a conflict.
+    /// whether a reused idempotency key is a retry or a conflict. Every field a client
+    /// chooses counts, retries included.
     pub fn matches(&self, job: &Job) -> bool {
-        self.asks_for(&job.operation, &job.queue, &job.payload, job.parent_job_id)
+        let asked = Asked {
+            operation: &job.operation,
+            queue: &job.queue,
+            payload: &job.payload,
+            parent_job_id: job.parent_job_id,
+            max_retries: job.max_retries,
+            retry_policy: &job.retry_policy,
+        };
+        Asked::of_new(self) == asked
     }
+}
 
-    fn asks_for(&self, operation: &str, queue: &str, payload: &Value, parent_job_id: Option<Uuid>) -> bool {
-        self.operation == operation
-            && self.queue.as_str() == queue
-            && &self.payload == payload
-            && self.parent_job_id == parent_job_id
+/// What a submission asks for, borrowed: the fields an idempotent repeat must match.
+#[derive(PartialEq)]
+struct Asked<'a> {
+    operation: &'a str,
+    queue: &'a str,
+    payload: &'a Value,
+    parent_job_id: Option<Uuid>,
+    max_retries: i32,
+    retry_policy: &'a RetryPolicy,
+}
+
+impl<'a> Asked<'a> {
+    fn of_new(new: &'a NewJob) -> Self {
+        Asked {
+            operation: &new.operation,
+            queue: new.queue.as_str(),
+            payload: &new.payload,
+            parent_job_id: new.parent_job_id,
+            max_retries: new.max_retries,
+            retry_policy: &new.retry_policy,
+        }
     }
 }
 

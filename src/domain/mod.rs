@@ -7,9 +7,11 @@ mod event;
 mod job;
 mod retry;
 mod status;
+mod text;
 
 pub use batch::{BatchAddress, BatchOutcome, BatchResult, FanOutForm};
 pub use event::{EventLevel, EventName, NewEvent};
 pub use job::{Job, JobEvent, NewJob, QueueName};
 pub use retry::{RetryPolicy, NEVER_RETRIED};
 pub use status::{InvalidTransition, JobStatus};
+pub use text::{nul_pointer, scrub_nul, scrub_nul_value};

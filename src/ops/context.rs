@@ -7,9 +7,11 @@ use sea_orm::DatabaseConnection;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{EventLevel, Job, NewEvent};
+use crate::domain::{scrub_nul, scrub_nul_value, EventLevel, Job, NewEvent};
 use crate::store::{JobStore, RunRef, StoreError};
 use crate::transport::Transport;
+
+use super::OperationRegistry;
 
 /// What every execution context is built from; cheap to clone.
 #[derive(Clone)]
@@ -17,6 +19,8 @@ pub struct Services {
     pub store: Arc<dyn JobStore>,
     pub db: DatabaseConnection,
     pub transport: Arc<dyn Transport>,
+    /// The operations of this process, for defaults of the work an operation submits.
+    pub registry: Arc<OperationRegistry>,
 }
 
 /// Handed to [`super::Operation::execute`]; cheap to clone.
@@ -30,6 +34,7 @@ pub struct JobContext {
     pub(super) store: Arc<dyn JobStore>,
     db: DatabaseConnection,
     pub(super) transport: Arc<dyn Transport>,
+    registry: Arc<OperationRegistry>,
     /// Fires when the job is cancelled (or its run taken away): stop early if you can.
     cancel: CancellationToken,
     /// What the coordinator of a batch resolved before fanning out; `Null` otherwise.
@@ -47,6 +52,7 @@ impl JobContext {
             store: services.store,
             db: services.db,
             transport: services.transport,
+            registry: services.registry,
             cancel,
             snapshot: Arc::new(Value::Null),
             deferred: Arc::default(),
@@ -62,6 +68,7 @@ impl JobContext {
             store: services.store,
             db: services.db,
             transport: services.transport,
+            registry: services.registry,
             cancel: CancellationToken::new(),
             snapshot: Arc::new(snapshot),
             deferred: Arc::default(),
@@ -99,6 +106,11 @@ impl JobContext {
         self.job.as_ref().map_or(1, |job| job.attempts)
     }
 
+    /// The operations of this process.
+    pub fn registry(&self) -> &OperationRegistry {
+        &self.registry
+    }
+
     /// The database pool, for operations that keep tables of their own. Each call runs in
     /// its own short transaction; never hold one open across slow work.
     pub fn db(&self) -> &DatabaseConnection {
@@ -121,9 +133,13 @@ impl JobContext {
             tracing::info!(event, message, %fields, "ephemeral event");
             return Ok(());
         };
-        let mut new = NewEvent::new(event).fields(fields).level(level);
+        // What cannot be stored (a NUL character) is scrubbed, not refused: a report is
+        // worth keeping with a replacement character.
+        let mut fields = fields;
+        scrub_nul_value(&mut fields);
+        let mut new = NewEvent::new(scrub_nul(event)).fields(fields).level(level);
         if let Some(message) = message {
-            new = new.message(message);
+            new = new.message(scrub_nul(message));
         }
         if !self.store.record_event(run, new).await? {
             tracing::info!(job_id = %run.id, attempt = run.attempt, event, "run no longer current; event dropped, run stopped");

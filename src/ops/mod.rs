@@ -39,10 +39,16 @@ pub trait Operation: Send + Sync + 'static {
     /// Checks a payload at submit time, so a bad one is refused before it is queued.
     fn validate(&self, payload: &Value) -> Result<(), String>;
 
-    /// The submissions a valid payload will make, as `(operation, payload)` (a `group`'s
-    /// children), so the registry checks them at submit time too. Default: none.
-    fn nested(&self, _payload: &Value) -> Vec<(String, Value)> {
+    /// The submissions a valid payload will make (a `group`'s children), so they are
+    /// checked at submit time too. Default: none.
+    fn nested(&self, _payload: &Value) -> Vec<Nested> {
         Vec::new()
+    }
+
+    /// True for a coordinator: its jobs make children or batches of their own, and take no
+    /// child from anyone else, from submission on. Default: false.
+    fn is_coordinator(&self) -> bool {
+        false
     }
 
     /// Retries a job of this operation gets when its submission names none:
@@ -60,6 +66,15 @@ pub trait Operation: Send + Sync + 'static {
     /// Runs the work; `Ok` carries the job's result. Long work should watch
     /// `ctx.cancelled()` and return early when the job is cancelled.
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError>;
+}
+
+/// A submission an operation's payload will make when it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Nested {
+    pub operation: String,
+    pub payload: Value,
+    /// The queue it names; `None` for the default queue.
+    pub queue: Option<String>,
 }
 
 /// Why an operation did not produce a result.
@@ -139,13 +154,28 @@ impl OperationRegistry {
         operation
             .validate(payload)
             .map_err(|reason| Rejection::InvalidPayload { operation: name.to_owned(), reason })?;
-        for (at, (nested, payload)) in operation.nested(payload).into_iter().enumerate() {
-            self.validate(&nested, &payload).map_err(|rejection| Rejection::InvalidPayload {
+        for (at, nested) in operation.nested(payload).into_iter().enumerate() {
+            self.validate(&nested.operation, &nested.payload).map_err(|rejection| Rejection::InvalidPayload {
                 operation: name.to_owned(),
                 reason: format!("jobs[{at}]: {rejection}"),
             })?;
         }
         Ok(())
+    }
+
+    /// What running a job of `name` with `payload` will submit (see [`Operation::nested`]).
+    pub fn nested(&self, name: &str, payload: &Value) -> Vec<Nested> {
+        self.get(name).map(|operation| operation.nested(payload)).unwrap_or_default()
+    }
+
+    /// Whether `name` is a coordinator (see [`Operation::is_coordinator`]).
+    pub fn is_coordinator(&self, name: &str) -> bool {
+        self.get(name).is_some_and(|operation| operation.is_coordinator())
+    }
+
+    /// `(max_retries, policy)` for a job of `name` whose submission names none.
+    pub fn retry_defaults(&self, name: &str) -> (i32, RetryPolicy) {
+        self.get(name).map(|operation| operation.retry_defaults()).unwrap_or_default()
     }
 }
 

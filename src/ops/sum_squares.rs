@@ -65,6 +65,14 @@ impl Range {
     fn batches(&self) -> u64 {
         (self.end - self.start) / self.batch_size + 1
     }
+
+    /// Batch `index` (below [`Range::batches`]): every bound saturates, so a `batch_size`
+    /// near `u64::MAX` is one batch up to `end`, never a wrapped, empty range.
+    fn batch(&self, index: u64) -> Value {
+        let from = self.start.saturating_add(index.saturating_mul(self.batch_size));
+        let to = from.saturating_add(self.batch_size - 1).min(self.end);
+        json!({ "index": index, "from": from, "to": to })
+    }
 }
 
 #[async_trait]
@@ -77,10 +85,17 @@ impl Operation for SumSquares {
         Range::parse(payload).map(drop)
     }
 
-    /// The sum over all batches.
+    fn is_coordinator(&self) -> bool {
+        true
+    }
+
+    /// The sum over all batches (`null` with `overflow` if it does not fit 64 bits).
     fn reduce(&self, outputs: Vec<Value>) -> Value {
-        let sum: u64 = outputs.iter().filter_map(|output| output["sum"].as_u64()).sum();
-        json!({ "batches": outputs.len(), "sum": sum })
+        let sum = outputs.iter().filter_map(|output| output["sum"].as_u64()).try_fold(0_u64, u64::checked_add);
+        match sum {
+            Some(sum) => json!({ "batches": outputs.len(), "sum": sum }),
+            None => json!({ "batches": outputs.len(), "sum": null, "overflow": true }),
+        }
     }
 
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
@@ -93,12 +108,7 @@ impl Operation for SumSquares {
             "fail_batch": range.fail_batch,
             "batch_delay_ms": range.batch_delay_ms,
         });
-        let batches: Vec<Value> = (0..range.batches())
-            .map(|index| {
-                let from = range.start + index * range.batch_size;
-                json!({ "index": index, "from": from, "to": (from + range.batch_size - 1).min(range.end) })
-            })
-            .collect();
+        let batches: Vec<Value> = (0..range.batches()).map(|index| range.batch(index)).collect();
         let count = batches.len();
         let fan_out = FanOut {
             operation: SUM_SQUARES_BATCH.into(),
@@ -148,5 +158,27 @@ impl Operation for SumSquaresBatch {
             .try_fold(0_u64, |sum, i| i.checked_pow(exponent).and_then(|power| sum.checked_add(power)))
             .ok_or_else(|| OperationError::new("Overflow", "the sum does not fit 64 bits"))?;
         Ok(json!({ "sum": sum }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_huge_batch_size_is_one_batch_up_to_end() {
+        let range = Range::parse(&json!({ "start": 1, "end": 10, "batch_size": u64::MAX - 1 })).unwrap();
+        assert_eq!(range.batches(), 1);
+        assert_eq!(range.batch(0), json!({ "index": 0, "from": 1, "to": 10 }));
+        let last = Range::parse(&json!({ "start": 0, "end": 1 << 20, "batch_size": 1 << 19 })).unwrap();
+        assert_eq!(last.batch(2), json!({ "index": 2, "from": 1 << 20, "to": 1 << 20 }));
+    }
+
+    #[test]
+    fn a_sum_that_overflows_says_so() {
+        let outputs = vec![json!({ "sum": u64::MAX }), json!({ "sum": 1 })];
+        assert_eq!(SumSquares.reduce(outputs), json!({ "batches": 2, "sum": null, "overflow": true }));
     }
 }

@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
-use crate::domain::{Job, JobStatus};
+use serde_json::Value;
+
+use crate::domain::{nul_pointer, scrub_nul, Job, JobStatus};
 use crate::ops::{JobContext, OperationError, OperationRegistry, Services};
 use crate::store::{Completion, Requeue, RunRef, StoreError};
 
@@ -24,6 +26,8 @@ pub const RESULT_COMMIT_FAILED: &str = "ResultCommitFailed";
 pub const UNKNOWN_OPERATION: &str = "UnknownOperation";
 /// Error class recorded when an operation panics.
 pub const OPERATION_PANICKED: &str = "OperationPanicked";
+/// Error class recorded when a result cannot be stored (it holds a NUL character).
+pub const INVALID_RESULT: &str = "InvalidResult";
 
 /// Tries of the fallback session, with a doubling pause starting here.
 const FALLBACK_ATTEMPTS: u32 = 4;
@@ -166,11 +170,16 @@ impl Executor {
             return Outcome::Deferred;
         }
         let (error_code, message) = match executed {
-            Ok(Ok(result)) => return Outcome::Complete(Completion::Succeeded { result }),
+            Ok(Ok(result)) => match unstorable(&result) {
+                None => return Outcome::Complete(Completion::Succeeded { result }),
+                Some(reason) => (INVALID_RESULT.to_owned(), reason),
+            },
             Ok(Err(OperationError::RetryLater { delay, reason })) => {
                 return Outcome::Requeue(Requeue::RetryLater { delay, reason });
             }
-            Ok(Err(OperationError::Failed { class, message })) => (class, message),
+            Ok(Err(OperationError::Failed { class, message })) => {
+                (scrub_nul(&class).into(), scrub_nul(&message).into())
+            }
             Err(panic) => (OPERATION_PANICKED.to_owned(), panic_message(&panic)),
         };
         let Some(job) = ctx.job() else {
@@ -207,6 +216,13 @@ impl Executor {
         }
         HandleOutcome::Unrecorded
     }
+}
+
+/// Why `result` cannot be stored, if it cannot: PostgreSQL keeps no NUL character, and a
+/// result must read the same on both backends.
+pub fn unstorable(result: &Value) -> Option<String> {
+    let at = nul_pointer(result)?;
+    Some(format!("the result holds a NUL character at {:?}, which cannot be stored", scrub_nul(&at)))
 }
 
 /// A number in [0, 1) to spread retries; randomness from a v4 UUID, no extra dependency.

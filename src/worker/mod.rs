@@ -3,5 +3,5 @@
 mod executor;
 mod in_flight;
 
-pub use executor::{Claim, Executor, ExecutorConfig, HandleOutcome, OPERATION_PANICKED};
+pub use executor::{unstorable, Claim, Executor, ExecutorConfig, HandleOutcome, INVALID_RESULT, OPERATION_PANICKED};
 pub use in_flight::{InFlight, Slot};

@@ -51,7 +51,9 @@ async fn unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on(backe
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (code, problem) = app.get("/admin/dead-letters?queue=no%20such").await;
-    assert_eq!((code, problem["code"].as_str()), (422, Some("invalid_queue")));
+    assert_eq!((code, problem["code"].as_str()), (400, Some("invalid_query")), "{problem}");
+    let (code, problem) = app.get("/admin/dead-letters?queue=default&limit=0").await;
+    assert_eq!((code, problem["code"].as_str()), (400, Some("invalid_query")), "{problem}");
 }
 
 /// The ephemeral path: operation messages run with no job row; bad ones are dead-lettered.

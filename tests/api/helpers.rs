@@ -14,7 +14,7 @@ use yardmaster::startup::StoreWrapper;
 use yardmaster::store::JobStore;
 
 use crate::custom_operation::{Count, FanCount};
-use crate::stale_runs::Stubborn;
+use crate::test_ops::{Flaky, Stubborn};
 use yardmaster::transport::{AmqpTransport, InProcessTransport, Transport};
 use yardmaster::{Application, Settings};
 
@@ -121,6 +121,9 @@ impl Drop for TestDatabase {
     }
 }
 
+/// A job queue every test app knows and none consumes.
+pub const PARKED: &str = "parked";
+
 /// How to start the app under test.
 pub struct TestOptions {
     pub workers: bool,
@@ -205,6 +208,10 @@ impl TestApp {
             let writes = QueueSettings { concurrency: 8, prefetch: 32, kind: QueueKind::Writes };
             settings.queues.insert(name.to_string(), writes);
         }
+        // Consumed: every queue above. Known too, with no consumer here: `parked`, where a
+        // job stays QUEUED until a test moves it.
+        settings.worker.queues = settings.queues.keys().cloned().collect();
+        settings.queues.insert(PARKED.to_owned(), QueueSettings::default());
 
         let seeded = seed(&settings.store.url, "count", options.seed_jobs).await;
         let transport: Arc<dyn Transport> = match backend {
@@ -212,7 +219,7 @@ impl TestApp {
             Backend::Sqlite | Backend::Postgres => Arc::new(InProcessTransport::new()),
         };
         let mut builder = Application::builder(settings)
-            .registry(OperationRegistry::builtin().with(Count).with(FanCount).with(Stubborn))
+            .registry(OperationRegistry::builtin().with(Count).with(FanCount).with(Stubborn).with(Flaky))
             .transport(transport.clone());
         if let Some(wrap) = options.wrap_store {
             builder = builder.wrap_store(wrap);

@@ -132,7 +132,7 @@ async fn listing_is_newest_first_with_a_cursor(backend: Backend) {
     let options = TestOptions { workers: false, ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     let mut submitted = Vec::new();
-    for queue in ["a", "a", "b", "a", "b"] {
+    for queue in ["default", "default", "parked", "default", "parked"] {
         let (_, job) = app.submit(json!({ "operation": "ping", "queue": queue })).await;
         submitted.push(job["id"].as_str().unwrap().to_owned());
     }
@@ -152,8 +152,8 @@ async fn listing_is_newest_first_with_a_cursor(backend: Backend) {
     submitted.reverse();
     assert_eq!(seen, submitted);
 
-    let (_, only_b) = app.get("/jobs?queue=b&status=queued&operation=ping").await;
-    assert_eq!(only_b["jobs"].as_array().unwrap().len(), 2);
+    let (_, only_parked) = app.get("/jobs?queue=parked&status=queued&operation=ping").await;
+    assert_eq!(only_parked["jobs"].as_array().unwrap().len(), 2);
     let (_, none) = app.get("/jobs?status=running").await;
     assert!(none["jobs"].as_array().unwrap().is_empty());
 }

@@ -13,6 +13,8 @@ mod concurrency;
 mod dead_letters;
 mod errors;
 mod fan_out;
+mod hostile;
 mod lifecycle;
 mod stale_runs;
 mod systemd;
+mod test_ops;

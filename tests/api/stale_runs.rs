@@ -4,36 +4,9 @@
 
 use std::time::Duration;
 
-use async_trait::async_trait;
-use serde_json::{json, Value};
-use yardmaster::ops::{JobContext, Operation, OperationError};
+use serde_json::json;
 
 use crate::helpers::{Backend, TestApp, TestOptions};
-
-/// Reports progress `steps` times, `pause_ms` apart, and never looks at cancellation: the
-/// worst case of an operation that keeps writing after its run was taken away.
-pub struct Stubborn;
-
-#[async_trait]
-impl Operation for Stubborn {
-    fn name(&self) -> &'static str {
-        "stubborn"
-    }
-
-    fn validate(&self, _payload: &Value) -> Result<(), String> {
-        Ok(())
-    }
-
-    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
-        let steps = payload["steps"].as_i64().unwrap_or(40);
-        let pause = Duration::from_millis(payload["pause_ms"].as_u64().unwrap_or(25));
-        for step in 1..=steps {
-            tokio::time::sleep(pause).await;
-            ctx.progress(step, steps).await;
-        }
-        Ok(json!({ "steps": steps }))
-    }
-}
 
 const STEPS: i64 = 40;
 

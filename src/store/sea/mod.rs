@@ -352,7 +352,7 @@ impl JobStore for SeaStore {
         // counters count its batches or children; reports (from a batch, say) leave them.
         let counted = |column: job::Column, value: Option<i64>| match value {
             Some(value) => Expr::case(job::Column::FanOut.is_null(), value).finally(Expr::col(column)).into(),
-            None => Expr::col(column).into(),
+            None => Expr::col(column),
         };
         let moved = job::Entity::update_many()
             .col_expr(job::Column::ProgressCurrent, counted(job::Column::ProgressCurrent, current))
