@@ -38,6 +38,12 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     /// Largest page of `GET /jobs` and `GET /jobs/{id}/events`.
     pub max_page_size: u64,
+    /// Seconds a request body may take to arrive; slower ones get 408.
+    pub body_timeout_seconds: u64,
+    /// Open connections per HTTP worker at most; past it, new ones wait in the backlog.
+    pub max_connections: usize,
+    /// Open connections per client address at most; past it, new ones are closed at once.
+    pub max_connections_per_client: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -199,6 +205,9 @@ impl Default for Settings {
                 http_workers: 2,
                 max_body_bytes: 1024 * 1024,
                 max_page_size: 500,
+                body_timeout_seconds: 30,
+                max_connections: 512,
+                max_connections_per_client: 256,
             },
             store: StoreSettings {
                 url: "sqlite://yardmaster.db?mode=rwc".into(),
@@ -290,6 +299,12 @@ impl Settings {
             "transport.amqp.publish_attempts must be at least 1"
         );
         anyhow::ensure!(self.server.max_page_size >= 1, "server.max_page_size must be at least 1");
+        anyhow::ensure!(self.server.body_timeout_seconds >= 1, "server.body_timeout_seconds must be at least 1");
+        anyhow::ensure!(self.server.max_connections >= 1, "server.max_connections must be at least 1");
+        anyhow::ensure!(
+            self.server.max_connections_per_client >= 1,
+            "server.max_connections_per_client must be at least 1"
+        );
         crate::store::Backend::of_url(&self.store.url)?;
         Ok(())
     }

@@ -165,14 +165,21 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
     let listener = TcpListener::bind(&settings.server.bind)
         .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
     let port = listener.local_addr()?.port();
-    let max_body = settings.server.max_body_bytes;
+    let server_settings = settings.server.clone();
+    let max_body = server_settings.max_body_bytes;
+    let body_timeout = Duration::from_secs(server_settings.body_timeout_seconds);
+    let clients = api::ClientLimit::new(server_settings.max_connections_per_client);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
             .configure(|cfg| api::configure(cfg, max_body))
             .default_service(web::to(api::not_found))
+            // Outermost, so it holds an unread body until the response is written.
+            .wrap(api::BodyGuard::new(body_timeout))
     })
-    .workers(settings.server.http_workers.max(1))
+    .workers(server_settings.http_workers.max(1))
+    .max_connections(server_settings.max_connections)
+    .on_connect(move |connection, data| clients.on_connect(connection, data))
     // Long requests drain within the same budget as jobs; the guard owns the signals.
     .shutdown_timeout(settings.worker.grace_seconds)
     .disable_signals()

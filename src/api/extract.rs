@@ -3,6 +3,7 @@
 use actix_web::error::{JsonPayloadError, PathError, QueryPayloadError};
 use actix_web::{web, Error, HttpRequest};
 
+use super::body_guard::is_body_timeout;
 use super::error::{ApiError, Code};
 
 pub fn json_config(max_body_bytes: usize) -> web::JsonConfig {
@@ -23,6 +24,9 @@ fn json_error(err: JsonPayloadError, _req: &HttpRequest) -> Error {
     let api_error = match &err {
         JsonPayloadError::OverflowKnownLength { .. } | JsonPayloadError::Overflow { .. } => {
             ApiError::new(Code::PayloadTooLarge, err.to_string())
+        }
+        JsonPayloadError::Payload(payload) if is_body_timeout(payload) => {
+            ApiError::new(Code::RequestTimeout, "the request body did not arrive in time")
         }
         JsonPayloadError::ContentType => {
             ApiError::new(Code::UnsupportedMediaType, "Content-Type must be application/json")

@@ -1,6 +1,8 @@
 //! The HTTP API: routes, shared state, and the error mapping. Handlers live by resource.
 
 mod admin;
+mod body_guard;
+mod client_limit;
 mod error;
 mod extract;
 mod health;
@@ -10,6 +12,8 @@ use std::sync::Arc;
 
 use actix_web::{guard, web, HttpResponse};
 
+pub use body_guard::BodyGuard;
+pub use client_limit::ClientLimit;
 pub use error::{ApiError, Code};
 
 use crate::dispatch::Dispatcher;

@@ -121,6 +121,9 @@ impl Drop for TestDatabase {
     }
 }
 
+/// `server.body_timeout_seconds` of every test app.
+pub const BODY_TIMEOUT_SECONDS: u64 = 2;
+
 /// A job queue every test app knows and none consumes.
 pub const PARKED: &str = "parked";
 
@@ -139,6 +142,8 @@ pub struct TestOptions {
     pub seed_jobs: usize,
     /// `store.group_commit_max`: the default, 64, unless a test sets another.
     pub group_commit_max: usize,
+    /// `server.max_connections_per_client`.
+    pub max_connections_per_client: usize,
 }
 
 impl Default for TestOptions {
@@ -152,6 +157,7 @@ impl Default for TestOptions {
             wrap_store: None,
             seed_jobs: 0,
             group_commit_max: 64,
+            max_connections_per_client: 256,
         }
     }
 }
@@ -178,6 +184,8 @@ impl TestApp {
         settings.server.bind = "127.0.0.1:0".into();
         settings.server.http_workers = 1;
         settings.server.max_body_bytes = options.max_body_bytes;
+        settings.server.body_timeout_seconds = BODY_TIMEOUT_SECONDS;
+        settings.server.max_connections_per_client = options.max_connections_per_client;
         settings.store.url = url;
         settings.store.max_connections = 16;
         settings.store.group_commit_max = options.group_commit_max;

@@ -137,6 +137,27 @@ async fn head_works_and_wrong_methods_say_what_is_allowed(backend: Backend) {
     }
 }
 
+async fn an_encoding_the_server_does_not_decode_is_refused(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    for encoding in ["gzip", "br", "x-unknown"] {
+        let response = app
+            .client
+            .post(app.url("/jobs"))
+            .header("content-type", "application/json")
+            .header("content-encoding", encoding)
+            .body(r#"{"operation": "ping"}"#)
+            .send()
+            .await
+            .unwrap();
+        let (code, problem) = read(response).await;
+        assert_eq!((code, problem["code"].as_str()), (415, Some("unsupported_encoding")), "{encoding}: {problem}");
+    }
+    let identity =
+        app.client.post(app.url("/jobs")).header("content-encoding", "identity").json(&json!({ "operation": "ping" }));
+    assert_eq!(identity.send().await.unwrap().status(), 201);
+    assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 1);
+}
+
 async fn group_children_take_their_operations_retry_defaults(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let group = json!({ "operation": "group", "payload": { "jobs": [{ "operation": "flaky" }] } });
@@ -167,6 +188,7 @@ on_every_backend!(
     batch_problems_name_their_item,
     details_never_echo_a_huge_input,
     head_works_and_wrong_methods_say_what_is_allowed,
+    an_encoding_the_server_does_not_decode_is_refused,
     group_children_take_their_operations_retry_defaults,
     a_huge_batch_size_still_sums_the_range,
 );

@@ -14,6 +14,7 @@ mod dead_letters;
 mod errors;
 mod fan_out;
 mod hostile;
+mod http_limits;
 mod lifecycle;
 mod stale_runs;
 mod systemd;
