@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use super::error::{ApiError, Code};
 use super::AppState;
-use crate::domain::{nul_pointer, Job, JobEvent, JobStatus, NewJob, QueueName, RetryPolicy};
-use crate::store::{JobFilter, StoreError};
+use crate::domain::{nul_pointer, Job, JobEvent, JobStatus, JobSummary, NewJob, QueueName, RetryPolicy};
+use crate::store::{JobFilter, Page, StoreError};
 
 /// Longest idempotency key accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 255;
@@ -245,10 +245,36 @@ pub struct ListQuery {
     pub cursor: Option<Uuid>,
 }
 
+/// A page of job summaries (`GET /jobs/{id}` has a job's payload and result).
 #[derive(Debug, Serialize)]
 pub struct JobPage {
-    pub jobs: Vec<Job>,
+    pub jobs: Vec<JobSummary>,
     pub next_cursor: Option<Uuid>,
+}
+
+/// Most bytes of summaries in one page; a page that would pass it ends early, with a
+/// cursor to the rest.
+const PAGE_BYTES: usize = 1024 * 1024;
+
+impl JobPage {
+    /// The store's page, cut at [`PAGE_BYTES`] of JSON.
+    fn within_budget(page: Page) -> JobPage {
+        let mut bytes = 0;
+        let fits = page.jobs.iter().position(|job| {
+            bytes += serde_json::to_vec(job).map_or(PAGE_BYTES, |json| json.len() + 1);
+            bytes > PAGE_BYTES
+        });
+        match fits {
+            // Always at least one job, so paging moves on.
+            Some(cut) => {
+                let mut jobs = page.jobs;
+                jobs.truncate(cut.max(1));
+                let next_cursor = jobs.last().map(|job| job.id);
+                JobPage { jobs, next_cursor }
+            }
+            None => JobPage { jobs: page.jobs, next_cursor: page.next_cursor },
+        }
+    }
 }
 
 pub async fn list(state: web::Data<AppState>, query: web::Query<ListQuery>) -> Result<web::Json<JobPage>, ApiError> {
@@ -266,8 +292,7 @@ pub async fn list(state: web::Data<AppState>, query: web::Query<ListQuery>) -> R
         before: query.cursor,
         limit: page_size(query.limit, state.max_page_size)?,
     };
-    let page = state.store.list(&filter).await?;
-    Ok(web::Json(JobPage { jobs: page.jobs, next_cursor: page.next_cursor }))
+    Ok(web::Json(JobPage::within_budget(state.store.list(&filter).await?)))
 }
 
 /// Query of `GET /jobs/{id}/children`.
@@ -294,8 +319,7 @@ pub async fn children(
         limit: page_size(query.limit, state.max_page_size)?,
         ..Default::default()
     };
-    let page = state.store.list(&filter).await?;
-    Ok(web::Json(JobPage { jobs: page.jobs, next_cursor: page.next_cursor }))
+    Ok(web::Json(JobPage::within_budget(state.store.list(&filter).await?)))
 }
 
 fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiError> {

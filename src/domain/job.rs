@@ -52,6 +52,40 @@ pub struct Job {
     pub deferred_at: Option<DateTime<Utc>>,
 }
 
+/// A job as a list shows it: everything but the payload, the result and the retry policy
+/// (`GET /jobs/{id}` has them), and the error message cut to [`JobSummary::MESSAGE_CHARS`],
+/// so a page's size does not depend on what clients submitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSummary {
+    pub id: Uuid,
+    pub operation: String,
+    pub queue: String,
+    pub status: JobStatus,
+    pub parent_job_id: Option<Uuid>,
+    pub progress_current: i64,
+    pub progress_total: Option<i64>,
+    pub attempts: i32,
+    pub max_retries: i32,
+    pub error_code: Option<String>,
+    /// The first [`JobSummary::MESSAGE_CHARS`] characters of the error message.
+    pub error_message: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub leased_until: Option<DateTime<Utc>>,
+    pub owner: Option<String>,
+    pub run_after: Option<DateTime<Utc>>,
+    pub failures: i32,
+    pub fan_out: Option<String>,
+    pub deferred_at: Option<DateTime<Utc>>,
+}
+
+impl JobSummary {
+    /// Characters of the error message a summary keeps.
+    pub const MESSAGE_CHARS: usize = 500;
+}
+
 /// One entry in a job's event log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobEvent {

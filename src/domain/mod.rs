@@ -11,7 +11,7 @@ mod text;
 
 pub use batch::{BatchAddress, BatchOutcome, BatchResult, FanOutForm};
 pub use event::{EventLevel, EventName, NewEvent};
-pub use job::{Job, JobEvent, NewJob, QueueName};
+pub use job::{Job, JobEvent, JobSummary, NewJob, QueueName};
 pub use retry::{RetryPolicy, NEVER_RETRIED};
 pub use status::{InvalidTransition, JobStatus};
 pub use text::{nul_pointer, scrub_nul, scrub_nul_value};

@@ -14,7 +14,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::domain::{BatchOutcome, FanOutForm, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob};
+use crate::domain::{
+    BatchOutcome, FanOutForm, InvalidTransition, Job, JobEvent, JobStatus, JobSummary, NewEvent, NewJob,
+};
 
 pub use connect::{connect, migrate, Backend};
 pub use sea::SeaStore;
@@ -37,7 +39,8 @@ pub trait JobStore: Send + Sync + 'static {
 
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
 
-    /// Newest first, filtered; `filter.before` is the cursor from the previous page.
+    /// Summaries, newest first, filtered; `filter.before` is the cursor from the previous
+    /// page. Payloads and results are never read.
     async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError>;
 
     /// A job's events in the order they were written, after event id `after`.
@@ -246,7 +249,7 @@ pub struct JobFilter {
 /// One page of [`JobStore::list`].
 #[derive(Debug, Clone)]
 pub struct Page {
-    pub jobs: Vec<Job>,
+    pub jobs: Vec<JobSummary>,
     /// Pass as `before` for the next page; `None` on the last page.
     pub next_cursor: Option<Uuid>,
 }

@@ -103,6 +103,30 @@ async fn batch_problems_name_their_item(backend: Backend) {
     assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 0);
 }
 
+async fn a_list_page_holds_summaries_not_payloads(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let blob = "p".repeat(60 * 1024);
+    for _ in 0..20 {
+        let (code, _) =
+            app.submit(json!({ "operation": "ping", "queue": "parked", "payload": { "blob": blob } })).await;
+        assert_eq!(code, 201);
+    }
+    let long_message = "m".repeat(20_000);
+    let (_, failing) = app.submit(json!({ "operation": "fail", "payload": { "message": long_message } })).await;
+    let failed = app.wait_for_status(failing["id"].as_str().unwrap(), "failed").await;
+    assert_eq!(failed["error_message"].as_str().map(str::len), Some(20_000), "a job's own page has it all");
+
+    let response = app.client.get(app.url("/jobs?limit=500")).send().await.unwrap();
+    let bytes = response.bytes().await.unwrap();
+    assert!(bytes.len() < 64 * 1024, "a page of 21 summaries took {} bytes", bytes.len());
+    let page: Value = serde_json::from_slice(&bytes).unwrap();
+    let jobs = page["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 21);
+    assert!(jobs.iter().all(|job| job.get("payload").is_none() && job.get("result").is_none()), "{jobs:?}");
+    let summary = jobs.iter().find(|job| job["id"] == failing["id"]).unwrap();
+    assert_eq!(summary["error_message"].as_str().map(|message| message.chars().count()), Some(500));
+}
+
 async fn details_never_echo_a_huge_input(backend: Backend) {
     let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
     let huge = "x".repeat(60 * 1024);
@@ -187,6 +211,7 @@ on_every_backend!(
     a_reused_key_must_ask_for_the_same_retries,
     batch_problems_name_their_item,
     details_never_echo_a_huge_input,
+    a_list_page_holds_summaries_not_payloads,
     head_works_and_wrong_methods_say_what_is_allowed,
     an_encoding_the_server_does_not_decode_is_refused,
     group_children_take_their_operations_retry_defaults,

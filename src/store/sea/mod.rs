@@ -7,6 +7,7 @@
 
 mod fan_out;
 mod group_commit;
+mod listing;
 mod maintenance;
 mod rows;
 mod runs;
@@ -181,31 +182,7 @@ impl JobStore for SeaStore {
     }
 
     async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError> {
-        let mut query = job::Entity::find();
-        if let Some(status) = filter.status {
-            query = query.filter(job::Column::Status.eq(status.as_str()));
-        }
-        if let Some(operation) = &filter.operation {
-            query = query.filter(job::Column::Operation.eq(operation.as_str()));
-        }
-        if let Some(queue) = &filter.queue {
-            query = query.filter(job::Column::Queue.eq(queue.as_str()));
-        }
-        if let Some(parent) = filter.parent_job_id {
-            query = query.filter(job::Column::ParentJobId.eq(parent));
-        }
-        if let Some(before) = filter.before {
-            query = query.filter(job::Column::Id.lt(before));
-        }
-        let rows = query.order_by_desc(job::Column::Id).limit(filter.limit + 1).all(&self.db).await?;
-        let mut jobs = rows.into_iter().map(to_job).collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = if jobs.len() as u64 > filter.limit {
-            jobs.truncate(filter.limit as usize);
-            jobs.last().map(|job| job.id)
-        } else {
-            None
-        };
-        Ok(Page { jobs, next_cursor })
+        self.list_summaries(filter).await
     }
 
     async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
