@@ -123,6 +123,7 @@ impl ApplicationBuilder {
                     registry,
                     max_page_size: settings.server.max_page_size,
                     job_queues: settings.job_queues(),
+                    outage: api::Outage::default(),
                 };
                 let (port, server) = serve_api(&settings, state)?;
                 (Some(port), Some(server))
@@ -174,6 +175,7 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
             .app_data(state.clone())
             .configure(|cfg| api::configure(cfg, max_body))
             .default_service(web::to(api::not_found))
+            .wrap(actix_web::middleware::from_fn(api::fail_fast))
             // Outermost, so it holds an unread body until the response is written.
             .wrap(api::BodyGuard::new(body_timeout))
     })

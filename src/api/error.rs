@@ -69,6 +69,9 @@ impl Code {
     }
 }
 
+/// `Retry-After` of a 503 for an unreachable store.
+pub const STORE_RETRY_AFTER_SECONDS: u32 = 2;
+
 /// Longest `detail` sent back: an error about a huge input must not echo it.
 const MAX_DETAIL: usize = 1024;
 
@@ -84,6 +87,10 @@ fn capped(mut detail: String) -> String {
     }
     detail
 }
+
+/// Marks a response that found the store unreachable, for [`super::outage`].
+#[derive(Debug, Clone, Copy)]
+pub struct StoreWentAway;
 
 /// An error on its way to the client.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -157,7 +164,11 @@ impl ResponseError for ApiError {
         if let Some(seconds) = self.retry_after {
             response.insert_header((header::RETRY_AFTER, seconds.to_string()));
         }
-        response.json(problem)
+        let mut response = response.json(problem);
+        if self.code == Code::StoreUnavailable {
+            response.extensions_mut().insert(StoreWentAway);
+        }
+        response
     }
 }
 
@@ -167,6 +178,13 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(id) => ApiError::new(Code::JobNotFound, format!("no job with id {id}")),
             StoreError::InvalidTransition(err) => ApiError::new(Code::InvalidTransition, err.to_string()),
             StoreError::IdempotencyConflict(_) => ApiError::new(Code::IdempotencyConflict, err.to_string()),
+            err if err.is_unavailable() => {
+                tracing::warn!(error = %err, "store unavailable");
+                ApiError {
+                    retry_after: Some(STORE_RETRY_AFTER_SECONDS),
+                    ..ApiError::new(Code::StoreUnavailable, "the database cannot be reached")
+                }
+            }
             StoreError::Database(_) | StoreError::Corrupt(_) => {
                 error!(error = %err, "store error");
                 ApiError::new(Code::Internal, "the store failed; the request may be retried")

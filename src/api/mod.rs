@@ -7,6 +7,7 @@ mod error;
 mod extract;
 mod health;
 mod jobs;
+mod outage;
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use actix_web::{guard, web, HttpResponse};
 pub use body_guard::BodyGuard;
 pub use client_limit::ClientLimit;
 pub use error::{ApiError, Code};
+pub use outage::{fail_fast, Outage};
 
 use crate::dispatch::Dispatcher;
 use crate::ops::OperationRegistry;
@@ -30,6 +32,8 @@ pub struct AppState {
     pub max_page_size: u64,
     /// The queues a submission may name: the deployment's job queues.
     pub job_queues: std::collections::BTreeSet<String>,
+    /// Whether the store was found unreachable a moment ago (answer 503 at once).
+    pub outage: Outage,
 }
 
 /// Registers every route and extractor setting. Every resource answers the methods it

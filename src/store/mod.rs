@@ -254,6 +254,32 @@ pub struct Page {
     pub next_cursor: Option<Uuid>,
 }
 
+impl StoreError {
+    /// True when the database could not be reached at all (no connection, the server
+    /// shutting down or restarting): nothing was written, and trying again later may work.
+    pub fn is_unavailable(&self) -> bool {
+        use sea_orm::{DbErr, RuntimeErr};
+        let runtime = match self {
+            StoreError::Database(DbErr::ConnectionAcquire(_) | DbErr::Conn(_)) => return true,
+            StoreError::Database(DbErr::Exec(runtime) | DbErr::Query(runtime)) => runtime,
+            _ => return false,
+        };
+        let RuntimeErr::SqlxError(err) = runtime else { return false };
+        match err.as_ref() {
+            sea_orm::sqlx::Error::Io(_)
+            | sea_orm::sqlx::Error::PoolTimedOut
+            | sea_orm::sqlx::Error::PoolClosed
+            | sea_orm::sqlx::Error::WorkerCrashed => true,
+            // SQLSTATE classes 08 (connection exception) and 57 (operator intervention:
+            // shutting down, cannot connect now).
+            sea_orm::sqlx::Error::Database(db) => {
+                db.code().is_some_and(|code| code.starts_with("08") || code.starts_with("57"))
+            }
+            _ => false,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("job {0} not found")]

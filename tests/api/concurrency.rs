@@ -1,6 +1,7 @@
 //! Exactly-once execution under concurrent consumers and duplicate deliveries, and the
 //! fallback session when the outcome cannot be committed.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,7 +53,12 @@ enum Fault {
     Success,
     /// No operation event (progress included) can be written.
     Events,
+    /// Reading a job finds no connection to the database (counted in `UNREACHABLE_READS`).
+    Unreachable,
 }
+
+/// Reads that [`Fault::Unreachable`] failed (each test runs in a process of its own).
+static UNREACHABLE_READS: AtomicUsize = AtomicUsize::new(0);
 
 /// Delegates to the real store but fails the writes its [`Fault`] names.
 struct Faulty(Arc<dyn JobStore>, Fault);
@@ -73,6 +79,12 @@ impl JobStore for Faulty {
         self.0.submit_many(jobs).await
     }
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        if self.1 == Fault::Unreachable {
+            UNREACHABLE_READS.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Database(sea_orm::DbErr::ConnectionAcquire(
+                sea_orm::error::ConnAcquireErr::Timeout,
+            )));
+        }
         self.0.get(id).await
     }
     async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError> {
@@ -129,7 +141,7 @@ impl JobStore for Faulty {
     async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError> {
         match self.1 {
             Fault::Events => Err(injected()),
-            Fault::Success => self.0.record_event(run, event).await,
+            Fault::Success | Fault::Unreachable => self.0.record_event(run, event).await,
         }
     }
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
@@ -174,7 +186,29 @@ async fn progress_that_cannot_be_written_does_not_fail_the_job(backend: Backend)
     assert_eq!(app.event_names(id).await, ["job.queued", "job.started", "job.succeeded"]);
 }
 
+/// An unreachable store is a 503 with `Retry-After`, and for a moment every request gets it
+/// at once instead of waiting for a connection of its own.
+async fn an_unreachable_store_answers_503_at_once(backend: Backend) {
+    let options = TestOptions {
+        workers: false,
+        wrap_store: Some(Box::new(|store| Arc::new(Faulty(store, Fault::Unreachable)) as Arc<dyn JobStore>)),
+        ..Default::default()
+    };
+    let app = TestApp::spawn_with(backend, options).await;
+    let path = format!("/jobs/{}", Uuid::now_v7());
+    for _ in 0..3 {
+        let response = app.client.get(app.url(&path)).send().await.unwrap();
+        let retry_after = response.headers().get("retry-after").map(|value| value.to_str().unwrap().to_owned());
+        let (code, problem) = crate::helpers::read(response).await;
+        assert_eq!((code, problem["code"].as_str()), (503, Some("store_unavailable")), "{problem}");
+        assert_eq!(retry_after.as_deref(), Some("2"));
+    }
+    assert_eq!(UNREACHABLE_READS.load(Ordering::SeqCst), 1, "later requests did not wait on the store");
+    assert_eq!(app.get("/healthz").await.0, 200);
+}
+
 on_both_backends!(
+    an_unreachable_store_answers_503_at_once,
     eight_consumers_run_two_thousand_jobs_exactly_once,
     without_group_commit_every_job_runs_exactly_once,
     a_session_two_commit_failure_leaves_the_job_failed,
