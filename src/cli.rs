@@ -59,14 +59,17 @@ struct ServeArgs {
 pub fn main_with(registry: OperationRegistry) -> ExitCode {
     let cli = Cli::parse();
     telemetry::init();
-    let result = actix_rt::System::new().block_on(run(cli, registry));
-    match result {
-        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+    let system = actix_rt::System::new();
+    let code = match system.block_on(run(cli, registry)) {
+        Ok(code) => code,
         Err(err) => {
             eprintln!("yardmaster: {err:#}");
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
-    }
+    };
+    // Everything that must finish has (drains, requeues); exit before the runtime is torn
+    // down, so a task still winding down is not dropped in the middle of a database write.
+    std::process::exit(code)
 }
 
 async fn run(cli: Cli, registry: OperationRegistry) -> anyhow::Result<i32> {

@@ -68,8 +68,8 @@ impl DeliveryHandler for JobMessages {
         match self.executor.claim(id).await {
             Ok(Claim::Claimed(job)) => {
                 let run = RunRef::from(&*job);
-                slot.bind(run);
                 let cancel = CancellationToken::new();
+                slot.bind(run, cancel.clone());
                 let lease = self.executor.config().lease;
                 let heartbeat = Heartbeat::new(run, self.store.clone(), lease, self.heartbeat, cancel.clone()).start();
                 // Stops the heartbeat however the run ends, a panic included.

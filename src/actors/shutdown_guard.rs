@@ -1,9 +1,11 @@
 //! `ShutdownGuard`: owns SIGTERM and SIGINT. On the first signal it stops intake (consumers
-//! drop their subscriptions, no new claims), drains HTTP, and lets in-flight jobs finish
-//! within `grace`. Jobs still running then are re-queued (RUNNING → QUEUED, lease and start
-//! cleared, message re-published) so another worker takes them; a job whose requeue cannot
-//! commit is force-failed with `WorkerShutdown`. Then the process exits with 143. A second
-//! signal changes nothing: one timer, one exit. It also feeds the systemd watchdog.
+//! drop their subscriptions, no new claims) and, side by side within `grace`, drains HTTP
+//! (requests under way are answered; new connections are refused) and lets in-flight jobs
+//! finish. Jobs still running then are re-queued (RUNNING → QUEUED, lease and start
+//! cleared, message re-published) so another worker takes them, and their operations are
+//! told to stop; a job whose requeue cannot commit is force-failed with `WorkerShutdown`.
+//! Once both drains are over the process exits with 143. A second signal changes nothing:
+//! one timer, one exit. It also feeds the systemd watchdog.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +18,7 @@ use tracing::{error, info, warn};
 
 use super::consumer::StopIntake;
 use crate::dispatch::Dispatcher;
-use crate::store::{Completion, JobStore, Requeue};
+use crate::store::{Completion, JobStore, Requeue, RunRef};
 use crate::worker::InFlight;
 
 /// Error class of a job force-failed because its worker stopped and could not requeue it.
@@ -120,12 +122,19 @@ impl Handler<Stop> for ShutdownGuard {
         for consumer in &self.consumers {
             consumer.do_send(StopIntake);
         }
-        if let Some(server) = self.server.clone() {
-            actix::spawn(async move { server.stop(true).await });
-        }
+        let server = self.server.clone();
         let (in_flight, store, dispatcher, grace) =
             (self.in_flight.clone(), self.store.clone(), self.dispatcher.clone(), self.grace);
-        let drain = async move { drain_or_requeue(&in_flight, store.as_ref(), &dispatcher, grace).await };
+        let drain = async move {
+            // The server's own shutdown timeout is the same grace.
+            let http = async {
+                if let Some(server) = server {
+                    server.stop(true).await;
+                    info!("HTTP drained");
+                }
+            };
+            tokio::join!(http, drain_or_requeue(&in_flight, store.as_ref(), &dispatcher, grace));
+        };
         ctx.spawn(drain.into_actor(self).map(|_, actor, _| {
             if let Some(done) = actor.done.take() {
                 let _ = done.send(EXIT_CODE);
@@ -134,28 +143,44 @@ impl Handler<Stop> for ShutdownGuard {
     }
 }
 
-/// Waits up to `grace` for in-flight runs; re-queues (else force-fails) what is left.
+/// How long re-queued runs get to stop after being told to, before the process exits with
+/// whatever still runs (its writes are refused by then: the runs are no longer current).
+const STOP_ABANDONED: Duration = Duration::from_secs(5);
+
+/// Waits up to `grace` for in-flight runs; re-queues (else force-fails) what is left, tells
+/// those runs to stop, and waits a little for them.
 async fn drain_or_requeue(in_flight: &InFlight, store: &dyn JobStore, dispatcher: &Dispatcher, grace: Duration) {
     if tokio::time::timeout(grace, in_flight.drained()).await.is_ok() {
         info!("in-flight jobs finished within the grace period");
         return;
     }
-    for run in in_flight.snapshot() {
-        match store.requeue(run, &Requeue::Shutdown).await {
-            Ok(Some(job)) => {
-                info!(job_id = %run.id, "re-queued on shutdown");
-                dispatcher.publish(&job).await;
-            }
-            Ok(None) => info!(job_id = %run.id, "finished while shutting down"),
-            Err(err) => {
-                warn!(job_id = %run.id, error = %err, "requeue failed; force-failing the job");
-                let completion = Completion::Failed {
-                    error_code: WORKER_SHUTDOWN.into(),
-                    message: format!("the worker shut down and could not requeue the job: {err}"),
-                };
-                if let Err(err) = store.finish(run, &completion).await {
-                    error!(job_id = %run.id, error = %err, "force-fail failed; the lease will expire");
-                }
+    let abandoned = in_flight.snapshot();
+    for &run in &abandoned {
+        requeue_abandoned(run, store, dispatcher).await;
+        in_flight.stop(run);
+    }
+    if tokio::time::timeout(STOP_ABANDONED, in_flight.drained()).await.is_err() {
+        let still = in_flight.snapshot().len();
+        warn!(still_running = still, "some abandoned runs did not stop; exiting anyway");
+    }
+}
+
+/// Re-queues one run the grace period ran out on, or force-fails it.
+async fn requeue_abandoned(run: RunRef, store: &dyn JobStore, dispatcher: &Dispatcher) {
+    match store.requeue(run, &Requeue::Shutdown).await {
+        Ok(Some(job)) => {
+            info!(job_id = %run.id, "re-queued on shutdown");
+            dispatcher.publish(&job).await;
+        }
+        Ok(None) => info!(job_id = %run.id, "finished while shutting down"),
+        Err(err) => {
+            warn!(job_id = %run.id, error = %err, "requeue failed; force-failing the job");
+            let completion = Completion::Failed {
+                error_code: WORKER_SHUTDOWN.into(),
+                message: format!("the worker shut down and could not requeue the job: {err}"),
+            };
+            if let Err(err) = store.finish(run, &completion).await {
+                error!(job_id = %run.id, error = %err, "force-fail failed; the lease will expire");
             }
         }
     }

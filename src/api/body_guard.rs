@@ -79,6 +79,7 @@ where
     forward_ready!(service);
 
     fn call(&self, mut req: ServiceRequest) -> Self::Future {
+        tracing::trace!(method = %req.method(), path = req.path(), "request: {} {}", req.method(), req.path());
         let held = match req.take_payload() {
             Payload::None => None,
             body => {

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::store::RunRef;
 
@@ -16,8 +17,8 @@ struct State {
     /// Slots taken whose claim is still under way.
     claiming: usize,
     /// Runs executing, by job and attempt (a job may be claimed again while an older run
-    /// of it still winds down).
-    runs: HashMap<RunRef, ()>,
+    /// of it still winds down), each with the token that tells its operation to stop.
+    runs: HashMap<RunRef, CancellationToken>,
 }
 
 #[derive(Default)]
@@ -50,6 +51,13 @@ impl InFlight {
         self.lock().runs.keys().copied().collect()
     }
 
+    /// Tells `run`'s operation to stop (it was re-queued for another worker).
+    pub fn stop(&self, run: RunRef) {
+        if let Some(cancel) = self.lock().runs.get(&run) {
+            cancel.cancel();
+        }
+    }
+
     /// Waits until no claim is under way and no run is executing.
     pub async fn drained(&self) {
         loop {
@@ -76,11 +84,11 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// The claim succeeded: the slot now stands for `run`.
-    pub fn bind(&mut self, run: RunRef) {
+    /// The claim succeeded: the slot now stands for `run`, stopped through `cancel`.
+    pub fn bind(&mut self, run: RunRef, cancel: CancellationToken) {
         let mut state = self.in_flight.lock();
         state.claiming -= 1;
-        state.runs.insert(run, ());
+        state.runs.insert(run, cancel);
         self.run = Some(run);
     }
 }
@@ -114,7 +122,7 @@ mod tests {
             let in_flight = in_flight.clone();
             actix_rt::spawn(async move { in_flight.drained().await })
         };
-        slot.bind(RunRef { id: Uuid::now_v7(), attempt: 1 });
+        slot.bind(RunRef { id: Uuid::now_v7(), attempt: 1 }, CancellationToken::new());
         assert_eq!(in_flight.snapshot().len(), 1);
         drop(slot);
         waiter.await.unwrap();
@@ -126,9 +134,9 @@ mod tests {
         let in_flight = InFlight::new();
         let id = Uuid::now_v7();
         let mut old = in_flight.enter().unwrap();
-        old.bind(RunRef { id, attempt: 1 });
+        old.bind(RunRef { id, attempt: 1 }, CancellationToken::new());
         let mut new = in_flight.enter().unwrap();
-        new.bind(RunRef { id, attempt: 2 });
+        new.bind(RunRef { id, attempt: 2 }, CancellationToken::new());
         drop(old);
         assert_eq!(in_flight.snapshot(), [RunRef { id, attempt: 2 }]);
         drop(new);

@@ -47,3 +47,161 @@ async fn systemd_hears_ready_then_stopping_and_the_exit_is_143() {
     assert_eq!(status.code(), Some(143), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `yardmaster serve` on an embedded store, its log lines read as they come.
+struct Served {
+    child: std::process::Child,
+    port: u16,
+    log: std::sync::mpsc::Receiver<String>,
+    dir: std::path::PathBuf,
+}
+
+impl Served {
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Served {
+        let dir = std::env::temp_dir().join(format!("yardmaster-stop-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_yardmaster"))
+            .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .env("YARDMASTER__STORE__URL", format!("sqlite://{}?mode=rwc", dir.join("ym.db").display()))
+            .env("YARDMASTER__WORKER__GRACE_SECONDS", "1")
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (lines, log) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = lines.send(line);
+            }
+        });
+        let served = Served { child, port, log, dir };
+        served.wait_for_log("started");
+        served
+    }
+
+    /// Waits for a log line containing `needle`; every line read on the way is returned.
+    fn wait_for_log(&self, needle: &str) -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            match self.log.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    seen.push(line);
+                    if found {
+                        return seen;
+                    }
+                }
+                Err(_) => panic!("no log line with {needle:?}; saw {seen:#?}"),
+            }
+        }
+    }
+
+    /// The rest of the log, once the process has exited.
+    fn rest_of_log(&self) -> Vec<String> {
+        self.log.iter().collect()
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, signal);
+        }
+    }
+
+    fn wait(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let status = self.child.wait().unwrap();
+        let log = self.rest_of_log();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        (status, log)
+    }
+}
+
+#[actix_rt::test]
+async fn sigterm_answers_the_request_under_way_before_exiting() {
+    let served = Served::start(&["--no-workers"], &[("RUST_LOG", "info,yardmaster::api=trace")]);
+    let port = served.port;
+    let (served, answer) = actix_rt::task::spawn_blocking(move || {
+        use std::io::{Read as _, Write as _};
+        let body = br#"{"operation": "ping"}"#;
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // One answered request first: the server has taken the connection in.
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\n\r\n").unwrap();
+        let mut buffer = [0u8; 1024];
+        let mut first = Vec::new();
+        while !String::from_utf8_lossy(&first).contains("\"ok\"") {
+            let n = stream.read(&mut buffer).unwrap();
+            assert!(n > 0, "closed before answering /healthz");
+            first.extend_from_slice(&buffer[..n]);
+        }
+        let head = format!(
+            "POST /jobs HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(&body[..5]).unwrap();
+        served.wait_for_log("POST /jobs");
+        served.signal(libc::SIGTERM);
+        let seen = served.wait_for_log("shutting down");
+        // The request was under way when the signal came: it is still answered.
+        stream.write_all(&body[5..]).unwrap();
+        let mut answer = Vec::new();
+        let mut end = String::new();
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => answer.extend_from_slice(&buffer[..n]),
+                Err(err) => {
+                    end = err.to_string();
+                    break;
+                }
+            }
+        }
+        (served, format!("{}\nend: {end}\n{seen:#?}", String::from_utf8_lossy(&answer)))
+    })
+    .await
+    .unwrap();
+    let (status, log) = actix_rt::task::spawn_blocking(move || served.wait()).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer:.300} {log:#?}");
+    assert_eq!(status.code(), Some(143), "{status:?}");
+}
+
+#[actix_rt::test]
+async fn sigterm_stops_the_runs_it_requeues_and_exits_cleanly() {
+    let served = Served::start(&[], &[]);
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{}/jobs", served.port);
+    let job: serde_json::Value = client
+        .post(&url)
+        .json(&serde_json::json!({ "operation": "sleep", "payload": { "seconds": 60, "steps": 1 } }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = job["id"].as_str().unwrap().to_owned();
+    let served = actix_rt::task::spawn_blocking(move || {
+        served.wait_for_log("claimed");
+        served.signal(libc::SIGTERM);
+        served
+    })
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    let (status, log) = actix_rt::task::spawn_blocking(move || served.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(143), "{status:?}: {log:#?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?} with a 1 s grace", started.elapsed());
+    assert!(log.iter().any(|line| line.contains("re-queued on shutdown") && line.contains(&id)), "{log:#?}");
+    assert!(!log.iter().any(|line| line.contains("did not stop")), "the abandoned run kept going: {log:#?}");
+    // The run was told to stop and ended before the exit; its late outcome was refused.
+    let ended = |line: &&String| line.contains("outcome dropped") && line.contains(&id);
+    assert!(log.iter().any(|line| ended(&line)), "the abandoned run never ended: {log:#?}");
+    assert!(!log.iter().any(|line| line.contains("panicked")), "{log:#?}");
+}
