@@ -41,6 +41,12 @@ ensure_rabbitmq() {
   rabbitmqctl -q set_permissions -p "$TEST_VHOST" guest ".*" ".*" ".*"
 }
 
+ensure_faketime() { # the clock-skew tests run a worker minutes ahead with libfaketime
+  if command -v faketime >/dev/null 2>&1; then return 0; fi
+  echo "test.sh: installing faketime" >&2
+  apt-get install -y faketime >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y faketime >/dev/null; }
+}
+
 ensure_nextest() {
   if cargo nextest --version >/dev/null 2>&1; then return 0; fi
   cargo install cargo-nextest --locked
@@ -48,6 +54,7 @@ ensure_nextest() {
 
 ensure_postgres
 ensure_rabbitmq
+ensure_faketime
 ensure_nextest
 bash scripts/check-units.sh
 cargo nextest run --workspace --no-fail-fast "$@"

@@ -13,8 +13,8 @@ use tokio::sync::oneshot;
 use tracing::info;
 
 use crate::actors::{
-    BatchWrites, DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, Reaper,
-    ShutdownGuard, StopIntake, WriteConsumer,
+    BatchWrites, ClockSync, DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, Reaper,
+    ShutdownGuard, StopIntake, WriteConsumer, CLOCK_SYNC_INTERVAL,
 };
 use crate::api::{self, AppState};
 use crate::config::{QueueKind, Settings, TransportKind};
@@ -39,6 +39,8 @@ pub struct Application {
     consumers: Consumers,
     sweeper: Option<Addr<DispatchSweeper>>,
     reaper: Option<Addr<Reaper>>,
+    /// Keeps the database clock offset fresh.
+    clock: Addr<ClockSync>,
     /// Resolves with the exit code when the shutdown guard is done.
     stopped: Option<oneshot::Receiver<i32>>,
 }
@@ -93,6 +95,11 @@ impl ApplicationBuilder {
         if settings.store.migrate_on_start {
             store::migrate(&db).await?;
         }
+        let offset_ms = store::clock::sync(&db).await.context("reading the database clock")?;
+        let clock = Supervisor::start({
+            let db = db.clone();
+            move |_| ClockSync::new(db, CLOCK_SYNC_INTERVAL)
+        });
         let mut store: Arc<dyn JobStore> =
             Arc::new(SeaStore::new(db.clone()).with_group_commit(settings.store.group_commit()));
         if let Some(wrap) = self.wrap_store {
@@ -138,8 +145,8 @@ impl ApplicationBuilder {
             stopped
         });
         let backend = store::Backend::of_url(&settings.store.url)?;
-        info!(port, store = ?backend, transport = transport.kind(), consumers = consumers.len(), "started");
-        Ok(Application { port, server, store, db, transport, consumers, sweeper, reaper, stopped })
+        info!(port, store = ?backend, transport = transport.kind(), consumers = consumers.len(), offset_ms, "started");
+        Ok(Application { port, server, store, db, transport, consumers, sweeper, reaper, clock, stopped })
     }
 }
 
@@ -288,7 +295,7 @@ impl Application {
     /// drained (143). Without: until the HTTP server stops, or a signal for a worker (0).
     pub async fn run_until_stopped(self) -> std::io::Result<i32> {
         // Consumers, sweeper and reaper stay addressable (so supervisable) until the end.
-        let Application { server, consumers, sweeper, reaper, stopped, .. } = self;
+        let Application { server, consumers, sweeper, reaper, clock, stopped, .. } = self;
         let code = match (stopped, server) {
             (Some(stopped), server) => {
                 if let Some(server) = server {
@@ -303,7 +310,7 @@ impl Application {
                 0
             }
         };
-        drop((consumers, sweeper, reaper));
+        drop((consumers, sweeper, reaper, clock));
         Ok(code)
     }
 }

@@ -1,5 +1,6 @@
 //! The actors of a running instance, one per file, each with its messages and handlers.
 
+mod clock_sync;
 mod consumer;
 mod dispatch_sweeper;
 mod heartbeat;
@@ -9,6 +10,7 @@ pub mod reaper;
 mod shutdown_guard;
 mod write_consumer;
 
+pub use clock_sync::{ClockSync, SyncClock, CLOCK_SYNC_INTERVAL};
 pub use consumer::{Consumer, DeliveryHandler, StopIntake};
 pub use dispatch_sweeper::{DispatchSweeper, Tick};
 pub use heartbeat::{Heartbeat, StopHeartbeat};

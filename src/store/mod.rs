@@ -3,6 +3,7 @@
 //! Every state change is a compare-and-set (`UPDATE … WHERE id = ? AND status IN (…)`, row
 //! count checked) that writes its JobEvent in the same transaction.
 
+pub mod clock;
 mod connect;
 pub mod entity;
 mod sea;

@@ -23,6 +23,9 @@ impl Drop for Process {
     }
 }
 
+/// Debian's libfaketime (package `faketime`), which `scripts/test.sh` installs.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
 /// Settings shared by the processes of one test, as environment variables.
 pub struct Deployment {
     store_url: String,
@@ -39,6 +42,16 @@ impl Deployment {
 
     pub fn spawn(&self, args: &[&str], extra: &[(&str, &str)]) -> Process {
         self.spawn_program(env!("CARGO_BIN_EXE_yardmaster").into(), args, extra)
+    }
+
+    /// As [`Deployment::spawn`], with the process's wall clock `skew` ahead (libfaketime,
+    /// preloaded into the process itself; the monotonic clock, which timers use, is left
+    /// alone).
+    pub fn spawn_skewed(&self, skew: &str, args: &[&str], extra: &[(&str, &str)]) -> Process {
+        assert!(std::path::Path::new(LIBFAKETIME).exists(), "install libfaketime: apt-get install faketime");
+        let mut env = vec![("LD_PRELOAD", LIBFAKETIME), ("FAKETIME", skew), ("FAKETIME_DONT_FAKE_MONOTONIC", "1")];
+        env.extend_from_slice(extra);
+        self.spawn(args, &env)
     }
 
     /// Runs `examples/custom_operation`: the same command line plus the `count` operation.
@@ -398,4 +411,43 @@ async fn a_frozen_worker_swallows_no_message() {
     unsafe {
         libc::kill(frozen.0.id() as libc::pid_t, libc::SIGCONT);
     }
+}
+
+#[actix_rt::test]
+async fn a_worker_ten_minutes_ahead_times_out_no_job_and_stamps_database_time() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    seed(&url, "count", 0).await;
+    let deployment = Deployment::new(&url);
+    // Every run is past its timeout after a second; only a run quiet for 30 s is stalled.
+    let reaper = [
+        ("YARDMASTER__REAPER__TIMEOUT_SECONDS", "1"),
+        ("YARDMASTER__REAPER__STALL_SECONDS", "30"),
+        ("YARDMASTER__REAPER__INTERVAL_MS", "200"),
+    ];
+    let args = ["worker", "--queue", "default"];
+    let _on_time = deployment.spawn(&args, &[&reaper[..], &[("YARDMASTER__WORKER__ID", "on_time")]].concat());
+    let _ahead =
+        deployment.spawn_skewed("+600s", &args, &[&reaper[..], &[("YARDMASTER__WORKER__ID", "ahead")]].concat());
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(insert_job(&url, "sleep", json!({ "seconds": 3, "steps": 30 })).await);
+    }
+    let db = Database::connect(&url).await.unwrap();
+    let list = ids.iter().map(|id| format!("'{id}'")).collect::<Vec<_>>().join(",");
+    let ended = format!("SELECT COUNT(*) FROM job WHERE id IN ({list}) AND status IN ('succeeded', 'failed')");
+    wait_for_count(&db, &ended, ids.len() as i64, Duration::from_secs(60)).await;
+    let timed_out = format!("SELECT COUNT(*) FROM job WHERE id IN ({list}) AND status = 'failed'");
+    assert_eq!(count(&db, &timed_out).await, 0, "healthy runs were failed by a skewed reaper");
+    let by_ahead = format!("SELECT COUNT(*) FROM job WHERE id IN ({list}) AND owner = 'ahead'");
+    assert!(count(&db, &by_ahead).await > 0, "the skewed worker ran none of the jobs");
+    // Its stamps are the database's time, not its own ten minutes ahead.
+    let off_clock = format!(
+        "SELECT COUNT(*) FROM job WHERE id IN ({list}) AND (started_at > created_at + INTERVAL '60 seconds' \
+         OR finished_at > CURRENT_TIMESTAMP + INTERVAL '60 seconds')"
+    );
+    assert_eq!(count(&db, &off_clock).await, 0);
+    let future_events = format!(
+        "SELECT COUNT(*) FROM job_event WHERE job_id IN ({list}) AND ts > CURRENT_TIMESTAMP + INTERVAL '60 seconds'"
+    );
+    assert_eq!(count(&db, &future_events).await, 0);
 }

@@ -10,6 +10,7 @@
 //! their own ending, with the parent row locked; a coordinator that is itself a child counts
 //! towards its parent the same way when it closes.
 
+use crate::store::clock;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 
@@ -71,7 +72,7 @@ impl SeaStore {
     /// The coordinator returned with its batches sent: it gives up its lease, and its
     /// batches' outcomes (and the reaper's stall check) take over.
     pub(super) async fn defer_run(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
-        let now = Utc::now();
+        let now = clock::now();
         let event = NewEvent::new(EventName::DEFERRED).message("waiting for its batches");
         let set = move |update: UpdateMany<job::Entity>| {
             update
@@ -114,7 +115,7 @@ impl SeaStore {
         if locked.is_empty() {
             return Ok(outcomes.iter().map(|_| BatchRecorded::ParentGone).collect());
         }
-        let now = Utc::now();
+        let now = clock::now();
         let mut answers = Vec::with_capacity(outcomes.len());
         let (mut succeeded, mut failure) = (Vec::new(), None);
         for outcome in outcomes {

@@ -1,6 +1,7 @@
 //! What the reaper and the dispatch sweep read and write: expired leases, stalled runs,
 //! overdue queued jobs, and the publication bookkeeping of QUEUED jobs.
 
+use crate::store::clock;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -75,20 +76,16 @@ impl SeaStore {
             .into_tuple::<(Uuid, i32)>()
             .all(&self.db)
             .await?;
-        // Progress-aware: a run past its timeout that still writes events is alive.
-        let quiet_since = Utc::now() - to_chrono(stall);
+        // Progress-aware: a run past its timeout that still writes events is alive. Event
+        // times and "now" both come from the database's clock.
         let mut stalled = Vec::new();
         for (id, attempt) in overdue {
-            let latest = job_event::Entity::find()
-                .select_only()
-                .column(job_event::Column::Ts)
+            let recent = job_event::Entity::find()
                 .filter(job_event::Column::JobId.eq(id))
-                .order_by_desc(job_event::Column::Id)
-                .limit(1)
-                .into_tuple::<chrono::DateTime<Utc>>()
-                .one(&self.db)
+                .filter(Expr::col(job_event::Column::Ts).gte(db_now_plus(backend, -millis(stall))))
+                .count(&self.db)
                 .await?;
-            if latest.is_none_or(|ts| ts < quiet_since) {
+            if recent == 0 {
                 stalled.push(RunRef { id, attempt });
             }
         }
@@ -97,7 +94,7 @@ impl SeaStore {
 
     pub(super) async fn find_overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
         let backend = self.db.get_database_backend();
-        let since = Utc::now() - to_chrono(timeout);
+        let since = clock::now() - to_chrono(timeout);
         let ids = job::Entity::find()
             .select_only()
             .column(job::Column::Id)
@@ -120,7 +117,7 @@ impl SeaStore {
         error_code: &str,
         message: &str,
     ) -> Result<Option<Job>, StoreError> {
-        let now = Utc::now();
+        let now = clock::now();
         let event = NewEvent::new(EventName::FAILED)
             .message(message)
             .fields(json!({ "error_code": error_code }))
@@ -144,7 +141,7 @@ impl SeaStore {
         for job in jobs {
             by_attempts.entry(job.attempts).or_default().push(job.id);
         }
-        let now = Utc::now();
+        let now = clock::now();
         let mut marked = 0;
         for (attempts, ids) in by_attempts {
             let result = job::Entity::update_many()
@@ -161,7 +158,7 @@ impl SeaStore {
     }
 
     pub(super) async fn find_due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
-        let now = Utc::now();
+        let now = clock::now();
         let rows = job::Entity::find()
             .select_only()
             .column(job::Column::Id)

@@ -12,6 +12,7 @@ mod maintenance;
 mod rows;
 mod runs;
 
+use crate::store::clock;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,7 +114,7 @@ impl SeaStore {
 
     async fn cancel_once(&self, id: Uuid) -> Result<Option<Cancellation>, StoreError> {
         let txn = self.write_txn().await?;
-        let now = Utc::now();
+        let now = clock::now();
         let from = [JobStatus::Queued, JobStatus::Running];
         let set = |update: UpdateMany<job::Entity>| {
             update
@@ -277,7 +278,7 @@ impl JobStore for SeaStore {
                 .col_expr(job::Column::FinishedAt, Expr::value(no_time))
                 .col_expr(job::Column::LeasedUntil, Expr::value(no_time))
                 .col_expr(job::Column::Owner, Expr::value(None::<String>))
-                .col_expr(job::Column::RunAfter, Expr::value(Utc::now()))
+                .col_expr(job::Column::RunAfter, Expr::value(clock::now()))
                 .col_expr(job::Column::PublishedAt, Expr::value(no_time))
                 // A manual retry starts a fresh retry budget.
                 .col_expr(job::Column::Failures, Expr::value(0));
@@ -494,7 +495,7 @@ async fn compare_and_set_many(
 /// transaction, each with its event; a running one's heartbeat then finds its run gone and
 /// stops its work. Returns how many were cancelled.
 async fn cancel_children(txn: &DatabaseTransaction, parent: Uuid) -> Result<u64, DbErr> {
-    let now = Utc::now();
+    let now = clock::now();
     let from = [JobStatus::Queued.as_str(), JobStatus::Running.as_str()];
     let event = NewEvent::new(EventName::CANCELLED).message("parent was cancelled");
     let (mut parents, mut cancelled) = (vec![parent], 0);
@@ -536,7 +537,7 @@ async fn append_events(txn: &DatabaseTransaction, events: Vec<job_event::ActiveM
 fn event_row(job_id: Uuid, event: &NewEvent) -> job_event::ActiveModel {
     job_event::ActiveModel {
         job_id: Set(job_id),
-        ts: Set(Utc::now()),
+        ts: Set(clock::now()),
         event: Set(event.event.clone()),
         message: Set(event.message.clone()),
         fields: Set(event.fields.clone()),

@@ -1,8 +1,8 @@
 //! Converting between rows and domain types, and the clock used in SQL.
 
+use crate::store::clock;
 use std::time::Duration;
 
-use chrono::Utc;
 use sea_orm::sea_query::Expr;
 use sea_orm::DbBackend;
 use uuid::Uuid;
@@ -16,7 +16,7 @@ use crate::domain::{EventLevel, Job, JobEvent, JobStatus, NewJob, RetryPolicy};
 pub(super) fn db_now(backend: DbBackend) -> Expr {
     match backend {
         DbBackend::Postgres => Expr::cust("CURRENT_TIMESTAMP"),
-        _ => Expr::value(Utc::now()),
+        _ => Expr::value(clock::now()),
     }
 }
 
@@ -24,7 +24,7 @@ pub(super) fn db_now(backend: DbBackend) -> Expr {
 pub(super) fn db_now_plus(backend: DbBackend, offset_ms: i64) -> Expr {
     match backend {
         DbBackend::Postgres => Expr::cust(format!("CURRENT_TIMESTAMP + INTERVAL '{offset_ms} milliseconds'")),
-        _ => Expr::value(Utc::now() + chrono::Duration::milliseconds(offset_ms)),
+        _ => Expr::value(clock::now() + chrono::Duration::milliseconds(offset_ms)),
     }
 }
 
@@ -56,7 +56,7 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         error_code: None,
         error_message: None,
         idempotency_key: new.idempotency_key.clone(),
-        created_at: Utc::now(),
+        created_at: clock::now(),
         started_at: None,
         finished_at: None,
         leased_until: None,

@@ -2,6 +2,7 @@
 //! Every write after the claim names the run (`attempts`), so a run that was taken away
 //! (reaper, shutdown) cannot touch a later run of the same job.
 
+use crate::store::clock;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -80,7 +81,7 @@ impl SeaStore {
         runs: &[(RunRef, &Completion)],
     ) -> Result<Vec<(job::Model, NewEvent)>, DbErr> {
         debug_assert!(runs.iter().all(|(_, completion)| completion.status() == to && Outcome::batchable(completion)));
-        let now = Utc::now();
+        let now = clock::now();
         let mut events: HashMap<Uuid, NewEvent> = HashMap::new();
         let (mut result, mut error_code, mut error_message) = (Case::new(), Case::new(), Case::new());
         for (run, completion) in runs {
@@ -110,7 +111,7 @@ impl SeaStore {
     /// RUNNING → QUEUED for this run; `published_at` cleared so the dispatch sweep sends it.
     pub(super) async fn requeue_run(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
         let backend = self.db.get_database_backend();
-        let now = Utc::now();
+        let now = clock::now();
         let at = |delay: &Duration| now + to_chrono(*delay);
         // `run_after` is when the job may run again: after its delay, or now. It also marks
         // when its wait in the queue began (the queue timeout counts from it).
@@ -209,7 +210,7 @@ pub(super) async fn finish_in(
     completion: &Completion,
 ) -> Result<Option<Job>, StoreError> {
     let backend = txn.get_database_backend();
-    let now = Utc::now();
+    let now = clock::now();
     let counts_failure = completion.status() == JobStatus::Failed;
     let lease_must_be_expired = matches!(completion, Completion::LeaseExpired { .. });
     let Outcome { event, result, error_code, error_message } = Outcome::of(completion);
@@ -252,7 +253,7 @@ fn claim_update(
     owner: &str,
     lease: Duration,
 ) -> impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity> {
-    let now = Utc::now();
+    let now = clock::now();
     let owner = owner.to_owned();
     move |update| {
         let update = update
