@@ -22,6 +22,7 @@ if [ "$#" -gt 0 ]; then
 else
     units=(
         "$root/deploy/yardmaster-api.service"
+        "$root/deploy/yardmaster-worker.service"
         "$root/deploy/yardmaster-worker@.service"
         "$root/deploy/yardmaster-reaper.service"
     )

@@ -15,6 +15,7 @@ use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
 use crate::config::QueueSettings;
+use crate::store::JobStore;
 use crate::transport::{Acker, Delivery, Transport, TransportError};
 
 /// Pause before a message is given back after an error; also the first pause before a
@@ -163,6 +164,24 @@ pub(crate) async fn dead_letter(
         Err(err) => {
             warn!(error = %err, "could not dead-letter; message requeued");
             requeue_later(acker, RETRY_PAUSE).await;
+        }
+    }
+}
+
+/// Error class of a job whose message reached a queue that does not carry jobs.
+pub const WRONG_QUEUE: &str = "WrongQueue";
+
+/// A job id that reached a queue of another kind (`kind` names what the queue carries) can
+/// never run from there: a QUEUED job it names is failed with the reason, so it is not left
+/// waiting; its message then goes to the dead letters as undecodable.
+pub(crate) async fn fail_stranded_job(store: &dyn JobStore, queue: &str, kind: &str, body: &[u8]) {
+    let Some(id) = crate::dispatch::decode_job_message(body) else { return };
+    let message = format!("queue {queue:?} carries {kind}, not jobs; the job could never run from it");
+    match store.fail_queued(id, WRONG_QUEUE, &message).await {
+        Ok(Some(_)) => warn!(job_id = %id, queue, "a job sent to a queue of another kind was failed"),
+        Ok(None) => {}
+        Err(err) => {
+            warn!(job_id = %id, queue, error = %err, "could not fail a job stranded on a queue of another kind")
         }
     }
 }

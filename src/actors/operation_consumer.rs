@@ -7,7 +7,8 @@
 //! batch address) is skipped once its parent's run is over, retried up to its budget, and
 //! its outcome goes to the parent's write queue. A message that cannot be decoded, names
 //! an unknown operation, carries an invalid payload, or fails is dead-lettered with the
-//! reason (operators may replay it); RetryLater gives it back to the queue after the delay.
+//! reason (operators may replay it); RetryLater sends it to wait out its delay off the queue
+//! (a broker wait queue, or a timer), holding no slot meanwhile.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use async_trait::async_trait;
 use futures_util::FutureExt as _;
 use tracing::{debug, warn};
 
-use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
+use super::consumer::{dead_letter, fail_stranded_job, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
 use crate::domain::scrub_nul;
 use crate::domain::{BatchAddress, BatchOutcome, BatchResult};
 pub use crate::ops::OperationMessage;
@@ -56,6 +57,7 @@ impl DeliveryHandler for OperationMessages {
             return dead_letter(transport, queue, body, acker, "oversized").await;
         }
         let Ok(message) = serde_json::from_slice::<OperationMessage>(&body) else {
+            fail_stranded_job(self.services.store.as_ref(), queue, "operations", &body).await;
             return dead_letter(transport, queue, body, acker, "undecodable").await;
         };
         let Some(operation) = self.registry.get(&message.operation) else {
@@ -73,11 +75,26 @@ impl DeliveryHandler for OperationMessages {
         let outcome = AssertUnwindSafe(operation.execute(ctx, message.payload)).catch_unwind().await;
         match outcome {
             Ok(Ok(_)) => settle(acker.ack().await),
-            Ok(Err(OperationError::RetryLater { delay, .. })) => requeue_later(acker, delay.min(MAX_RETRY_PAUSE)).await,
+            Ok(Err(OperationError::RetryLater { delay, .. })) => {
+                retry_later(transport, queue, body, acker, delay).await
+            }
             Ok(Err(OperationError::Failed { class, .. })) => {
                 dead_letter(transport, queue, body, acker, &format!("failed:{class}")).await
             }
             Err(_) => dead_letter(transport, queue, body, acker, "panicked").await,
+        }
+    }
+}
+
+/// RetryLater: the message goes to wait on the broker (or a timer) for `delay`, at most
+/// [`MAX_RETRY_PAUSE`], and is acknowledged here, so no slot is held while it waits. If it
+/// cannot be handed over, it is given back to the queue after a short pause instead.
+async fn retry_later(transport: &dyn Transport, queue: &str, body: Vec<u8>, acker: Box<dyn Acker>, delay: Duration) {
+    match transport.publish_after(queue, body, delay.min(MAX_RETRY_PAUSE)).await {
+        Ok(()) => settle(acker.ack().await),
+        Err(err) => {
+            warn!(queue, error = %err, "could not defer a message; put back");
+            requeue_later(acker, RETRY_PAUSE).await
         }
     }
 }
@@ -137,7 +154,7 @@ impl OperationMessages {
                 Some(message) => BatchResult::Failed { error_code: INVALID_RESULT.into(), message },
             },
             Ok(Err(OperationError::RetryLater { delay, .. })) => {
-                return requeue_later(acker, delay.min(MAX_RETRY_PAUSE)).await;
+                return retry_later(transport, queue, message.encode(), acker, delay).await;
             }
             Ok(Err(OperationError::Failed { class, message })) => {
                 BatchResult::Failed { error_code: scrub_nul(&class).into(), message: scrub_nul(&message).into() }

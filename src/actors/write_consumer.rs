@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tracing::{debug, warn};
 
-use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
+use super::consumer::{dead_letter, fail_stranded_job, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
 use crate::domain::BatchOutcome;
 use crate::ops::OperationRegistry;
 use crate::store::JobStore;
@@ -41,6 +41,7 @@ impl DeliveryHandler for BatchWrites {
             return dead_letter(transport, queue, body, acker, "oversized").await;
         }
         let Ok(outcome) = serde_json::from_slice::<BatchOutcome>(&body) else {
+            fail_stranded_job(self.store.as_ref(), queue, "batch outcomes", &body).await;
             return dead_letter(transport, queue, body, acker, "undecodable").await;
         };
         let (parent, index) = (outcome.parent_job_id, outcome.index);

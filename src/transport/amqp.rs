@@ -33,6 +33,15 @@ const PERSISTENT: u8 = 2;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
+/// Message properties beyond the defaults.
+#[derive(Clone, Default)]
+struct Extra {
+    /// Why it was dead-lettered (the reason header).
+    reason: Option<String>,
+    /// Milliseconds until it expires (out of a wait queue, back into its queue).
+    expiration: Option<String>,
+}
+
 /// One connection with a confirming publisher channel, and the queues declared on it.
 #[derive(Clone)]
 struct Link {
@@ -101,17 +110,16 @@ impl AmqpTransport {
         queue: &str,
         routing_key: String,
         body: Vec<u8>,
-        reason: Option<&str>,
+        extra: Extra,
     ) -> Result<(), TransportError> {
         let mut pause = FIRST_BACKOFF;
         let mut attempt = 1;
         loop {
             let connector = self.connector();
-            let (queue_name, key, payload) = (queue.to_owned(), routing_key.clone(), body.clone());
-            let reason = reason.map(str::to_owned);
-            let result = self
-                .on_runtime(async move { connector.publish_once(&queue_name, &key, &payload, reason.as_deref()).await })
-                .await;
+            let (queue_name, key, payload, extra) =
+                (queue.to_owned(), routing_key.clone(), body.clone(), extra.clone());
+            let result =
+                self.on_runtime(async move { connector.publish_once(&queue_name, &key, &payload, &extra).await }).await;
             match result {
                 Ok(()) => return Ok(()),
                 Err(err) if attempt >= self.settings.publish_attempts => return Err(err),
@@ -175,7 +183,8 @@ impl Connector {
         }
     }
 
-    /// Declares `PREFIX.queue` (dead-lettering to `PREFIX.queue.dead`) once per connection.
+    /// Declares `PREFIX.queue` (dead-lettering to `PREFIX.queue.dead`) and its wait queue
+    /// `PREFIX.queue.wait` (whose expired messages go to `PREFIX.queue`) once per connection.
     async fn declare(&self, link: &Link, channel: &Channel, queue: &str) -> Result<(), TransportError> {
         let main = format!("{}{queue}", self.prefix);
         if link.declared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(&main) {
@@ -193,6 +202,11 @@ impl Connector {
             .queue_declare(main.as_str().into(), QueueDeclareOptions::durable(), arguments)
             .await
             .map_err(amqp_error)?;
+        let wait = format!("{main}.wait");
+        let mut back = FieldTable::default();
+        back.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+        back.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(main.as_str().into()));
+        channel.queue_declare(wait.as_str().into(), QueueDeclareOptions::durable(), back).await.map_err(amqp_error)?;
         link.declared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(main);
         Ok(())
     }
@@ -202,11 +216,15 @@ impl Connector {
         queue: &str,
         routing_key: &str,
         body: &[u8],
-        reason: Option<&str>,
+        extra: &Extra,
     ) -> Result<(), TransportError> {
         let link = self.link().await?;
         self.declare(&link, &link.publisher, queue).await?;
         let mut properties = BasicProperties::default().with_delivery_mode(PERSISTENT);
+        if let Some(expiration) = &extra.expiration {
+            properties = properties.with_expiration(expiration.as_str().into());
+        }
+        let reason = extra.reason.as_deref();
         if let Some(reason) = reason {
             let mut headers = FieldTable::default();
             headers.insert(REASON_HEADER.into(), AMQPValue::LongString(reason.into()));
@@ -290,7 +308,13 @@ impl Connector {
 #[async_trait]
 impl Transport for AmqpTransport {
     async fn publish(&self, queue: &str, body: Vec<u8>) -> Result<(), TransportError> {
-        self.publish_confirmed(queue, self.broker_queue(queue), body, None).await
+        self.publish_confirmed(queue, self.broker_queue(queue), body, Extra::default()).await
+    }
+
+    async fn publish_after(&self, queue: &str, body: Vec<u8>, delay: Duration) -> Result<(), TransportError> {
+        let wait = format!("{}.wait", self.broker_queue(queue));
+        let expiration = Some(delay.as_millis().max(1).to_string());
+        self.publish_confirmed(queue, wait, body, Extra { expiration, ..Extra::default() }).await
     }
 
     async fn subscribe(&self, queue: &str, prefetch: u16) -> Result<Box<dyn Subscription>, TransportError> {
@@ -301,7 +325,8 @@ impl Transport for AmqpTransport {
     }
 
     async fn dead_letter(&self, queue: &str, body: Vec<u8>, reason: &str) -> Result<(), TransportError> {
-        self.publish_confirmed(queue, self.dead_letter_queue(queue), body, Some(reason)).await
+        let extra = Extra { reason: Some(reason.to_owned()), ..Extra::default() };
+        self.publish_confirmed(queue, self.dead_letter_queue(queue), body, extra).await
     }
 
     async fn take_dead_letters(&self, queue: &str, max: usize) -> Result<Vec<DeadLetter>, TransportError> {

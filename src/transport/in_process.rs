@@ -1,10 +1,12 @@
 //! The embedded transport: one unbounded in-memory channel per queue, no broker.
 //!
 //! Messages do not survive the process; at start-up every QUEUED job is marked unpublished
-//! and the dispatch sweep re-sends it, so nothing committed is lost.
+//! and the dispatch sweep re-sends it, so nothing committed is lost. A delayed message
+//! waits on a timer task.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -46,6 +48,15 @@ impl Transport for InProcessTransport {
     async fn publish(&self, queue: &str, body: Vec<u8>) -> Result<(), TransportError> {
         let (sender, _) = self.channel(queue);
         sender.send(body).await.map_err(|_| TransportError::Closed)
+    }
+
+    async fn publish_after(&self, queue: &str, body: Vec<u8>, delay: Duration) -> Result<(), TransportError> {
+        let (sender, _) = self.channel(queue);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = sender.send(body).await;
+        });
+        Ok(())
     }
 
     async fn subscribe(&self, queue: &str, _prefetch: u16) -> Result<Box<dyn Subscription>, TransportError> {

@@ -4,6 +4,8 @@
 mod amqp;
 mod in_process;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 pub use amqp::AmqpTransport;
@@ -19,6 +21,12 @@ pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 pub trait Transport: Send + Sync + 'static {
     /// Hands `body` to `queue`; returns once the transport has accepted it.
     async fn publish(&self, queue: &str, body: Vec<u8>) -> Result<(), TransportError>;
+
+    /// Hands `body` to `queue` once `delay` has passed, with no consumer holding it
+    /// meanwhile. RabbitMQ keeps it in `queue`'s wait queue, whose messages expire back into
+    /// `queue` (a message waits behind the longer delays queued before it); in process, a
+    /// timer holds it.
+    async fn publish_after(&self, queue: &str, body: Vec<u8>, delay: Duration) -> Result<(), TransportError>;
 
     /// Starts receiving from `queue`, with at most `prefetch` deliveries unacknowledged.
     async fn subscribe(&self, queue: &str, prefetch: u16) -> Result<Box<dyn Subscription>, TransportError>;

@@ -85,7 +85,43 @@ async fn operation_queues_run_payloads_without_job_rows(backend: Backend) {
     assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 0, "no job rows for ephemeral work");
 }
 
+/// A job whose message reached a queue of another kind (the queue's kind changed while the
+/// job waited, say) is failed with the reason, not left QUEUED for ever.
+async fn a_job_message_on_an_operations_queue_fails_its_job(backend: Backend) {
+    let options = TestOptions { operation_queues: vec!["batch"], write_queues: vec!["writes"], ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let mut ids = Vec::new();
+    for queue in ["batch", "writes"] {
+        let (_, job) = app.submit(json!({ "operation": "ping", "queue": "parked" })).await;
+        let id = job["id"].as_str().unwrap().to_owned();
+        app.transport.publish(queue, encode_job_message(id.parse().unwrap())).await.unwrap();
+        ids.push((queue, id));
+    }
+    for (queue, id) in ids {
+        let failed = app.wait_for_status(&id, "failed").await;
+        assert_eq!(failed["error_code"], "WrongQueue", "{failed}");
+        assert!(failed["error_message"].as_str().unwrap().contains(queue), "{failed}");
+    }
+}
+
+/// A message answering RetryLater waits out its delay off the queue: the consumer's slots
+/// stay free for the rest (two "GPU busy" messages do not freeze a queue of concurrency 2).
+async fn retry_later_messages_hold_no_slot(backend: Backend) {
+    let options = TestOptions { operation_queues: vec!["batch"], ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let busy = yardmaster::actors::OperationMessage::new("busy", json!({ "times": 1, "delay_seconds": 60 }));
+    for _ in 0..4 {
+        app.transport.publish("batch", busy.encode()).await.unwrap();
+    }
+    let count = yardmaster::actors::OperationMessage::new("count", json!({ "tag": "behind_busy" }));
+    app.transport.publish("batch", count.encode()).await.unwrap();
+    let counted = "SELECT COUNT(*) FROM execution_log WHERE job_id = 'behind_busy'";
+    app.wait_for_count(counted, 1, Duration::from_secs(10)).await;
+}
+
 on_every_backend!(
+    retry_later_messages_hold_no_slot,
     unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on,
     operation_queues_run_payloads_without_job_rows,
+    a_job_message_on_an_operations_queue_fails_its_job,
 );

@@ -334,7 +334,9 @@ mod nesting {
         let done = app.wait_for_status(id, "succeeded").await;
         assert_eq!(done["result"], json!({ "children": 2 }));
         let (_, page) = app.get(&format!("/jobs/{id}/children")).await;
-        for child in page["jobs"].as_array().unwrap() {
+        for summary in page["jobs"].as_array().unwrap() {
+            // A page holds summaries; the result is on the job's own page.
+            let (_, child) = app.get(&format!("/jobs/{}", summary["id"].as_str().unwrap())).await;
             assert_eq!(child["result"], json!({ "batches": 10, "sum": 338_350 }), "{child}");
         }
     }
