@@ -135,7 +135,8 @@ impl JobContext {
     /// and events) and defers this job until they end: it closes SUCCEEDED once every child
     /// succeeded, or FAILED with `child.failed` when one fails or is cancelled. Children
     /// are keyed by this job and their place, so a re-run of the coordinator finds the
-    /// children it made before instead of making more (and counts those that succeeded).
+    /// children it made before instead of making more: it counts those that succeeded,
+    /// runs again those that failed or were cancelled, and closes at once when none is left.
     pub async fn spawn_children(&self, children: Vec<NewJob>) -> Result<Vec<Job>, OperationError> {
         let Some(job) = self.job() else {
             return Err(OperationError::new(FAN_OUT_FAILED, "only a job can have children, not ephemeral work"));
@@ -160,6 +161,10 @@ impl JobContext {
             .collect();
         let dispatcher = Dispatcher::new(self.store.clone(), self.transport.clone());
         let submissions = dispatcher.submit_many(children).await.map_err(store_failed)?;
+        // A re-run (after a retry of the coordinator) runs again what failed or was cancelled.
+        for child in self.store.rerun_children(run).await.map_err(store_failed)? {
+            dispatcher.publish(&child).await;
+        }
         self.defer(run).await;
         Ok(submissions.into_iter().map(|submission| submission.job).collect())
     }

@@ -92,6 +92,12 @@ pub trait JobStore: Send + Sync + 'static {
     /// no longer current.
     async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError>;
 
+    /// A coordinator's run found the children an earlier run made: those that failed or were
+    /// cancelled go back to QUEUED (`job.retried`, a fresh retry budget), those that
+    /// succeeded count, and when every child had already succeeded the run closes SUCCEEDED
+    /// now. Returns the re-queued children, to publish; none when the run is not current.
+    async fn rerun_children(&self, run: RunRef) -> Result<Vec<Job>, StoreError>;
+
     /// Whether this run is still the job's RUNNING one (a cheap read: a batch checks its
     /// parent before it runs).
     async fn run_is_current(&self, run: RunRef) -> Result<bool, StoreError>;

@@ -129,6 +129,9 @@ impl JobStore for Faulty {
     async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
         self.0.fan_out(run, total, form).await
     }
+    async fn rerun_children(&self, run: RunRef) -> Result<Vec<Job>, StoreError> {
+        self.0.rerun_children(run).await
+    }
     async fn run_is_current(&self, run: RunRef) -> Result<bool, StoreError> {
         self.0.run_is_current(run).await
     }

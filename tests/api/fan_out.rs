@@ -309,10 +309,58 @@ mod children {
         assert_eq!(statuses, vec![json!("cancelled"); 6]);
     }
 
+    /// Retrying a FAILED group re-runs it: it finds its children, counts the one that
+    /// succeeded, runs the failed one again, and closes when nothing is left.
+    async fn a_retried_group_reruns_its_failed_children(backend: Backend) {
+        let app = TestApp::spawn(backend).await;
+        let jobs = json!([{ "operation": "ping" }, { "operation": "fail", "payload": { "times": 1 } }]);
+        let (_, group) = app.submit(json!({ "operation": "group", "payload": { "jobs": jobs } })).await;
+        let id = group["id"].as_str().unwrap();
+        app.wait_for_status(id, "failed").await;
+        let (code, retried) = app.post(&format!("/jobs/{id}/retry")).await;
+        assert_eq!(code, 200, "{retried}");
+        let done = app.wait_for_status(id, "succeeded").await;
+        assert_eq!((done["progress_current"].as_i64(), done["progress_total"].as_i64()), (Some(2), Some(2)));
+        assert_eq!(done["result"], json!({ "children": 2 }));
+        let (_, page) = app.get(&format!("/jobs/{id}/children?limit=10")).await;
+        let mut attempts: Vec<(String, i64)> = page["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|child| (child["operation"].as_str().unwrap().to_owned(), child["attempts"].as_i64().unwrap()))
+            .collect();
+        attempts.sort();
+        assert_eq!(attempts, [("fail".to_owned(), 2), ("ping".to_owned(), 1)], "only the failed child ran again");
+    }
+
+    /// Retrying a CANCELLED group runs its cancelled children again.
+    async fn a_retried_cancelled_group_runs_its_children_again(backend: Backend) {
+        let app = TestApp::spawn(backend).await;
+        let jobs = json!([{ "operation": "sleep", "payload": { "seconds": 30, "steps": 300 } }]);
+        let (_, group) = app.submit(json!({ "operation": "group", "payload": { "jobs": jobs } })).await;
+        let id = group["id"].as_str().unwrap();
+        let running = "SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'running'";
+        app.wait_for_count(running, 1, std::time::Duration::from_secs(30)).await;
+        app.post(&format!("/jobs/{id}/cancel")).await;
+        let (_, page) = app.get(&format!("/jobs/{id}/children")).await;
+        let child = page["jobs"][0]["id"].as_str().unwrap().to_owned();
+        app.wait_for_status(&child, "cancelled").await;
+        let (code, _) = app.post(&format!("/jobs/{id}/retry")).await;
+        assert_eq!(code, 200);
+        let again =
+            format!("SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'running' AND attempts = 2");
+        app.wait_for_count(&again, 1, std::time::Duration::from_secs(30)).await;
+        let (_, parent) = app.get(&format!("/jobs/{id}")).await;
+        assert_eq!(parent["status"], "running", "{parent}");
+        app.post(&format!("/jobs/{id}/cancel")).await;
+    }
+
     on_both_backends!(
         a_group_closes_once_its_children_succeed,
         a_failing_child_fails_the_group_naming_it,
         cancelling_a_group_cancels_its_children,
+        a_retried_group_reruns_its_failed_children,
+        a_retried_cancelled_group_runs_its_children_again,
     );
 }
 

@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 use super::rows::to_job;
 use super::runs::finish_in;
-use super::{append_event, SeaStore};
+use super::{append_event, append_events, compare_and_set_many, event_row, retried, SeaStore};
 use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
 use crate::store::entity::{job, job_batch};
 use crate::store::{BatchRecorded, Completion, Reduce, RunRef, StoreError};
@@ -67,6 +67,34 @@ impl SeaStore {
         append_event(&txn, run.id, &NewEvent::new(EventName::FANNED_OUT).fields(fields)).await?;
         txn.commit().await?;
         to_job(row).map(Some)
+    }
+
+    pub(super) async fn rerun_children_of(&self, run: RunRef) -> Result<Vec<Job>, StoreError> {
+        let txn = self.write_txn().await?;
+        // Locks the parent as this run's; children ending meanwhile queue up behind it.
+        let locked = running(run)
+            .filter(job::Column::FanOut.eq(FanOutForm::Children.as_str()))
+            .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent))
+            .exec_with_returning(&txn)
+            .await?;
+        let Some(parent) = locked.into_iter().next() else { return Ok(Vec::new()) };
+        let ended = [JobStatus::Failed, JobStatus::Cancelled];
+        let children = job::Column::ParentJobId.eq(run.id);
+        let requeued = compare_and_set_many(&txn, children, &ended, JobStatus::Queued, retried).await?;
+        let event = NewEvent::new(EventName::RETRIED).message("re-queued by its coordinator's re-run");
+        append_events(&txn, requeued.iter().map(|child| event_row(child.id, &event)).collect()).await?;
+        let succeeded = job::Entity::find()
+            .filter(job::Column::ParentJobId.eq(run.id))
+            .filter(job::Column::Status.eq(JobStatus::Succeeded.as_str()))
+            .count(&txn)
+            .await? as i64;
+        running(run).col_expr(job::Column::ProgressCurrent, Expr::value(succeeded)).exec(&txn).await?;
+        let total = parent.progress_total.unwrap_or(i64::MAX);
+        if requeued.is_empty() && succeeded >= total {
+            close_succeeded(&txn, run, json!({ "children": total })).await?;
+        }
+        txn.commit().await?;
+        requeued.into_iter().map(to_job).collect()
     }
 
     /// The coordinator returned with its batches sent: it gives up its lease, and its

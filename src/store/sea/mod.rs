@@ -268,25 +268,9 @@ impl JobStore for SeaStore {
     }
 
     async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
-        let set = |update: UpdateMany<job::Entity>| {
-            let no_time = None::<chrono::DateTime<Utc>>;
-            let update = update
-                .col_expr(job::Column::Result, Expr::value(None::<Value>))
-                .col_expr(job::Column::ErrorCode, Expr::value(None::<String>))
-                .col_expr(job::Column::ErrorMessage, Expr::value(None::<String>))
-                .col_expr(job::Column::StartedAt, Expr::value(no_time))
-                .col_expr(job::Column::FinishedAt, Expr::value(no_time))
-                .col_expr(job::Column::LeasedUntil, Expr::value(no_time))
-                .col_expr(job::Column::Owner, Expr::value(None::<String>))
-                .col_expr(job::Column::RunAfter, Expr::value(clock::now()))
-                .col_expr(job::Column::PublishedAt, Expr::value(no_time))
-                // A manual retry starts a fresh retry budget.
-                .col_expr(job::Column::Failures, Expr::value(0));
-            runs::forget_fan_out(update)
-        };
         let event = NewEvent::new(EventName::RETRIED).message("re-queued by request");
         let from = [JobStatus::Failed, JobStatus::Cancelled];
-        if let Some(job) = self.transition(id, &from, JobStatus::Queued, set, event).await? {
+        if let Some(job) = self.transition(id, &from, JobStatus::Queued, retried, event).await? {
             return Ok(job);
         }
         let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
@@ -295,6 +279,10 @@ impl JobStore for SeaStore {
 
     async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
         self.begin_fan_out(run, total, form).await
+    }
+
+    async fn rerun_children(&self, run: RunRef) -> Result<Vec<Job>, StoreError> {
+        self.rerun_children_of(run).await
     }
 
     async fn run_is_current(&self, run: RunRef) -> Result<bool, StoreError> {
@@ -439,6 +427,24 @@ impl SeaStore {
             None => Err(StoreError::IdempotencyConflict(key.to_owned())),
         }
     }
+}
+
+/// What a retry (by hand, or by a coordinator's re-run) clears: the last run's outcome,
+/// times, owner and fan-out form, and the retry budget, which starts afresh.
+fn retried(update: UpdateMany<job::Entity>) -> UpdateMany<job::Entity> {
+    let no_time = None::<chrono::DateTime<Utc>>;
+    let update = update
+        .col_expr(job::Column::Result, Expr::value(None::<Value>))
+        .col_expr(job::Column::ErrorCode, Expr::value(None::<String>))
+        .col_expr(job::Column::ErrorMessage, Expr::value(None::<String>))
+        .col_expr(job::Column::StartedAt, Expr::value(no_time))
+        .col_expr(job::Column::FinishedAt, Expr::value(no_time))
+        .col_expr(job::Column::LeasedUntil, Expr::value(no_time))
+        .col_expr(job::Column::Owner, Expr::value(None::<String>))
+        .col_expr(job::Column::RunAfter, Expr::value(clock::now()))
+        .col_expr(job::Column::PublishedAt, Expr::value(no_time))
+        .col_expr(job::Column::Failures, Expr::value(0));
+    runs::forget_fan_out(update)
 }
 
 /// The compare-and-set and its event, inside `txn`; `None` (nothing written) on a miss. A
