@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::domain::NewJob;
 use crate::failpoint;
-use crate::store::{Dispatch, JobStore, StoreError, Submission};
+use crate::store::{Dispatch, JobStore, Requeue, StoreError, Submission};
 use crate::transport::Transport;
 
 /// The message body for a job: its id as text.
@@ -109,6 +109,7 @@ impl Dispatcher {
     pub async fn recover(&self, batch: u64) -> Result<u64, StoreError> {
         if !self.transport.is_durable() {
             self.store.forget_publications().await?;
+            self.rerun_lost_fan_outs(batch).await?;
         }
         let mut sent = 0;
         loop {
@@ -116,6 +117,22 @@ impl Dispatcher {
             sent += round;
             if round < batch {
                 return Ok(sent);
+            }
+        }
+    }
+
+    /// Coordinators whose batches were in the memory of the process that stopped run again
+    /// (their new run sends new batches; outcomes of the old run never count).
+    async fn rerun_lost_fan_outs(&self, batch: u64) -> Result<(), StoreError> {
+        loop {
+            let runs = self.store.batch_fan_outs(batch).await?;
+            for &run in &runs {
+                if self.store.requeue(run, &Requeue::BatchesLost).await?.is_some() {
+                    tracing::info!(job_id = %run.id, "coordinator re-queued: its batches were lost with the process");
+                }
+            }
+            if (runs.len() as u64) < batch {
+                return Ok(());
             }
         }
     }

@@ -22,6 +22,9 @@ impl EventName {
     pub const LEASE_EXPIRED_REQUEUE: &'static str = "job.lease_expired_requeue";
     pub const LEASE_EXPIRED: &'static str = "job.lease_expired";
     pub const REQUEUED_ON_SHUTDOWN: &'static str = "job.requeued_on_shutdown";
+    /// A coordinator whose batches lived in the memory of a process that stopped (the
+    /// in-process transport) is run again.
+    pub const REQUEUED_BATCHES_LOST: &'static str = "job.requeued_batches_lost";
     /// A coordinator sent its batches (`batches`, `queue`).
     pub const FANNED_OUT: &'static str = "job.fanned_out";
     /// A coordinator returned; its batches close it.

@@ -131,6 +131,10 @@ pub trait JobStore: Send + Sync + 'static {
     /// Marks every QUEUED job unpublished: a transport that keeps nothing across restarts
     /// (in-process) lost their messages.
     async fn forget_publications(&self) -> Result<u64, StoreError>;
+
+    /// RUNNING coordinators whose run fanned out into batches (deferred or not), oldest
+    /// first: with a transport that keeps nothing across restarts, their batches are gone.
+    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError>;
 }
 
 /// Folds the outputs of a coordinator's batches, in batch order, into its result; asked by
@@ -231,6 +235,9 @@ pub enum Requeue {
     Shutdown,
     /// The reaper found the lease expired (only while it still is).
     LeaseExpired,
+    /// A coordinator's batches were held by a transport that kept nothing across the
+    /// restart of its process (in-process): the coordinator runs again.
+    BatchesLost,
 }
 
 /// A RUNNING job whose lease expired.

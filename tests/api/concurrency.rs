@@ -156,6 +156,9 @@ impl JobStore for Faulty {
     async fn forget_publications(&self) -> Result<u64, StoreError> {
         self.0.forget_publications().await
     }
+    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.0.batch_fan_outs(limit).await
+    }
 }
 
 async fn a_session_two_commit_failure_leaves_the_job_failed(backend: Backend) {

@@ -60,6 +60,11 @@ impl Served {
     fn start(args: &[&str], env: &[(&str, &str)]) -> Served {
         let dir = std::env::temp_dir().join(format!("yardmaster-stop-{}", Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
+        Served::start_in(dir, args, env)
+    }
+
+    /// As [`Served::start`], on the store already in `dir` (a restart).
+    fn start_in(dir: std::path::PathBuf, args: &[&str], env: &[(&str, &str)]) -> Served {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_yardmaster"))
             .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
@@ -204,4 +209,54 @@ async fn sigterm_stops_the_runs_it_requeues_and_exits_cleanly() {
     let ended = |line: &&String| line.contains("outcome dropped") && line.contains(&id);
     assert!(log.iter().any(|line| ended(&line)), "the abandoned run never ended: {log:#?}");
     assert!(!log.iter().any(|line| line.contains("panicked")), "{log:#?}");
+}
+
+#[actix_rt::test]
+async fn a_killed_embedded_service_reruns_the_coordinator_whose_batches_it_held() {
+    let served = Served::start(&[], &[]);
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{}", served.port);
+    let payload = serde_json::json!({ "start": 1, "end": 40, "batch_size": 1, "batch_delay_ms": 100 });
+    let job: serde_json::Value = client
+        .post(format!("{base}/jobs"))
+        .json(&serde_json::json!({ "operation": "sum_squares", "payload": payload }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = job["id"].as_str().unwrap().to_owned();
+    // Killed once it has deferred, with most batches still in its memory.
+    let served = actix_rt::task::spawn_blocking(move || {
+        served.wait_for_log("fanned out");
+        served.signal(libc::SIGKILL);
+        served
+    })
+    .await
+    .unwrap();
+    let dir = served.dir.clone();
+    let mut child = served.child;
+    child.wait().unwrap();
+
+    let restarted = Served::start_in(dir, &[], &[]);
+    let base = format!("http://127.0.0.1:{}", restarted.port);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let job: serde_json::Value =
+            client.get(format!("{base}/jobs/{id}")).send().await.unwrap().json().await.unwrap();
+        if job["status"] != "running" && job["status"] != "queued" {
+            break job;
+        }
+        assert!(std::time::Instant::now() < deadline, "the coordinator never finished after the restart: {job}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["result"], serde_json::json!({ "batches": 40, "sum": 22_140 }));
+    let events: serde_json::Value =
+        client.get(format!("{base}/jobs/{id}/events?limit=500")).send().await.unwrap().json().await.unwrap();
+    let names: Vec<&str> = events["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert!(names.contains(&"job.requeued_batches_lost"), "{names:?}");
+    restarted.signal(libc::SIGTERM);
+    actix_rt::task::spawn_blocking(move || restarted.wait()).await.unwrap();
 }

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::rows::{db_now, db_now_plus, millis, to_chrono};
 use super::SeaStore;
-use crate::domain::{EventLevel, EventName, Job, JobStatus, NewEvent};
+use crate::domain::{EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
 use crate::store::entity::{job, job_event};
 use crate::store::{Dispatch, ExpiredLease, RunRef, StoreError};
 
@@ -56,6 +56,21 @@ impl SeaStore {
             expired.push(ExpiredLease { run: RunRef { id, attempt }, requeues: requeues as i64 });
         }
         Ok(expired)
+    }
+
+    pub(super) async fn find_batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        let runs = job::Entity::find()
+            .select_only()
+            .column(job::Column::Id)
+            .column(job::Column::Attempts)
+            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .filter(job::Column::FanOut.eq(FanOutForm::Batches.as_str()))
+            .order_by_asc(job::Column::StartedAt)
+            .limit(limit)
+            .into_tuple::<(Uuid, i32)>()
+            .all(&self.db)
+            .await?;
+        Ok(runs.into_iter().map(|(id, attempt)| RunRef { id, attempt }).collect())
     }
 
     pub(super) async fn find_stalled_runs(

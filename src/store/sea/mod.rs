@@ -353,6 +353,10 @@ impl JobStore for SeaStore {
     async fn forget_publications(&self) -> Result<u64, StoreError> {
         self.clear_publications().await
     }
+
+    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.find_batch_fan_outs(limit).await
+    }
 }
 
 /// How one submission of a batch is answered.

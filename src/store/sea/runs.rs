@@ -136,6 +136,10 @@ impl SeaStore {
                     NewEvent::new(EventName::REQUEUED_ON_SHUTDOWN).message("worker shut down before the job finished");
                 (event, Duration::ZERO, None)
             }
+            Requeue::BatchesLost => {
+                let message = "its batches lived in the memory of a process that stopped; run again";
+                (NewEvent::new(EventName::REQUEUED_BATCHES_LOST).message(message), Duration::ZERO, None)
+            }
             Requeue::LeaseExpired => {
                 let event = NewEvent::new(EventName::LEASE_EXPIRED_REQUEUE)
                     .message("lease expired; re-queued")
