@@ -25,6 +25,9 @@ impl EventName {
     /// A coordinator whose batches lived in the memory of a process that stopped (the
     /// in-process transport) is run again.
     pub const REQUEUED_BATCHES_LOST: &'static str = "job.requeued_batches_lost";
+    /// A coordinator sent work to a queue that no process consumes (`queue`): it waits
+    /// until a worker for that queue starts.
+    pub const NO_CONSUMER: &'static str = "job.no_consumer";
     /// A coordinator sent its batches (`batches`, `queue`).
     pub const FANNED_OUT: &'static str = "job.fanned_out";
     /// A coordinator returned; its batches close it.

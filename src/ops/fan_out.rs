@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::{JobContext, OperationError};
 use crate::dispatch::Dispatcher;
-use crate::domain::{BatchAddress, FanOutForm, Job, NewJob};
+use crate::domain::{BatchAddress, EventLevel, EventName, FanOutForm, Job, NewEvent, NewJob};
 use crate::store::RunRef;
 
 /// Batch messages published at once, their confirms in flight together.
@@ -128,7 +128,30 @@ impl JobContext {
         }
         self.defer(run).await;
         info!(job_id = %run.id, batches = total, %queue, "fanned out");
+        self.report_unserved(run, &[&queue, &write_queue]).await;
         Ok(())
+    }
+
+    /// Says so, in the job's log and in this process's, when a queue its batches or their
+    /// outcomes go to has no consumer anywhere: they wait until a worker for it starts.
+    async fn report_unserved(&self, run: RunRef, queues: &[&str]) {
+        for &queue in queues {
+            match self.transport.consumers(queue).await {
+                Ok(Some(0)) => {
+                    warn!(job_id = %run.id, queue, "no process consumes this queue; the coordinator waits for one");
+                    let message = format!("no worker consumes queue {queue:?}; start one (yardmaster worker) to go on");
+                    let event = NewEvent::new(EventName::NO_CONSUMER)
+                        .message(message)
+                        .fields(serde_json::json!({ "queue": queue }))
+                        .level(EventLevel::Warning);
+                    if let Err(err) = self.store.record_event(run, event).await {
+                        warn!(job_id = %run.id, error = %err, "could not record that a queue has no consumer");
+                    }
+                }
+                Ok(_) => {}
+                Err(err) => warn!(queue, error = %err, "cannot count a queue's consumers"),
+            }
+        }
     }
 
     /// Creates `children` as jobs of their own (with `parent_job_id`, their own lifecycle

@@ -284,6 +284,19 @@ impl Connector {
         Ok(receiver)
     }
 
+    /// The consumer count of `PREFIX.queue`, from a passive declare on a channel of its own
+    /// (a passive declare of a missing queue closes its channel).
+    async fn consumer_count(&self, queue: &str) -> Result<u32, TransportError> {
+        let link = self.link().await?;
+        let channel = link.connection.create_channel().await.map_err(amqp_error)?;
+        self.declare(&link, &channel, queue).await?;
+        let name = format!("{}{queue}", self.prefix);
+        let options = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+        let declared = channel.queue_declare(name.as_str().into(), options, FieldTable::default()).await;
+        let _ = channel.close(200, "counted".into()).await;
+        Ok(declared.map_err(amqp_error)?.consumer_count())
+    }
+
     async fn take_dead(
         &self,
         queue: &str,
@@ -340,6 +353,11 @@ impl Transport for AmqpTransport {
             DeadLetter { body: delivery.data, reason, acker: Box::new(acker) }
         });
         Ok(letters.collect())
+    }
+
+    async fn consumers(&self, queue: &str) -> Result<Option<u32>, TransportError> {
+        let (connector, queue) = (self.connector(), queue.to_owned());
+        self.on_runtime(async move { connector.consumer_count(&queue).await.map(Some) }).await
     }
 
     async fn check_ready(&self) -> Result<(), TransportError> {

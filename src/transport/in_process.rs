@@ -20,6 +20,16 @@ type DeadLetters = Arc<Mutex<HashMap<String, Vec<(Vec<u8>, String)>>>>;
 pub struct InProcessTransport {
     queues: Arc<Mutex<HashMap<String, Channel>>>,
     dead: DeadLetters,
+    /// Open subscriptions per queue.
+    subscribers: Subscribers,
+}
+
+type Subscribers = Arc<Mutex<HashMap<String, u32>>>;
+
+fn count_subscriber(subscribers: &Subscribers, queue: &str, change: i64) {
+    let mut subscribers = subscribers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let count = subscribers.entry(queue.to_owned()).or_default();
+    *count = u32::try_from((i64::from(*count) + change).max(0)).unwrap_or(u32::MAX);
 }
 
 impl InProcessTransport {
@@ -61,7 +71,9 @@ impl Transport for InProcessTransport {
 
     async fn subscribe(&self, queue: &str, _prefetch: u16) -> Result<Box<dyn Subscription>, TransportError> {
         let (sender, receiver) = self.channel(queue);
-        Ok(Box::new(InProcessSubscription { sender, receiver }))
+        count_subscriber(&self.subscribers, queue, 1);
+        let (subscribers, queue) = (self.subscribers.clone(), queue.to_owned());
+        Ok(Box::new(InProcessSubscription { sender, receiver, subscribers, queue }))
     }
 
     async fn dead_letter(&self, queue: &str, body: Vec<u8>, reason: &str) -> Result<(), TransportError> {
@@ -87,6 +99,11 @@ impl Transport for InProcessTransport {
         Ok(letters.collect())
     }
 
+    async fn consumers(&self, queue: &str) -> Result<Option<u32>, TransportError> {
+        let subscribers = self.subscribers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Ok(Some(subscribers.get(queue).copied().unwrap_or(0)))
+    }
+
     async fn check_ready(&self) -> Result<(), TransportError> {
         Ok(())
     }
@@ -103,6 +120,14 @@ impl Transport for InProcessTransport {
 struct InProcessSubscription {
     sender: async_channel::Sender<Vec<u8>>,
     receiver: async_channel::Receiver<Vec<u8>>,
+    subscribers: Subscribers,
+    queue: String,
+}
+
+impl Drop for InProcessSubscription {
+    fn drop(&mut self) {
+        count_subscriber(&self.subscribers, &self.queue, -1);
+    }
 }
 
 #[async_trait]

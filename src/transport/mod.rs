@@ -39,6 +39,10 @@ pub trait Transport: Send + Sync + 'static {
     /// settled: `ack` removes it for good, `requeue` puts it back among the dead letters.
     async fn take_dead_letters(&self, queue: &str, max: usize) -> Result<Vec<DeadLetter>, TransportError>;
 
+    /// How many consumers `queue` has now, across every process, when the transport can
+    /// tell (`None` when it cannot): so work sent where nobody reads is reported.
+    async fn consumers(&self, queue: &str) -> Result<Option<u32>, TransportError>;
+
     /// Whether the transport can take messages now, for readiness checks.
     async fn check_ready(&self) -> Result<(), TransportError>;
 

@@ -416,3 +416,49 @@ mod nesting {
 
     on_both_backends!(a_group_of_coordinators_closes_when_they_do, a_coordinator_takes_no_outside_children);
 }
+
+mod unserved {
+    //! A coordinator whose batches go where no process reads says so in its log.
+
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+
+    use crate::helpers::{Backend, TestApp, TestOptions};
+
+    async fn no_consumer_events(app: &TestApp, id: &str) -> Vec<String> {
+        let events = app.events(id).await;
+        let unserved = events.iter().filter(|event| event["event"] == "job.no_consumer");
+        unserved.map(|event| event["fields"]["queue"].as_str().unwrap_or("").to_owned()).collect()
+    }
+
+    async fn a_coordinator_says_when_nobody_consumes_its_batches(backend: Backend) {
+        let app = TestApp::spawn(backend).await;
+        let sums = json!({ "operation": "sum_squares", "payload": { "start": 1, "end": 10, "batch_size": 5 } });
+        let (_, job) = app.submit(sums).await;
+        let id = job["id"].as_str().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut queues = no_consumer_events(&app, id).await;
+        while queues.len() < 2 {
+            assert!(Instant::now() < deadline, "no job.no_consumer events: {:?}", app.event_names(id).await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            queues = no_consumer_events(&app, id).await;
+        }
+        queues.sort();
+        assert_eq!(queues, ["batch_writes", "batches"]);
+        app.post(&format!("/jobs/{id}/cancel")).await;
+    }
+
+    async fn a_served_coordinator_reports_nothing(backend: Backend) {
+        let options =
+            TestOptions { operation_queues: vec!["batches"], write_queues: vec!["batch_writes"], ..Default::default() };
+        let app = TestApp::spawn_with(backend, options).await;
+        let sums = json!({ "operation": "sum_squares", "payload": { "start": 1, "end": 10, "batch_size": 5 } });
+        let (_, job) = app.submit(sums).await;
+        let id = job["id"].as_str().unwrap();
+        app.wait_for_status(id, "succeeded").await;
+        assert!(no_consumer_events(&app, id).await.is_empty(), "{:?}", app.event_names(id).await);
+    }
+
+    on_every_backend!(a_coordinator_says_when_nobody_consumes_its_batches, a_served_coordinator_reports_nothing);
+}
