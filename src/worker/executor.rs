@@ -2,8 +2,10 @@
 //!
 //! Session 1 claims (QUEUED → RUNNING, `job.started`, commit). The operation then runs with
 //! no transaction open. Session 2 records the outcome for this run: SUCCEEDED, FAILED, a
-//! retry after a failure (the job's retry policy), or RetryLater. If session 2 cannot commit,
-//! a fallback session marks the job FAILED so it never stays RUNNING.
+//! retry after a failure (the job's retry policy), or RetryLater. While the database cannot
+//! be reached, session 2 is tried again until it can (a blink never fails a job); if it
+//! cannot commit for another reason, a fallback session marks the job FAILED so it never
+//! stays RUNNING.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -32,6 +34,8 @@ pub const INVALID_RESULT: &str = "InvalidResult";
 /// Tries of the fallback session, with a doubling pause starting here.
 const FALLBACK_ATTEMPTS: u32 = 4;
 const FALLBACK_FIRST_PAUSE: Duration = Duration::from_millis(50);
+/// Longest pause between writes of an outcome while the database is unreachable.
+const MAX_UNREACHABLE_PAUSE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
@@ -117,15 +121,13 @@ impl Executor {
             true => Outcome::Complete(Completion::CancelledByParent),
             false => self.execute(job, cancel).await,
         };
-        let written = match &outcome {
-            Outcome::Complete(completion) => {
-                self.services.store.finish(run, completion).await.map(|job| job.map(|job| job.status))
-            }
-            Outcome::Requeue(requeue) => {
-                self.services.store.requeue(run, requeue).await.map(|job| job.map(|_| JobStatus::Queued))
-            }
-            Outcome::Deferred => return HandleOutcome::Deferred,
-        };
+        if matches!(outcome, Outcome::Deferred) {
+            return HandleOutcome::Deferred;
+        }
+        let mut written = self.write(run, &outcome).await;
+        if written.as_ref().is_err_and(StoreError::is_unavailable) {
+            written = self.write_when_back(run, &outcome).await;
+        }
         match written {
             Ok(Some(JobStatus::Queued)) => {
                 info!(job_id = %run.id, "re-queued");
@@ -140,6 +142,39 @@ impl Executor {
                 HandleOutcome::Superseded
             }
             Err(err) => self.record_fallback(run, err).await,
+        }
+    }
+
+    /// Session 2: the outcome's compare-and-set for this run.
+    async fn write(&self, run: RunRef, outcome: &Outcome) -> Result<Option<JobStatus>, StoreError> {
+        match outcome {
+            Outcome::Complete(completion) => {
+                self.services.store.finish(run, completion).await.map(|job| job.map(|job| job.status))
+            }
+            Outcome::Requeue(requeue) => {
+                self.services.store.requeue(run, requeue).await.map(|job| job.map(|_| JobStatus::Queued))
+            }
+            Outcome::Deferred => Ok(None),
+        }
+    }
+
+    /// The database could not be reached, so nothing was written: the same outcome is
+    /// tried again, with a growing pause, for up to three leases. A job that succeeded
+    /// must not end FAILED because the database blinked. If the run is taken away
+    /// meanwhile (its lease expired, the reaper re-queued it), the write finds it no longer
+    /// current and is dropped; a commit whose fate was unknown is found applied the same way.
+    async fn write_when_back(&self, run: RunRef, outcome: &Outcome) -> Result<Option<JobStatus>, StoreError> {
+        let deadline = tokio::time::Instant::now() + self.config.lease * 3;
+        let mut pause = FALLBACK_FIRST_PAUSE;
+        loop {
+            warn!(job_id = %run.id, "the database is unreachable; the outcome will be written when it is back");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_UNREACHABLE_PAUSE);
+            let written = self.write(run, outcome).await;
+            let unreachable = written.as_ref().is_err_and(StoreError::is_unavailable);
+            if !unreachable || tokio::time::Instant::now() >= deadline {
+                return written;
+            }
         }
     }
 

@@ -1,0 +1,477 @@
+#!/usr/bin/env python3
+"""The chaos run: real yardmaster processes on a private PostgreSQL cluster and a private
+RabbitMQ node (started here, so faults never reach anyone else's servers), a few thousand
+jobs submitted with idempotency keys, and faults at random times: workers SIGKILLed and
+SIGTERMed, the API killed, a commit-then-crash failpoint, the broker killed, PostgreSQL
+stopped immediately, a worker's link to the broker cut, and a worker whose clock runs
+minutes ahead. Then it waits for every job to end and checks, from the database:
+
+  lost 0                    every accepted submission has its job
+  stuck 0                   every job ended
+  unexplained double runs 0 a job ran more than once only after a requeue said why
+  double terminal events 0  a job ended once
+  wrong outcomes 0          every job succeeded with the operation's result
+
+Usage: chaos.py --bin-dir TARGET/debug [--profile short|long] [--seed N]
+Exits 1 when any count above is not 0. Needs root (PostgreSQL runs as `postgres`,
+RabbitMQ as `rabbitmq`), Debian's postgresql-15, rabbitmq-server and faketime.
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+PROFILES = {
+    # jobs, seconds of faults at least, seconds between faults (min, max)
+    "short": {"jobs": 1200, "chaos_seconds": 45, "fault_every": (2.0, 5.0)},
+    "long": {"jobs": 10000, "chaos_seconds": 600, "fault_every": (3.0, 10.0)},
+}
+PG_BIN = "/usr/lib/postgresql/15/bin"
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+DRAIN_SECONDS = 300
+REQUEUE_EVENTS = (
+    "job.lease_expired_requeue",
+    "job.requeued_on_shutdown",
+    "job.retry_scheduled",
+    "job.retry_later",
+    "job.requeued_batches_lost",
+)
+
+
+def log(message):
+    print(f"chaos: {message}", flush=True)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run(command, **kwargs):
+    return subprocess.run(command, check=True, capture_output=True, text=True, **kwargs)
+
+
+class Postgres:
+    """A private cluster in `root`, run as the postgres user, on its own port."""
+
+    def __init__(self, root):
+        self.data = os.path.join(root, "pg")
+        self.port = free_port()
+        os.makedirs(self.data)
+        shutil.chown(root, "postgres")
+        shutil.chown(self.data, "postgres")
+        self.as_postgres([f"{PG_BIN}/initdb", "-D", self.data, "--auth=trust", "-U", "postgres", "-E", "UTF8"])
+        self.options = f"-p {self.port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on"
+        self.start()
+        self.psql("CREATE DATABASE chaos", database="postgres")
+
+    def as_postgres(self, command):
+        return run(["runuser", "-u", "postgres", "--", *command])
+
+    def start(self):
+        self.as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-o", self.options, "-w", "-t", "60", "-l",
+                          os.path.join(self.data, "log"), "start"])
+
+    def stop_immediately(self):
+        self.as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop"])
+
+    def stop(self):
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", "fast",
+                        "-w", "stop"], capture_output=True)
+
+    def url(self, database="chaos"):
+        return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
+
+    def psql(self, sql, database="chaos"):
+        out = run(["psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", self.url(database), "-c", sql])
+        return out.stdout.strip()
+
+
+class Rabbit:
+    """A private RabbitMQ node in `root`, run as the rabbitmq user, on its own ports."""
+
+    def __init__(self, root):
+        self.root = os.path.join(root, "rabbit")
+        os.makedirs(self.root)
+        self.port = free_port()
+        self.node = f"ymchaos{os.getpid()}@localhost"
+        with open(os.path.join(self.root, "rabbitmq.conf"), "w") as conf:
+            conf.write(f"listeners.tcp.local = 127.0.0.1:{self.port}\nloopback_users = none\n")
+        open(os.path.join(self.root, "env.conf"), "w").close()
+        with open(os.path.join(self.root, "enabled_plugins"), "w") as plugins:
+            plugins.write("[].\n")
+        run(["chown", "-R", "rabbitmq", self.root])
+        self.env = {
+            "HOME": "/var/lib/rabbitmq",
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(free_port()),
+            "RABBITMQ_CONFIG_FILE": os.path.join(self.root, "rabbitmq.conf"),
+            "RABBITMQ_CONF_ENV_FILE": os.path.join(self.root, "env.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": os.path.join(self.root, "enabled_plugins"),
+            "RABBITMQ_MNESIA_BASE": os.path.join(self.root, "mnesia"),
+            "RABBITMQ_LOG_BASE": os.path.join(self.root, "log"),
+            "RABBITMQ_PID_FILE": os.path.join(self.root, "pid"),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+        }
+        self.start()
+
+    def start(self):
+        exports = " ".join(f"{key}={value}" for key, value in self.env.items())
+        run(["su", "rabbitmq", "-s", "/bin/sh", "-c",
+             f"cd {self.root}; {exports} /usr/lib/rabbitmq/bin/rabbitmq-server -detached"])
+        # The node registers with epmd a moment after -detached returns.
+        deadline = time.time() + 120
+        while True:
+            waited = subprocess.run(["rabbitmqctl", "-n", self.node, "await_startup", "--timeout", "60"],
+                                    capture_output=True)
+            if waited.returncode == 0:
+                return
+            if time.time() > deadline:
+                raise RuntimeError(f"RabbitMQ node {self.node} did not start: {waited.stderr.decode()[-500:]}")
+            time.sleep(0.5)
+
+    def kill(self):
+        with open(self.env["RABBITMQ_PID_FILE"]) as pid_file:
+            pid = int(pid_file.read().strip())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                os.kill(pid, 0)
+                time.sleep(0.05)
+            except ProcessLookupError:
+                return
+
+    def stop(self):
+        subprocess.run(["rabbitmqctl", "-n", self.node, "stop"], capture_output=True)
+
+    def url(self, port=None):
+        return f"amqp://guest:guest@127.0.0.1:{port or self.port}/%2f"
+
+
+class Cut:
+    """A TCP relay between one worker and the broker that can be cut: every connection
+    through it is dropped and new ones are refused until it is mended."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.open = []
+        self.cut_until = 0.0
+        self.lock = threading.Lock()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            client, _ = self.listener.accept()
+            if time.time() < self.cut_until:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.open += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def pump(source, sink):
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self, seconds):
+        self.cut_until = time.time() + seconds
+        with self.lock:
+            sockets, self.open = self.open, []
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            except OSError:
+                pass
+
+
+class Fleet:
+    """The yardmaster processes, restarted when they die, as systemd would."""
+
+    def __init__(self, bin_dir, pg, rabbit, root):
+        self.binary = os.path.join(bin_dir, "examples", "custom_operation")
+        self.api_port = free_port()
+        self.cut = Cut(rabbit.port)
+        self.base = {
+            "YARDMASTER__STORE__URL": pg.url(),
+            "YARDMASTER__STORE__MAX_CONNECTIONS": "12",
+            "YARDMASTER__STORE__CONNECT_TIMEOUT_SECONDS": "3",
+            "YARDMASTER__TRANSPORT__KIND": "amqp",
+            "YARDMASTER__TRANSPORT__AMQP__URL": rabbit.url(),
+            "YARDMASTER__TRANSPORT__AMQP__CONNECT_TIMEOUT_SECONDS": "2",
+            "YARDMASTER__WORKER__LEASE_MS": "3000",
+            "YARDMASTER__WORKER__HEARTBEAT_MS": "500",
+            "YARDMASTER__WORKER__GRACE_SECONDS": "2",
+            "YARDMASTER__REAPER__INTERVAL_MS": "500",
+            "YARDMASTER__REAPER__MAX_LEASE_REQUEUES": "50",
+            "YARDMASTER__DISPATCH__INTERVAL_MS": "300",
+            "YARDMASTER__DISPATCH__GRACE_MS": "1000",
+            "YARDMASTER__QUEUES__DEFAULT__CONCURRENCY": "8",
+            "RUST_LOG": "warn",
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        }
+        self.logs = open(os.path.join(root, "processes.log"), "a")
+        self.specs = {
+            "api": (["serve", "--no-workers", "--bind", f"127.0.0.1:{self.api_port}"], {}),
+            "worker-1": (["worker"], {"YARDMASTER__WORKER__ID": "worker-1"}),
+            "worker-ahead": (["worker"], {"YARDMASTER__WORKER__ID": "worker-ahead", "LD_PRELOAD": LIBFAKETIME,
+                                          "FAKETIME": "+300s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}),
+            "worker-cut": (["worker"], {"YARDMASTER__WORKER__ID": "worker-cut",
+                                        "YARDMASTER__TRANSPORT__AMQP__URL": rabbit.url(self.cut.port)}),
+        }
+        self.processes = {}
+        self.armed_failpoint = False
+        self.stopping = False
+        for name in self.specs:
+            self.start(name)
+
+    def start(self, name, failpoint=None):
+        args, extra = self.specs[name]
+        env = {**self.base, **extra}
+        if failpoint:
+            env["YARDMASTER_FAILPOINT"] = failpoint
+        self.processes[name] = subprocess.Popen([self.binary, *args], env=env, stdout=self.logs, stderr=self.logs)
+
+    def supervise(self):
+        """Restarts what died (a second later, as `RestartSec`); runs until told to stop."""
+        while not self.stopping:
+            for name, process in list(self.processes.items()):
+                if process.poll() is not None and not self.stopping:
+                    time.sleep(1)
+                    self.start(name)
+            time.sleep(0.2)
+
+    def signal(self, name, sig):
+        try:
+            self.processes[name].send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self):
+        self.stopping = True
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        codes = {}
+        for name, process in self.processes.items():
+            try:
+                codes[name] = process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                codes[name] = "killed"
+        return codes
+
+
+def submit_all(port, keys, accepted, pace, deadline):
+    """Submits each key until the API accepts it (2xx), one every `pace` seconds at most,
+    so submissions go on while faults happen; idempotency makes retries safe."""
+    for key in keys:
+        next_at = time.time() + pace
+        body = json.dumps({
+            "operation": "count",
+            "payload": {"delay_ms": random.randint(0, 300), "tag": key},
+            "idempotency_key": key,
+            "max_retries": 10,
+            "retry": {"base_seconds": 0.2, "cap_seconds": 2},
+        }).encode()
+        while time.time() < deadline:
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/jobs", data=body, method="POST",
+                                             headers={"content-type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    if response.status in (200, 201):
+                        accepted[key] = json.load(response)["id"]
+                        break
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        time.sleep(max(0.0, next_at - time.time()))
+
+
+def inject_faults(fleet, pg, rabbit, rng, every, until, faults):
+    kinds = ["worker_kill", "worker_term", "api_kill", "commit_then_crash", "broker_kill", "postgres_stop",
+             "network_cut"]
+    weights = [4, 3, 2, 1, 1, 1, 2]
+    while until():
+        time.sleep(rng.uniform(*every))
+        kind = rng.choices(kinds, weights)[0]
+        faults[kind] = faults.get(kind, 0) + 1
+        log(f"fault: {kind}")
+        if kind == "worker_kill":
+            fleet.signal(rng.choice(["worker-1", "worker-ahead", "worker-cut"]), signal.SIGKILL)
+        elif kind == "worker_term":
+            fleet.signal(rng.choice(["worker-1", "worker-ahead", "worker-cut"]), signal.SIGTERM)
+        elif kind == "api_kill":
+            fleet.signal("api", signal.SIGKILL)
+        elif kind == "commit_then_crash":
+            # The next submission commits its job, then the API dies before publishing it.
+            fleet.signal("api", signal.SIGKILL)
+            fleet.processes["api"].wait()
+            fleet.start("api", failpoint="submit.after_commit")
+        elif kind == "broker_kill":
+            rabbit.kill()
+            time.sleep(rng.uniform(1, 3))
+            rabbit.start()
+        elif kind == "postgres_stop":
+            pg.stop_immediately()
+            time.sleep(rng.uniform(1, 4))
+            pg.start()
+        elif kind == "network_cut":
+            fleet.cut.cut(rng.uniform(2, 8))
+
+
+def check(pg, accepted):
+    """The counts the run is judged by, from the database."""
+    ids = ",".join(f"'{job_id}'" for job_id in accepted.values())
+    total = int(pg.psql(f"SELECT COUNT(*) FROM job WHERE id IN ({ids})"))
+    not_ended = int(pg.psql(f"SELECT COUNT(*) FROM job WHERE id IN ({ids}) AND status NOT IN "
+                            "('succeeded', 'failed', 'cancelled')"))
+    wrong = int(pg.psql(f"SELECT COUNT(*) FROM job WHERE id IN ({ids}) AND (status <> 'succeeded' "
+                        "OR result::jsonb <> '{\"counted\": true}'::jsonb)"))
+    terminal = "'job.succeeded', 'job.failed', 'job.cancelled'"
+    double_terminal = int(pg.psql(
+        f"SELECT COUNT(*) FROM (SELECT job_id FROM job_event WHERE job_id IN ({ids}) AND event IN ({terminal}) "
+        "GROUP BY job_id HAVING COUNT(*) > 1) AS doubled"))
+    requeues = ",".join(f"'{event}'" for event in REQUEUE_EVENTS)
+    unexplained = int(pg.psql(
+        "SELECT COUNT(*) FROM job j WHERE j.id IN (" + ids + ") AND "
+        "(SELECT COUNT(*) FROM execution_log e WHERE e.job_id = j.id::text) > 1 + "
+        f"(SELECT COUNT(*) FROM job_event v WHERE v.job_id = j.id AND v.event IN ({requeues}))"))
+    explained_reruns = int(pg.psql(
+        "SELECT COALESCE(SUM(n - 1), 0) FROM (SELECT COUNT(*) AS n FROM execution_log "
+        f"WHERE job_id IN (SELECT id::text FROM job WHERE id IN ({ids})) GROUP BY job_id) AS runs"))
+    wrong_jobs = pg.psql(
+        f"SELECT id, status, error_code, left(error_message, 300) FROM job WHERE id IN ({ids}) AND "
+        "(status <> 'succeeded' OR result::jsonb <> '{\"counted\": true}'::jsonb) LIMIT 5")
+    for line in filter(None, wrong_jobs.splitlines()):
+        job_id = line.split("|")[0]
+        events = pg.psql(f"SELECT string_agg(event || coalesce(' (' || left(message, 120) || ')', ''), ' > ' "
+                         f"ORDER BY id) FROM job_event WHERE job_id = '{job_id}'")
+        log(f"wrong outcome: {line}; events: {events}")
+    return {
+        "lost": len(accepted) - total,
+        "stuck": not_ended,
+        "unexplained double runs": unexplained,
+        "double terminal events": double_terminal,
+        "wrong outcomes": wrong,
+        "explained re-runs": explained_reruns,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin-dir", required=True)
+    parser.add_argument("--profile", choices=PROFILES, default="short")
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--keep", action="store_true", help="keep the private servers' files")
+    args = parser.parse_args()
+    profile = PROFILES[args.profile]
+    rng = random.Random(args.seed)
+    random.seed(args.seed)
+    log(f"seed {args.seed}, profile {args.profile}: {profile['jobs']} jobs")
+    root = tempfile.mkdtemp(prefix="yardmaster-chaos-")
+    os.chmod(root, 0o755)
+    pg = rabbit = fleet = None
+    try:
+        pg = Postgres(root)
+        rabbit = Rabbit(root)
+        pg.psql("CREATE TABLE execution_log (job_id VARCHAR(64) NOT NULL)")
+        run([os.path.join(args.bin_dir, "examples", "custom_operation"), "migrate"],
+            env={"YARDMASTER__STORE__URL": pg.url(), "PATH": os.environ.get("PATH", "")})
+        fleet = Fleet(args.bin_dir, pg, rabbit, root)
+        threading.Thread(target=fleet.supervise, daemon=True).start()
+
+        keys = [f"chaos-{args.seed}-{n}" for n in range(profile["jobs"])]
+        accepted = {}
+        started = time.time()
+        submit_deadline = started + profile["chaos_seconds"] + 600
+        pace = profile["chaos_seconds"] / (len(keys) / 4)
+        submitters = [threading.Thread(target=submit_all, args=(fleet.api_port, keys[n::4], accepted, pace,
+                                                                 submit_deadline)) for n in range(4)]
+        for submitter in submitters:
+            submitter.start()
+        faults = {}
+        chaos_until = started + profile["chaos_seconds"]
+        submitting = lambda: any(submitter.is_alive() for submitter in submitters)
+        inject_faults(fleet, pg, rabbit, rng, profile["fault_every"],
+                      lambda: time.time() < chaos_until or submitting(), faults)
+        for submitter in submitters:
+            submitter.join()
+        log(f"faults over after {time.time() - started:.0f} s; {len(accepted)} of {len(keys)} accepted; draining")
+
+        drain_started = time.time()
+        ids = ",".join(f"'{job_id}'" for job_id in accepted.values())
+        while time.time() < drain_started + DRAIN_SECONDS:
+            left = int(pg.psql(f"SELECT COUNT(*) FROM job WHERE id IN ({ids}) AND status NOT IN "
+                               "('succeeded', 'failed', 'cancelled')"))
+            if left == 0:
+                break
+            time.sleep(0.5)
+        drain = time.time() - drain_started
+        counts = check(pg, accepted)
+        exits = fleet.stop()
+        fleet = None
+
+        print(f"seed: {args.seed}")
+        print(f"profile: {args.profile}")
+        print(f"jobs accepted: {len(accepted)} of {len(keys)}")
+        print("faults: " + ", ".join(f"{kind} {n}" for kind, n in sorted(faults.items())))
+        for name, value in counts.items():
+            print(f"{name}: {value}")
+        print(f"drain time: {drain:.1f} s")
+        print("exit codes on SIGTERM: " + ", ".join(f"{name} {code}" for name, code in exits.items()))
+        failed = [name for name in ("lost", "stuck", "unexplained double runs", "double terminal events",
+                                    "wrong outcomes") if counts[name] != 0]
+        if len(accepted) < len(keys):
+            failed.append("submissions never accepted")
+        if failed:
+            print("chaos: FAILED: " + ", ".join(failed), flush=True)
+            return 1
+        print("chaos: 1 passed, 0 failed", flush=True)
+        return 0
+    finally:
+        if fleet is not None:
+            fleet.stop()
+        if rabbit is not None:
+            rabbit.stop()
+        if pg is not None:
+            pg.stop()
+        if args.keep:
+            log(f"files kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
