@@ -2,6 +2,7 @@
 //! coordinator's batches and fan them in, also while one of them is killed, a cancel
 //! arrives, or a batch fails.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sea_orm::{ColumnTrait, Database, DatabaseConnection, EntityTrait, QueryFilter};
@@ -15,32 +16,61 @@ use yardmaster::transport::{AmqpTransport, Transport};
 use crate::amqp_processes::{count, insert_job, Deployment, Process};
 use crate::helpers::{amqp_url, seed, Backend, TestDatabase};
 
-/// Two worker processes consuming every configured queue (jobs, batches, batch writes).
+/// Worker processes consuming every configured queue (jobs, batches, batch writes).
 struct FanOutDeployment {
     db: DatabaseConnection,
     url: String,
     deployment: Deployment,
+    counting: bool,
     first: Option<Process>,
-    _second: Process,
+    second: Option<Process>,
     _database: TestDatabase,
 }
 
 impl FanOutDeployment {
-    /// `counting`: run the example binary, which adds `count` and `fan_count`.
+    /// Two workers, `first` and `second`. `counting`: run the example binary, which adds
+    /// `count` and `fan_count`.
     async fn start(counting: bool) -> FanOutDeployment {
+        let mut deployment = FanOutDeployment::start_first(counting).await;
+        deployment.second = Some(deployment.spawn("second"));
+        deployment
+    }
+
+    /// Only the worker `first`.
+    async fn start_first(counting: bool) -> FanOutDeployment {
         let (database, url) = TestDatabase::create(Backend::Postgres).await;
         seed(&url, "count", 0).await;
-        let deployment = Deployment::new(&url);
-        let spawn = |id: &'static str| {
-            let extra = [("YARDMASTER__WORKER__ID", id)];
-            match counting {
-                true => deployment.spawn_counting(&["worker"], &extra),
-                false => deployment.spawn(&["worker"], &extra),
-            }
-        };
-        let (first, second) = (spawn("first"), spawn("second"));
         let db = Database::connect(&url).await.unwrap();
-        FanOutDeployment { db, url, deployment, first: Some(first), _second: second, _database: database }
+        let deployment = Deployment::new(&url);
+        let mut started =
+            FanOutDeployment { db, url, deployment, counting, first: None, second: None, _database: database };
+        started.first = Some(started.spawn("first"));
+        started
+    }
+
+    fn spawn(&self, id: &str) -> Process {
+        let extra = [("YARDMASTER__WORKER__ID", id)];
+        match self.counting {
+            true => self.deployment.spawn_counting(&["worker"], &extra),
+            false => self.deployment.spawn(&["worker"], &extra),
+        }
+    }
+
+    /// (ready, unacknowledged) messages of this deployment's `queue` at the broker.
+    async fn broker_queue(&self, queue: &str) -> (i64, i64) {
+        let name = format!("{}{queue}", self.deployment.prefix);
+        let vhost = amqp_url().rsplit('/').next().unwrap().replace("%2f", "/").replace("%2F", "/");
+        let output = actix_rt::task::spawn_blocking(move || {
+            let columns = ["name", "messages_ready", "messages_unacknowledged"];
+            let args = ["-q", "--no-table-headers", "list_queues", "-p", &vhost];
+            Command::new("rabbitmqctl").args(args).args(columns).output().expect("rabbitmqctl runs")
+        })
+        .await
+        .unwrap();
+        let listing = String::from_utf8_lossy(&output.stdout).into_owned();
+        let row = listing.lines().map(|line| line.split('\t').collect::<Vec<_>>()).find(|row| row[0] == name);
+        let row = row.unwrap_or_else(|| panic!("no queue {name} in {listing}"));
+        (row[1].trim().parse().unwrap(), row[2].trim().parse().unwrap())
     }
 
     async fn parent(&self, id: Uuid) -> job::Model {
@@ -96,18 +126,39 @@ async fn ten_thousand_batches_fan_in_exactly_once_across_two_worker_processes() 
     assert_eq!(deployment.events_named(id, "job.succeeded").await.len(), 1);
 }
 
+/// A batch worker killed mid-run held deliveries (a batch is acknowledged only once it
+/// ran): the broker delivers them again, to the other worker, and the parent closes once,
+/// every batch counted once. The other worker starts only after the kill, so every batch
+/// still to run then, the killed worker's included, can only have run there.
 #[actix_rt::test]
 async fn a_batch_worker_killed_mid_run_leaves_the_parent_neither_stuck_nor_double_counted() {
-    let mut deployment = FanOutDeployment::start(true).await;
+    let mut deployment = FanOutDeployment::start_first(true).await;
     let id = insert_job(&deployment.url, "fan_count", json!({ "batches": 2000, "delay_ms": 10 })).await;
     deployment.wait_until("SELECT COUNT(*) FROM execution_log", 200).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // The only consumer: what the broker sees unacknowledged, it holds.
+        let (_, held) = deployment.broker_queue("batches").await;
+        if held > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the worker never held a batch delivery");
+    }
     drop(deployment.first.take()); // SIGKILL, mid-batch
+    let recorded_at_kill = deployment.recorded_batches(id).await.len();
+    assert!(recorded_at_kill < 2000, "the killed worker had finished");
+    // The broker takes back what the dead worker held: nothing is unacknowledged any more.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while deployment.broker_queue("batches").await.1 > 0 {
+        assert!(Instant::now() < deadline, "the broker never took the dead worker's deliveries back");
+    }
+    assert!(deployment.broker_queue("batches").await.0 > 0, "batches are left for the other worker");
 
-    let parent = deployment.wait_for_parent(id, "succeeded", Duration::from_secs(300)).await;
+    deployment.second = Some(deployment.spawn("second"));
+    let parent = deployment.wait_for_parent(id, "succeeded", Duration::from_secs(120)).await;
     assert_eq!((parent.progress_current, parent.progress_total), (2000, Some(2000)));
     assert_eq!(deployment.recorded_batches(id).await.len(), 2000);
     assert_eq!(deployment.events_named(id, "job.succeeded").await.len(), 1);
-    // Batches the killed worker held were delivered again: run at least once each.
     assert!(count(&deployment.db, "SELECT COUNT(*) FROM execution_log").await >= 2000);
 }
 

@@ -1,5 +1,6 @@
-//! Exactly-once execution under concurrent consumers and duplicate deliveries, and the
-//! fallback session when the outcome cannot be committed.
+//! Exactly-once execution under concurrent consumers and duplicate deliveries, the
+//! fallback session when the outcome cannot be committed, and the races around a run: a
+//! parent cancelled right after its child's claim, a requeue that fails at shutdown.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -10,12 +11,13 @@ use serde_json::json;
 use uuid::Uuid;
 use yardmaster::dispatch::encode_job_message;
 use yardmaster::domain::{BatchOutcome, FanOutForm, Job, JobEvent, NewEvent, NewJob};
+use yardmaster::startup::StoreWrapper;
 use yardmaster::store::{
     BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Reduce, Requeue,
     RunRef, StoreError, Submission,
 };
 
-use crate::helpers::{Backend, TestApp, TestOptions};
+use crate::helpers::{Backend, TestApp, TestOptions, PARKED};
 
 const JOBS: usize = 2_000;
 
@@ -55,6 +57,11 @@ enum Fault {
     Events,
     /// Reading a job finds no connection to the database (counted in `UNREACHABLE_READS`).
     Unreachable,
+    /// Right after a child's claim commits, its parent is cancelled: the race between a
+    /// claim and the execution that follows it.
+    CancelParentOnClaim,
+    /// A shutdown's requeue cannot commit.
+    ShutdownRequeue,
 }
 
 /// Reads that [`Fault::Unreachable`] failed (each test runs in a process of its own).
@@ -94,7 +101,12 @@ impl JobStore for Faulty {
         self.0.events(id, after, limit).await
     }
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
-        self.0.claim(id, owner, lease).await
+        let claimed = self.0.claim(id, owner, lease).await?;
+        if let (Fault::CancelParentOnClaim, Some(parent)) = (self.1, claimed.as_ref().and_then(|job| job.parent_job_id))
+        {
+            self.0.cancel(parent).await?;
+        }
+        Ok(claimed)
     }
     async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
         match completion {
@@ -103,7 +115,10 @@ impl JobStore for Faulty {
         }
     }
     async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
-        self.0.requeue(run, requeue).await
+        match requeue {
+            Requeue::Shutdown if self.1 == Fault::ShutdownRequeue => Err(injected()),
+            _ => self.0.requeue(run, requeue).await,
+        }
     }
     async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
         self.0.extend_lease(run, lease).await
@@ -144,7 +159,7 @@ impl JobStore for Faulty {
     async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError> {
         match self.1 {
             Fault::Events => Err(injected()),
-            Fault::Success | Fault::Unreachable => self.0.record_event(run, event).await,
+            _ => self.0.record_event(run, event).await,
         }
     }
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
@@ -213,10 +228,63 @@ async fn an_unreachable_store_answers_503_at_once(backend: Backend) {
     assert_eq!(app.get("/healthz").await.0, 200);
 }
 
+fn faulty(fault: Fault) -> Option<StoreWrapper> {
+    Some(Box::new(move |store| Arc::new(Faulty(store, fault)) as Arc<dyn JobStore>))
+}
+
+/// A child whose parent is cancelled between its claim and its execution ends CANCELLED
+/// without running.
+async fn a_child_whose_parent_is_cancelled_after_its_claim_never_runs(backend: Backend) {
+    let options = TestOptions {
+        queues: vec![("default", 1)],
+        wrap_store: faulty(Fault::CancelParentOnClaim),
+        ..Default::default()
+    };
+    let app = TestApp::spawn_with(backend, options).await;
+    let (_, parent) = app.submit(json!({ "operation": "ping", "queue": PARKED })).await;
+    let parent = parent["id"].as_str().unwrap();
+    let (_, child) = app.submit(json!({ "operation": "count", "parent_job_id": parent })).await;
+    let child = child["id"].as_str().unwrap();
+    // One job at a time: the sentinel finishing means the child's run is over.
+    let (_, sentinel) = app.submit(json!({ "operation": "ping" })).await;
+    app.wait_for_status(sentinel["id"].as_str().unwrap(), "succeeded").await;
+
+    assert_eq!(app.get(&format!("/jobs/{parent}")).await.1["status"], "cancelled");
+    let (_, after) = app.get(&format!("/jobs/{child}")).await;
+    assert_eq!((after["status"].as_str(), after["attempts"].as_i64()), (Some("cancelled"), Some(1)), "{after}");
+    assert_eq!(app.count("SELECT COUNT(*) FROM execution_log").await, 0, "the child ran");
+    let names = app.event_names(child).await;
+    assert!(!names.iter().any(|name| name == "job.succeeded" || name == "job.failed"), "{names:?}");
+}
+
+/// On SIGTERM, a run still going at the end of the grace period whose requeue cannot commit
+/// is FAILED with `WorkerShutdown`, and the process still exits with 143.
+async fn a_run_that_cannot_be_requeued_at_shutdown_fails_with_worker_shutdown(backend: Backend) {
+    let options =
+        TestOptions { handle_signals: true, wrap_store: faulty(Fault::ShutdownRequeue), ..Default::default() };
+    let mut app = TestApp::spawn_with(backend, options).await;
+    let (_, job) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 60, "steps": 600 } })).await;
+    let id = job["id"].as_str().unwrap();
+    app.wait_for_status(id, "running").await;
+    // Each test runs in a process of its own (nextest), whose SIGTERM the app's guard owns.
+    // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+    let code = tokio::time::timeout(Duration::from_secs(30), &mut app.stopped).await;
+    assert_eq!(code.expect("the app stops within 30 s").unwrap().unwrap(), 143);
+
+    let job = app.store.get(id.parse().unwrap()).await.unwrap().unwrap();
+    assert_eq!((job.status.as_str(), job.error_code.as_deref()), ("failed", Some("WorkerShutdown")), "{job:?}");
+    assert!(job.error_message.unwrap_or_default().contains("injected"));
+}
+
 on_both_backends!(
     an_unreachable_store_answers_503_at_once,
     eight_consumers_run_two_thousand_jobs_exactly_once,
     without_group_commit_every_job_runs_exactly_once,
     a_session_two_commit_failure_leaves_the_job_failed,
     progress_that_cannot_be_written_does_not_fail_the_job,
+    a_child_whose_parent_is_cancelled_after_its_claim_never_runs,
+    a_run_that_cannot_be_requeued_at_shutdown_fails_with_worker_shutdown,
 );

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use uuid::Uuid;
 use yardmaster::dispatch::encode_job_message;
+use yardmaster::transport::MAX_MESSAGE_BYTES;
 
 use crate::helpers::{Backend, TestApp, TestOptions};
 
@@ -85,6 +86,42 @@ async fn operation_queues_run_payloads_without_job_rows(backend: Backend) {
     assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 0, "no job rows for ephemeral work");
 }
 
+/// An operations queue and a writes queue dead-letter what they cannot process, never run
+/// it, and go on: a message over 1 MiB on either, an invalid payload on the operations
+/// queue, an undecodable outcome on the writes queue.
+async fn oversized_and_invalid_messages_on_operation_and_write_queues_are_dead_lettered(backend: Backend) {
+    let options = TestOptions { operation_queues: vec!["batch"], write_queues: vec!["writes"], ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let oversized = vec![b' '; MAX_MESSAGE_BYTES + 1];
+    // `count` takes an object: 5 is refused by its validation.
+    let invalid = yardmaster::actors::OperationMessage::new("count", json!(5));
+    app.transport.publish("batch", oversized.clone()).await.unwrap();
+    app.transport.publish("batch", invalid.encode()).await.unwrap();
+    app.transport.publish("writes", oversized).await.unwrap();
+    app.transport.publish("writes", br#"{"parent_job_id": "not an outcome"}"#.to_vec()).await.unwrap();
+    let sentinel = yardmaster::actors::OperationMessage::new("count", json!({ "tag": "sentinel" }));
+    app.transport.publish("batch", sentinel.encode()).await.unwrap();
+
+    app.wait_for_count("SELECT COUNT(*) FROM execution_log WHERE job_id = 'sentinel'", 1, Duration::from_secs(30))
+        .await;
+    wait_for_dead_letters(&app, "batch", json!({ "invalid_payload": 1, "oversized": 1 })).await;
+    wait_for_dead_letters(&app, "writes", json!({ "oversized": 1, "undecodable": 1 })).await;
+    assert_eq!(app.count("SELECT COUNT(*) FROM execution_log WHERE job_id <> 'sentinel'").await, 0);
+}
+
+/// Polls `queue`'s dead letters until they are `by_reason`.
+async fn wait_for_dead_letters(app: &TestApp, queue: &str, by_reason: serde_json::Value) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, summary) = app.get(&format!("/admin/dead-letters?queue={queue}")).await;
+        if summary["by_reason"] == by_reason {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{queue}: dead letters never became {by_reason}: {summary}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A job whose message reached a queue of another kind (the queue's kind changed while the
 /// job waited, say) is failed with the reason, not left QUEUED for ever.
 async fn a_job_message_on_an_operations_queue_fails_its_job(backend: Backend) {
@@ -124,4 +161,5 @@ on_every_backend!(
     unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on,
     operation_queues_run_payloads_without_job_rows,
     a_job_message_on_an_operations_queue_fails_its_job,
+    oversized_and_invalid_messages_on_operation_and_write_queues_are_dead_lettered,
 );

@@ -3,15 +3,16 @@
 
 use std::time::{Duration, Instant};
 
+use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::json;
 use uuid::Uuid;
 use yardmaster::domain::{BatchAddress, BatchOutcome, BatchResult, FanOutForm, JobStatus, NewJob, QueueName};
 use yardmaster::ops::{OperationMessage, OperationRegistry};
-use yardmaster::store::entity::job_batch;
+use yardmaster::store::entity::{job, job_batch, job_event};
 use yardmaster::store::{BatchRecorded, RunRef};
 
-use crate::helpers::{Backend, TestApp, TestOptions};
+use crate::helpers::{Backend, TestApp, TestOptions, LEASE_MS, PARKED};
 
 fn registry() -> std::sync::Arc<OperationRegistry> {
     std::sync::Arc::new(OperationRegistry::builtin())
@@ -63,22 +64,52 @@ async fn a_coordinator_fans_in_exactly_once(backend: Backend) {
     assert_eq!(names.last().map(String::as_str), Some("job.succeeded"));
 }
 
+/// A batch that keeps failing is retried `max_retries` times (re-sent with one failure
+/// more each time), then fails its parent (`ChildFailed`, `child.failed` naming it).
 async fn a_failing_batch_fails_the_parent_with_its_reason(backend: Backend) {
     let app = TestApp::spawn_with(backend, fan_out_app_options()).await;
-    let payload = json!({ "start": 1, "end": 100, "batch_size": 10, "fail_batch": 3, "max_retries": 1 });
-    let (_, job) = app.submit(json!({ "operation": "sum_squares", "payload": payload })).await;
+    let payload = json!({ "batches": 10, "fail_batch": 3, "fail_times": 1000, "max_retries": 2 });
+    let (_, job) = app.submit(json!({ "operation": "flaky_fan", "payload": payload })).await;
     let id = job["id"].as_str().unwrap();
     let failed = app.wait_for_status(id, "failed").await;
     assert_eq!(failed["error_code"], "ChildFailed");
     let message = failed["error_message"].as_str().unwrap();
-    assert!(message.contains("batch 3") && message.contains("DemoFailure"), "{message}");
+    assert!(message.contains("batch 3") && message.contains("FlakyBatch"), "{message}");
+    assert_eq!(batch_runs(&app, id, 3).await, 3, "one run and max_retries (2) retries");
 
     let events = app.store.events(id.parse().unwrap(), None, 1000).await.unwrap();
     let child_failed: Vec<_> = events.iter().filter(|event| event.event == "child.failed").collect();
     assert_eq!(child_failed.len(), 1);
     assert_eq!(child_failed[0].fields["batch"], 3);
-    assert_eq!(child_failed[0].fields["error_code"], "DemoFailure");
+    assert_eq!(child_failed[0].fields["error_code"], "FlakyBatch");
     assert_eq!(events.iter().filter(|event| event.event == "job.failed").count(), 1);
+}
+
+/// A batch is retried up to its `max_retries`: one that fails twice succeeds with 2 (run
+/// three times) and fails its parent with 1 (run twice).
+async fn a_batch_is_retried_up_to_its_max_retries(backend: Backend) {
+    let app = TestApp::spawn_with(backend, fan_out_app_options()).await;
+    let fan_out = |max_retries: i32| {
+        let payload = json!({ "batches": 4, "fail_batch": 1, "fail_times": 2, "max_retries": max_retries });
+        app.submit(json!({ "operation": "flaky_fan", "payload": payload }))
+    };
+    let (_, enough) = fan_out(2).await;
+    let (_, too_few) = fan_out(1).await;
+    let (enough, too_few) = (enough["id"].as_str().unwrap(), too_few["id"].as_str().unwrap());
+
+    let done = app.wait_for_status(enough, "succeeded").await;
+    assert_eq!(done["result"], json!({ "batches": 4 }));
+    assert_eq!(batch_runs(&app, enough, 1).await, 3);
+    let failed = app.wait_for_status(too_few, "failed").await;
+    assert_eq!(failed["error_code"], "ChildFailed", "{failed}");
+    assert!(failed["error_message"].as_str().unwrap().contains("batch 1"), "{failed}");
+    assert_eq!(batch_runs(&app, too_few, 1).await, 2);
+}
+
+/// Runs of batch `index` of `flaky_fan` coordinator `id` (each run logs one row).
+async fn batch_runs(app: &TestApp, id: &str, index: u64) -> i64 {
+    let tag = crate::test_ops::batch_tag(id, index);
+    app.count(&format!("SELECT COUNT(*) FROM execution_log WHERE job_id = '{tag}'")).await
 }
 
 /// Cancelling a fanned-out parent: its remaining batches are skipped, not run, and nothing
@@ -111,19 +142,51 @@ async fn cancelling_a_parent_stops_its_batches(backend: Backend) {
     assert!(!event_names(&app, parent).await.contains(&"job.succeeded".to_owned()));
 }
 
-/// A fan-out that outlasts the lease is kept by its batches, not reaped.
+/// A fan-out that outlasts its coordinator's lease is kept by its batches, not reaped: the
+/// test holds the batches back until the reaper has re-queued a run leased after the
+/// coordinator deferred, then lets them run.
 async fn a_long_fan_out_outlives_the_lease(backend: Backend) {
-    let app = TestApp::spawn_with(backend, fan_out_app_options()).await;
-    // 40 batches of 200 ms on 2 batch workers: about 4 s, past the tests' 3 s lease.
-    let payload = json!({ "start": 1, "end": 40, "batch_size": 1, "batch_delay_ms": 200 });
+    // Nothing in the app consumes `batches` but the test, which relays them to `relay`.
+    let options =
+        TestOptions { operation_queues: vec!["relay"], write_queues: vec!["batch_writes"], ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let mut held = app.transport.subscribe("batches", 16).await.unwrap();
+    let payload = json!({ "start": 1, "end": 4, "batch_size": 1 });
     let (_, job) = app.submit(json!({ "operation": "sum_squares", "payload": payload })).await;
     let id = job["id"].as_str().unwrap();
+    let mut batches = Vec::new();
+    for _ in 0..4 {
+        let next = tokio::time::timeout(Duration::from_secs(30), held.next()).await;
+        batches.push(next.expect("a batch within 30 s").expect("the subscription is open"));
+    }
+    wait_for_event(&app, id, "job.deferred").await;
+
+    // A run leased now, for as long as the coordinator's was, expires after it would have.
+    let (_, ghost) = app.submit(json!({ "operation": "ping", "queue": PARKED })).await;
+    let ghost = ghost["id"].as_str().unwrap();
+    app.store.claim(ghost.parse().unwrap(), "ghost", Duration::from_millis(LEASE_MS)).await.unwrap().unwrap();
+    wait_for_event(&app, ghost, "job.lease_expired_requeue").await;
+    let (_, parent) = app.get(&format!("/jobs/{id}")).await;
+    assert_eq!((parent["status"].as_str(), parent["attempts"].as_i64()), (Some("running"), Some(1)), "{parent}");
+    assert!(parent["leased_until"].is_null() && parent["deferred_at"].is_string(), "{parent}");
+
+    for batch in batches {
+        app.transport.publish("relay", batch.body.clone()).await.unwrap();
+        batch.acker.ack().await.unwrap();
+    }
     let done = app.wait_for_status(id, "succeeded").await;
-    assert_eq!(done["attempts"], 1);
-    assert!(done["deferred_at"].is_string(), "{done}");
+    assert_eq!((done["attempts"].as_i64(), &done["result"]), (Some(1), &json!({ "batches": 4, "sum": 30 })));
     let names = event_names(&app, id.parse().unwrap()).await;
-    assert!(names.contains(&"job.deferred".to_owned()), "{names:?}");
     assert!(!names.iter().any(|name| name.starts_with("job.lease_expired")), "{names:?}");
+}
+
+/// Polls a job's events until one is named `name`.
+async fn wait_for_event(app: &TestApp, id: &str, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !app.event_names(id).await.iter().any(|event| event == name) {
+        assert!(Instant::now() < deadline, "no {name} event: {:?}", app.event_names(id).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The store's side of fan-in: a redelivered outcome and one for an older run change
@@ -158,8 +221,9 @@ async fn outcomes_count_once_per_batch_and_run(backend: Backend) {
     assert_eq!(names.iter().filter(|name| *name == "job.succeeded").count(), 1, "{names:?}");
 }
 
-/// A deferred parent holds no lease: the reaper judges it by its batches' events, leaving
-/// one that makes progress alone and timing out one whose batches went quiet.
+/// A deferred parent holds no lease: the reaper judges it by its batches' events. Started
+/// an hour ago, with its own events (queued, started, fanned out, deferred) as old, a fresh
+/// `batch.succeeded` alone keeps it alive; once that is old too, it times out.
 async fn the_reaper_judges_a_deferred_parent_by_its_batches(backend: Backend) {
     use yardmaster::actors::reaper::run_once;
     let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
@@ -170,6 +234,10 @@ async fn the_reaper_judges_a_deferred_parent_by_its_batches(backend: Backend) {
     store.fan_out(run, 3, FanOutForm::Batches).await.unwrap().unwrap();
     let deferred = store.defer(run).await.unwrap().unwrap();
     assert!(deferred.leased_until.is_none() && deferred.deferred_at.is_some());
+    age(&app, run.id).await;
+    let minute = Duration::from_secs(60);
+    assert_eq!(store.stalled_runs(minute, minute, 10).await.unwrap(), [run], "its own events are old");
+
     let outcome = BatchOutcome {
         parent_job_id: run.id,
         attempt: run.attempt,
@@ -177,18 +245,26 @@ async fn the_reaper_judges_a_deferred_parent_by_its_batches(backend: Backend) {
         result: BatchResult::Succeeded { output: json!(0) },
     };
     store.record_batch(outcome, registry()).await.unwrap();
-
     let mut settings = yardmaster::Settings::default().reaper;
-    (settings.timeout_seconds, settings.stall_seconds) = (0, 3600);
+    (settings.timeout_seconds, settings.stall_seconds) = (60, 60);
     let counts = run_once(store.as_ref(), &dispatcher, &settings).await.unwrap();
-    assert_eq!(counts.total(), 0, "{counts:?}");
+    assert_eq!(counts.total(), 0, "the batch event keeps it alive: {counts:?}");
     assert_eq!(store.get(run.id).await.unwrap().unwrap().status, JobStatus::Running);
 
-    settings.stall_seconds = 0;
+    age(&app, run.id).await;
     let counts = run_once(store.as_ref(), &dispatcher, &settings).await.unwrap();
     assert_eq!(counts.timed_out, 1, "{counts:?}");
     let job = store.get(run.id).await.unwrap().unwrap();
     assert_eq!((job.status, job.error_code.as_deref()), (JobStatus::Failed, Some("JobTimeout")));
+}
+
+/// Moves job `id`'s start and every event of it an hour into the past.
+async fn age(app: &TestApp, id: Uuid) {
+    let hour_ago = yardmaster::store::clock::now() - chrono::Duration::hours(1);
+    let update = job::Entity::update_many().col_expr(job::Column::StartedAt, Expr::value(hour_ago));
+    update.filter(job::Column::Id.eq(id)).exec(&app.db).await.unwrap();
+    let update = job_event::Entity::update_many().col_expr(job_event::Column::Ts, Expr::value(hour_ago));
+    update.filter(job_event::Column::JobId.eq(id)).exec(&app.db).await.unwrap();
 }
 
 /// A batch no worker can run (here: an operation nobody registered) fails its parent at
@@ -237,6 +313,7 @@ async fn a_bad_range_is_refused(backend: Backend) {
 on_both_backends!(
     a_coordinator_fans_in_exactly_once,
     a_failing_batch_fails_the_parent_with_its_reason,
+    a_batch_is_retried_up_to_its_max_retries,
     cancelling_a_parent_stops_its_batches,
     a_long_fan_out_outlives_the_lease,
     outcomes_count_once_per_batch_and_run,
@@ -347,9 +424,8 @@ mod children {
         app.wait_for_status(&child, "cancelled").await;
         let (code, _) = app.post(&format!("/jobs/{id}/retry")).await;
         assert_eq!(code, 200);
-        let again =
-            format!("SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'running' AND attempts = 2");
-        app.wait_for_count(&again, 1, std::time::Duration::from_secs(30)).await;
+        let again = "SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'running' AND attempts = 2";
+        app.wait_for_count(again, 1, std::time::Duration::from_secs(30)).await;
         let (_, parent) = app.get(&format!("/jobs/{id}")).await;
         assert_eq!(parent["status"], "running", "{parent}");
         app.post(&format!("/jobs/{id}/cancel")).await;

@@ -14,7 +14,7 @@ use yardmaster::startup::StoreWrapper;
 use yardmaster::store::JobStore;
 
 use crate::custom_operation::{Count, FanCount};
-use crate::test_ops::{Flaky, Stubborn};
+use crate::test_ops::{Flaky, FlakyBatch, FlakyFan, Stubborn};
 use yardmaster::transport::{AmqpTransport, InProcessTransport, Transport};
 use yardmaster::{Application, Settings};
 
@@ -124,6 +124,9 @@ impl Drop for TestDatabase {
 /// `server.body_timeout_seconds` of every test app.
 pub const BODY_TIMEOUT_SECONDS: u64 = 2;
 
+/// `worker.lease_ms` of every test app.
+pub const LEASE_MS: u64 = 3_000;
+
 /// A job queue every test app knows and none consumes.
 pub const PARKED: &str = "parked";
 
@@ -144,6 +147,9 @@ pub struct TestOptions {
     pub group_commit_max: usize,
     /// `server.max_connections_per_client`.
     pub max_connections_per_client: usize,
+    /// Start the shutdown guard, which owns SIGTERM and SIGINT (`worker.grace_seconds` 1):
+    /// a signal to the test's own process then drains and stops the app.
+    pub handle_signals: bool,
 }
 
 impl Default for TestOptions {
@@ -158,6 +164,7 @@ impl Default for TestOptions {
             seed_jobs: 0,
             group_commit_max: 64,
             max_connections_per_client: 256,
+            handle_signals: false,
         }
     }
 }
@@ -169,6 +176,8 @@ pub struct TestApp {
     pub store: Arc<dyn JobStore>,
     pub transport: Arc<dyn Transport>,
     pub seeded: Vec<Uuid>,
+    /// The app's run: with `handle_signals`, resolves with the exit code once it drained.
+    pub stopped: actix_rt::task::JoinHandle<std::io::Result<i32>>,
     _database: TestDatabase,
 }
 
@@ -191,11 +200,12 @@ impl TestApp {
         settings.store.group_commit_max = options.group_commit_max;
         settings.worker.enabled = options.workers;
         settings.worker.id = "test-worker".into();
-        settings.worker.lease_ms = 3_000;
+        settings.worker.lease_ms = LEASE_MS;
         settings.worker.heartbeat_ms = 300;
         settings.reaper.interval_ms = 200;
         settings.dispatch.interval_ms = 100;
         settings.dispatch.grace_ms = 500;
+        settings.worker.grace_seconds = 1;
         if backend == Backend::Amqp {
             settings.transport.kind = TransportKind::Amqp;
             settings.transport.amqp.url = amqp_url();
@@ -227,16 +237,27 @@ impl TestApp {
             Backend::Sqlite | Backend::Postgres => Arc::new(InProcessTransport::new()),
         };
         let mut builder = Application::builder(settings)
-            .registry(OperationRegistry::builtin().with(Count).with(FanCount).with(Stubborn).with(Flaky))
+            .registry(
+                OperationRegistry::builtin()
+                    .with(Count)
+                    .with(FanCount)
+                    .with(Stubborn)
+                    .with(Flaky)
+                    .with(FlakyFan)
+                    .with(FlakyBatch),
+            )
             .transport(transport.clone());
         if let Some(wrap) = options.wrap_store {
             builder = builder.wrap_store(wrap);
         }
+        if options.handle_signals {
+            builder = builder.handle_signals();
+        }
         let app = builder.build().await.expect("app builds");
         let address = format!("http://127.0.0.1:{}", app.port().expect("the API is served"));
         let (db, store) = (app.db(), app.store());
-        actix_rt::spawn(app.run_until_stopped());
-        TestApp { address, client: reqwest::Client::new(), db, store, transport, seeded, _database: database }
+        let stopped = actix_rt::spawn(app.run_until_stopped());
+        TestApp { address, client: reqwest::Client::new(), db, store, transport, seeded, stopped, _database: database }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -104,6 +104,61 @@ async fn retry_of_a_failed_job_runs_it_again(backend: Backend) {
     assert_eq!(app.wait_for_status(id, "failed").await["attempts"], 2);
 }
 
+/// `POST /jobs/{id}/retry` of a CANCELLED job queues it again, and it runs.
+async fn retry_of_a_cancelled_job_runs_it_again(backend: Backend) {
+    let options = TestOptions { queues: vec![("default", 1)], ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    // One job at a time: while the blocker runs, the job waits QUEUED and is cancelled so.
+    let (_, blocker) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 60, "steps": 600 } })).await;
+    let blocker = blocker["id"].as_str().unwrap();
+    app.wait_for_status(blocker, "running").await;
+    let (_, job) = app.submit(json!({ "operation": "count" })).await;
+    let id = job["id"].as_str().unwrap();
+    let (_, cancelled) = app.post(&format!("/jobs/{id}/cancel")).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+
+    let (code, retried) = app.post(&format!("/jobs/{id}/retry")).await;
+    assert_eq!((code, retried["status"].as_str()), (200, Some("queued")), "{retried}");
+    app.post(&format!("/jobs/{blocker}/cancel")).await;
+    let done = app.wait_for_status(id, "succeeded").await;
+    assert_eq!(done["attempts"], 1, "{done}");
+    assert_eq!(app.count(&format!("SELECT COUNT(*) FROM execution_log WHERE job_id = '{id}'")).await, 1);
+    let names = app.event_names(id).await;
+    assert_eq!(names, ["job.queued", "job.cancelled", "job.retried", "job.started", "job.succeeded"]);
+}
+
+/// `GET /jobs/{id}/events` pages with `limit` and `after` = the previous `next_after`: the
+/// pages walk the whole log in order, none repeated or skipped, and only this job's.
+async fn events_page_through_the_whole_log(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let sleep = json!({ "operation": "sleep", "payload": { "seconds": 0.2, "steps": 20 } });
+    let (_, job) = app.submit(sleep.clone()).await;
+    // A second job writing at the same time: its events interleave in the table.
+    let (_, other) = app.submit(sleep).await;
+    let id = job["id"].as_str().unwrap();
+    app.wait_for_status(id, "succeeded").await;
+    app.wait_for_status(other["id"].as_str().unwrap(), "succeeded").await;
+    let whole: Vec<i64> = app.events(id).await.iter().map(|event| event["id"].as_i64().unwrap()).collect();
+    assert_eq!(whole.len(), 23, "queued, started, 20 × progress, succeeded");
+
+    let (mut walked, mut path) = (Vec::new(), format!("/jobs/{id}/events?limit=5"));
+    loop {
+        let (code, page) = app.get(&path).await;
+        assert_eq!(code, 200, "{page}");
+        let events = page["events"].as_array().unwrap();
+        assert!(events.len() <= 5, "{page}");
+        assert!(events.iter().all(|event| event["job_id"] == id), "{page}");
+        if events.is_empty() {
+            assert_eq!(page["next_after"].as_i64(), walked.last().copied(), "an empty page keeps the cursor");
+            break;
+        }
+        walked.extend(events.iter().map(|event| event["id"].as_i64().unwrap()));
+        assert!(walked.len() <= whole.len(), "pages repeat events: {walked:?}");
+        path = format!("/jobs/{id}/events?limit=5&after={}", page["next_after"]);
+    }
+    assert_eq!(walked, whole);
+}
+
 async fn an_idempotency_key_returns_the_same_job(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let body = json!({ "operation": "count", "payload": { "n": 1 }, "idempotency_key": "order-42" });
@@ -343,6 +398,8 @@ on_every_backend!(
     cancel_of_a_finished_job_is_a_no_op,
     retry_of_a_succeeded_job_is_an_invalid_transition,
     retry_of_a_failed_job_runs_it_again,
+    retry_of_a_cancelled_job_runs_it_again,
+    events_page_through_the_whole_log,
     an_idempotency_key_returns_the_same_job,
     listing_is_newest_first_with_a_cursor,
     cancelling_a_parent_cancels_its_queued_children,

@@ -48,6 +48,58 @@ async fn systemd_hears_ready_then_stopping_and_the_exit_is_143() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// With `WATCHDOG_USEC` set, the process feeds systemd's watchdog: `WATCHDOG=1` every half
+/// period. No `WATCHDOG_PID` is set (the child's pid is unknown before it is spawned), which
+/// sd_notify reads as "this process".
+#[actix_rt::test]
+async fn systemd_hears_watchdog_pings_while_serving() {
+    let dir = std::env::temp_dir().join(format!("yardmaster-watchdog-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket_path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // Killed when dropped, should the test fail before it stops.
+    let mut child = crate::amqp_processes::Process(
+        Command::new(env!("CARGO_BIN_EXE_yardmaster"))
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .env("NOTIFY_SOCKET", &socket_path)
+            .env("WATCHDOG_USEC", "400000")
+            .env_remove("WATCHDOG_PID")
+            .env("YARDMASTER__STORE__URL", format!("sqlite://{}?mode=rwc", dir.join("ym.db").display()))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+
+    // Three pings after READY, each about 200 ms (half the period) after the one before.
+    let (socket, pings) = actix_rt::task::spawn_blocking(move || {
+        let mut ready = false;
+        let mut pings = Vec::new();
+        while pings.len() < 3 {
+            let message = receive(&socket);
+            ready |= message.contains("READY=1");
+            if ready && message.contains("WATCHDOG=1") {
+                pings.push(std::time::Instant::now());
+            }
+        }
+        (socket, pings)
+    })
+    .await
+    .unwrap();
+    let spread = pings[2] - pings[0];
+    assert!(spread >= Duration::from_millis(300), "pings came in a burst: {spread:?}");
+
+    // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
+    unsafe {
+        libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let status = actix_rt::task::spawn_blocking(move || child.0.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(143), "{status:?}");
+    drop(socket);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A `yardmaster serve` on an embedded store, its log lines read as they come.
 struct Served {
     child: std::process::Child,
