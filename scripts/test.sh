@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite: starts the local PostgreSQL and RabbitMQ if they are
-# down, gives the tests an empty RabbitMQ virtual host, installs cargo-nextest if missing,
-# then builds once and runs every test (unit and integration, every backend).
+# down, gives the tests an empty RabbitMQ virtual host, installs cargo-nextest and faketime if
+# missing, checks the systemd units' sandboxing, builds once and runs every test (unit and
+# integration, every backend), fuzzes every parser of outside input for a few seconds
+# each (scripts/fuzz.sh), then the short chaos run (tests/chaos: private servers, faults at
+# random, nothing lost).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,3 +61,5 @@ ensure_faketime
 ensure_nextest
 bash scripts/check-units.sh
 cargo nextest run --workspace --no-fail-fast "$@"
+FUZZ_SECONDS="${FUZZ_SECONDS:-15}" bash scripts/fuzz.sh
+bash tests/chaos/run.sh

@@ -1,6 +1,6 @@
 //! The job endpoints: submit, read, list, cancel, retry, events.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::error::{ApiError, Code};
 use super::AppState;
 use crate::domain::{nul_pointer, Job, JobEvent, JobStatus, JobSummary, NewJob, QueueName, RetryPolicy};
+use crate::ops::OperationRegistry;
 use crate::store::{JobFilter, Page, StoreError};
 
 /// Longest idempotency key accepted.
@@ -55,7 +56,7 @@ pub async fn submit(
         .map_err(|_| ApiError::new(Code::InvalidRequest, "Idempotency-Key must be visible ASCII"))?;
     let body = body.into_inner();
     check_parents(&state, body.parent_job_id).await?;
-    let new = validate_submission(&state, body, header_key)?;
+    let new = validate_submission(&state.submissions(), body, header_key)?;
     let submission = state.dispatcher.submit(new).await?;
     let location = format!("/jobs/{}", submission.job.id);
     let mut response = match submission.created {
@@ -111,7 +112,7 @@ pub async fn submit_batch(
                 check_parents(&state, request.parent_job_id).await?;
                 checked_parents.extend(request.parent_job_id);
             }
-            validate_submission(&state, request, None)
+            validate_submission(&state.submissions(), request, None)
         };
         jobs.push(validated.await.map_err(|err| err.at(format!("/jobs/{at}")))?);
     }
@@ -177,20 +178,43 @@ fn refuse_nul(body: &SubmitRequest, header_key: Option<&str>) -> Result<(), ApiE
 
 /// A job queue this deployment consumes (`[queues.NAME]` with `kind = "jobs"`): a job sent
 /// anywhere else would never be claimed.
-fn known_job_queue(state: &AppState, name: Option<&str>) -> Result<QueueName, ApiError> {
+fn known_job_queue(rules: &Submissions, name: Option<&str>) -> Result<QueueName, ApiError> {
     let queue = match name {
         Some(name) => QueueName::parse(name).map_err(|err| ApiError::new(Code::InvalidQueue, err))?,
         None => QueueName::default(),
     };
-    if !state.job_queues.contains(queue.as_str()) {
-        let known: Vec<&str> = state.job_queues.iter().map(String::as_str).collect();
+    if !rules.job_queues.contains(queue.as_str()) {
+        let known: Vec<&str> = rules.job_queues.iter().map(String::as_str).collect();
         let detail = format!("no job queue named {:?}; job queues: {}", queue.as_str(), known.join(", "));
         return Err(ApiError::new(Code::UnknownQueue, detail));
     }
     Ok(queue)
 }
 
-fn validate_submission(state: &AppState, body: SubmitRequest, header_key: Option<String>) -> Result<NewJob, ApiError> {
+/// What a submission is checked against: the operations, and the job queues.
+pub struct Submissions<'a> {
+    pub registry: &'a OperationRegistry,
+    pub job_queues: &'a BTreeSet<String>,
+}
+
+impl AppState {
+    fn submissions(&self) -> Submissions<'_> {
+        Submissions { registry: &self.registry, job_queues: &self.job_queues }
+    }
+}
+
+/// A `POST /jobs` body read and checked as the API does (the fuzz targets call this).
+pub fn parse_submission(rules: &Submissions, body: &[u8]) -> Result<NewJob, ApiError> {
+    let request: SubmitRequest =
+        serde_json::from_slice(body).map_err(|err| ApiError::new(Code::InvalidRequest, err.to_string()))?;
+    validate_submission(rules, request, None)
+}
+
+fn validate_submission(
+    state: &Submissions,
+    body: SubmitRequest,
+    header_key: Option<String>,
+) -> Result<NewJob, ApiError> {
     refuse_nul(&body, header_key.as_deref())?;
     let payload = body.payload.unwrap_or_else(|| Value::Object(Default::default()));
     state.registry.validate(&body.operation, &payload)?;

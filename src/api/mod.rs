@@ -5,6 +5,8 @@ mod body_guard;
 mod client_limit;
 mod error;
 mod extract;
+#[doc(hidden)]
+pub mod fuzzing;
 mod health;
 mod jobs;
 mod outage;

@@ -251,8 +251,10 @@ class Fleet:
                                         "YARDMASTER__TRANSPORT__AMQP__URL": rabbit.url(self.cut.port)}),
         }
         self.processes = {}
-        self.armed_failpoint = False
         self.stopping = False
+        # Names sent SIGTERM whose exit is still to be seen, and the exit codes seen.
+        self.terminated = set()
+        self.term_exits = []
         for name in self.specs:
             self.start(name)
 
@@ -268,28 +270,38 @@ class Fleet:
         while not self.stopping:
             for name, process in list(self.processes.items()):
                 if process.poll() is not None and not self.stopping:
+                    if name in self.terminated:
+                        self.terminated.discard(name)
+                        self.term_exits.append(process.returncode)
                     time.sleep(1)
                     self.start(name)
             time.sleep(0.2)
 
     def signal(self, name, sig):
+        process = self.processes[name]
+        if process.poll() is not None:
+            return
+        if sig == signal.SIGTERM:
+            self.terminated.add(name)
         try:
-            self.processes[name].send_signal(sig)
+            process.send_signal(sig)
         except ProcessLookupError:
             pass
 
     def stop(self):
+        """SIGTERM to every process still up; their exit codes (143 is a clean stop)."""
         self.stopping = True
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
+        alive = {name: process for name, process in self.processes.items() if process.poll() is None}
+        for process in alive.values():
+            process.send_signal(signal.SIGTERM)
         codes = {}
-        for name, process in self.processes.items():
+        for name, process in alive.items():
             try:
                 codes[name] = process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
-                codes[name] = "killed"
+                codes[name] = "hung"
+        self.term_exits += list(codes.values())
         return codes
 
 
@@ -440,7 +452,8 @@ def main():
             time.sleep(0.5)
         drain = time.time() - drain_started
         counts = check(pg, accepted)
-        exits = fleet.stop()
+        fleet.stop()
+        fleet_term_exits = fleet.term_exits
         fleet = None
 
         print(f"seed: {args.seed}")
@@ -450,9 +463,12 @@ def main():
         for name, value in counts.items():
             print(f"{name}: {value}")
         print(f"drain time: {drain:.1f} s")
-        print("exit codes on SIGTERM: " + ", ".join(f"{name} {code}" for name, code in exits.items()))
+        unclean = [code for code in fleet_term_exits if code != 143]
+        print(f"SIGTERM exits: {len(fleet_term_exits)}, not 143: {len(unclean)} {unclean if unclean else ''}")
         failed = [name for name in ("lost", "stuck", "unexplained double runs", "double terminal events",
                                     "wrong outcomes") if counts[name] != 0]
+        if unclean:
+            failed.append("SIGTERM exits not 143")
         if len(accepted) < len(keys):
             failed.append("submissions never accepted")
         if failed:
