@@ -62,7 +62,14 @@ enum Fault {
     CancelParentOnClaim,
     /// A shutdown's requeue cannot commit.
     ShutdownRequeue,
+    /// The first outcomes find no connection to the database (it is restarting); later
+    /// ones go through.
+    OutcomeWhileDatabaseAway,
 }
+
+/// Outcomes [`Fault::OutcomeWhileDatabaseAway`] refuses before the database is back.
+const AWAY_FOR_WRITES: usize = 3;
+static OUTCOMES_REFUSED: AtomicUsize = AtomicUsize::new(0);
 
 /// Reads that [`Fault::Unreachable`] failed (each test runs in a process of its own).
 static UNREACHABLE_READS: AtomicUsize = AtomicUsize::new(0);
@@ -111,6 +118,11 @@ impl JobStore for Faulty {
     async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
         match completion {
             Completion::Succeeded { .. } if self.1 == Fault::Success => Err(injected()),
+            _ if self.1 == Fault::OutcomeWhileDatabaseAway
+                && OUTCOMES_REFUSED.fetch_add(1, Ordering::SeqCst) < AWAY_FOR_WRITES =>
+            {
+                Err(StoreError::Database(sea_orm::DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout)))
+            }
             _ => self.0.finish(run, completion).await,
         }
     }
@@ -279,7 +291,27 @@ async fn a_run_that_cannot_be_requeued_at_shutdown_fails_with_worker_shutdown(ba
     assert!(job.error_message.unwrap_or_default().contains("injected"));
 }
 
+/// A job whose work succeeded while the database was away ends SUCCEEDED once it is back:
+/// nothing was written, so the same outcome is written again (the chaos run found it
+/// recorded FAILED with `ResultCommitFailed`).
+async fn an_outcome_waits_for_the_database_to_come_back(backend: Backend) {
+    let options = TestOptions {
+        wrap_store: Some(Box::new(|store| {
+            Arc::new(Faulty(store, Fault::OutcomeWhileDatabaseAway)) as Arc<dyn JobStore>
+        })),
+        ..Default::default()
+    };
+    let app = TestApp::spawn_with(backend, options).await;
+    let (_, job) = app.submit(json!({ "operation": "count" })).await;
+    let id = job["id"].as_str().unwrap();
+    let done = app.wait_for_status(id, "succeeded").await;
+    assert_eq!(done["result"], json!({ "counted": true }), "{done}");
+    assert!(OUTCOMES_REFUSED.load(Ordering::SeqCst) > AWAY_FOR_WRITES, "the outcome was written after the outage");
+    assert_eq!(app.count("SELECT COUNT(*) FROM execution_log").await, 1, "the work ran once");
+}
+
 on_both_backends!(
+    an_outcome_waits_for_the_database_to_come_back,
     an_unreachable_store_answers_503_at_once,
     eight_consumers_run_two_thousand_jobs_exactly_once,
     without_group_commit_every_job_runs_exactly_once,
