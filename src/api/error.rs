@@ -185,7 +185,7 @@ impl From<StoreError> for ApiError {
                     ..ApiError::new(Code::StoreUnavailable, "the database cannot be reached")
                 }
             }
-            StoreError::Database(_) | StoreError::Corrupt(_) => {
+            StoreError::Database(_) | StoreError::Corrupt(_) | StoreError::Unavailable(_) => {
                 error!(error = %err, "store error");
                 ApiError::new(Code::Internal, "the store failed; the request may be retried")
             }

@@ -274,7 +274,9 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         use sea_orm::{DbErr, RuntimeErr};
         let runtime = match self {
-            StoreError::Database(DbErr::ConnectionAcquire(_) | DbErr::Conn(_)) => return true,
+            StoreError::Unavailable(_) | StoreError::Database(DbErr::ConnectionAcquire(_) | DbErr::Conn(_)) => {
+                return true
+            }
             StoreError::Database(DbErr::Exec(runtime) | DbErr::Query(runtime)) => runtime,
             _ => return false,
         };
@@ -306,4 +308,8 @@ pub enum StoreError {
     Database(#[from] sea_orm::DbErr),
     #[error("stored row is unreadable: {0}")]
     Corrupt(String),
+    /// The database could not be reached (a write shared with others in a group commit,
+    /// say): the error as text, known to be a connection failure.
+    #[error("database unreachable: {0}")]
+    Unavailable(String),
 }

@@ -144,8 +144,14 @@ fn gone() -> StoreError {
     StoreError::Database(DbErr::Custom("the group-commit writer stopped".into()))
 }
 
-fn failed(err: &dyn std::fmt::Display) -> StoreError {
-    StoreError::Database(DbErr::Custom(format!("group commit failed: {err}")))
+/// The error each write of a failed group commit gets; a connection failure stays one, so
+/// its writers know nothing was refused for cause (they wait for the database and retry).
+fn failed(failure: &Failure) -> StoreError {
+    let (Failure::BeforeCommit(err) | Failure::AtCommit(err)) = failure;
+    match err.is_unavailable() {
+        true => StoreError::Unavailable(format!("group commit failed: {failure}")),
+        false => StoreError::Database(DbErr::Custom(format!("group commit failed: {failure}"))),
+    }
 }
 
 impl SeaStore {
@@ -317,4 +323,19 @@ fn answer_moved(
         answers[at] = Some(Written::Job(job));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::error::ConnAcquireErr;
+
+    use super::*;
+
+    #[test]
+    fn a_connection_failure_stays_one_through_a_group_commit() {
+        let away = Failure::AtCommit(StoreError::Database(DbErr::ConnectionAcquire(ConnAcquireErr::Timeout)));
+        assert!(failed(&away).is_unavailable(), "{}", failed(&away));
+        let refused = Failure::BeforeCommit(StoreError::Database(DbErr::Custom("constraint".into())));
+        assert!(!failed(&refused).is_unavailable());
+    }
 }
