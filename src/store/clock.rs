@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use chrono::{DateTime, Duration, Utc};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait};
 
 /// Milliseconds to add to this host's clock to read the database's.
 static OFFSET_MS: AtomicI64 = AtomicI64::new(0);
@@ -30,9 +30,13 @@ pub async fn sync(db: &DatabaseConnection) -> Result<i64, DbErr> {
         return Ok(0);
     }
     let sql = "SELECT CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)";
+    // The connection is taken first, so only the query's round trip is timed (a wait for
+    // the pool would skew the midpoint).
+    let txn = db.begin().await?;
     let before = Utc::now();
-    let row = db.query_one_raw(Statement::from_string(DbBackend::Postgres, sql)).await?;
+    let row = txn.query_one_raw(Statement::from_string(DbBackend::Postgres, sql)).await?;
     let after = Utc::now();
+    txn.commit().await?;
     let database_ms: i64 =
         row.ok_or_else(|| DbErr::Custom("the clock query returned no row".into()))?.try_get_by_index(0)?;
     let midpoint = before + (after - before) / 2;

@@ -128,6 +128,10 @@ pub trait JobStore: Send + Sync + 'static {
     /// skipping those created within `grace` (their submitter is still publishing them).
     async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError>;
 
+    /// Marks this QUEUED job unpublished (only at the same `attempts`), so the dispatch
+    /// sweep sends it again: its message reached a worker before the job was due.
+    async fn forget_publication(&self, job: &Dispatch) -> Result<bool, StoreError>;
+
     /// Marks every QUEUED job unpublished: a transport that keeps nothing across restarts
     /// (in-process) lost their messages.
     async fn forget_publications(&self) -> Result<u64, StoreError>;

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::domain::{nul_pointer, scrub_nul, Job, JobStatus};
 use crate::ops::{JobContext, OperationError, OperationRegistry, Services};
-use crate::store::{Completion, Requeue, RunRef, StoreError};
+use crate::store::{Completion, Dispatch, Requeue, RunRef, StoreError};
 
 /// Error class recorded when the outcome could not be committed.
 pub const RESULT_COMMIT_FAILED: &str = "ResultCommitFailed";
@@ -105,6 +105,14 @@ impl Executor {
             return Ok(Claim::Claimed(Box::new(job)));
         }
         match self.services.store.get(id).await? {
+            Some(job) if job.status == JobStatus::Queued => {
+                // Not due yet (its delay is not over): the message is spent, so the sweep
+                // must send the job again once it is due.
+                let job = Dispatch { id, queue: job.queue, attempts: job.attempts };
+                self.services.store.forget_publication(&job).await?;
+                debug!(job_id = %id, "not due yet; left to the dispatch sweep");
+                Ok(Claim::NotClaimable)
+            }
             Some(job) => {
                 debug!(job_id = %id, status = %job.status, "not claimable, skipped");
                 Ok(Claim::NotClaimable)

@@ -180,6 +180,9 @@ impl JobStore for Faulty {
     async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
         self.0.due_for_dispatch(grace, limit).await
     }
+    async fn forget_publication(&self, job: &Dispatch) -> Result<bool, StoreError> {
+        self.0.forget_publication(job).await
+    }
     async fn forget_publications(&self) -> Result<u64, StoreError> {
         self.0.forget_publications().await
     }

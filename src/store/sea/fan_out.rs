@@ -80,7 +80,9 @@ impl SeaStore {
         let Some(parent) = locked.into_iter().next() else { return Ok(Vec::new()) };
         let ended = [JobStatus::Failed, JobStatus::Cancelled];
         let children = job::Column::ParentJobId.eq(run.id);
-        let requeued = compare_and_set_many(&txn, children, &ended, JobStatus::Queued, retried).await?;
+        let backend = self.db.get_database_backend();
+        let requeued =
+            compare_and_set_many(&txn, children, &ended, JobStatus::Queued, |update| retried(backend, update)).await?;
         let event = NewEvent::new(EventName::RETRIED).message("re-queued by its coordinator's re-run");
         append_events(&txn, requeued.iter().map(|child| event_row(child.id, &event)).collect()).await?;
         let succeeded = job::Entity::find()

@@ -195,6 +195,17 @@ impl SeaStore {
         Ok(rows.into_iter().map(|(id, queue, attempts)| Dispatch { id, queue, attempts }).collect())
     }
 
+    pub(super) async fn clear_publication(&self, dispatch: &Dispatch) -> Result<bool, StoreError> {
+        let result = job::Entity::update_many()
+            .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
+            .filter(job::Column::Id.eq(dispatch.id))
+            .filter(job::Column::Attempts.eq(dispatch.attempts))
+            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
+            .exec(&self.db)
+            .await?;
+        Ok(result.rows_affected == 1)
+    }
+
     pub(super) async fn clear_publications(&self) -> Result<u64, StoreError> {
         let result = job::Entity::update_many()
             .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))

@@ -270,7 +270,10 @@ impl JobStore for SeaStore {
     async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
         let event = NewEvent::new(EventName::RETRIED).message("re-queued by request");
         let from = [JobStatus::Failed, JobStatus::Cancelled];
-        if let Some(job) = self.transition(id, &from, JobStatus::Queued, retried, event).await? {
+        let backend = self.db.get_database_backend();
+        if let Some(job) =
+            self.transition(id, &from, JobStatus::Queued, |update| retried(backend, update), event).await?
+        {
             return Ok(job);
         }
         let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
@@ -348,6 +351,10 @@ impl JobStore for SeaStore {
 
     async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
         self.find_due_for_dispatch(grace, limit).await
+    }
+
+    async fn forget_publication(&self, job: &Dispatch) -> Result<bool, StoreError> {
+        self.clear_publication(job).await
     }
 
     async fn forget_publications(&self) -> Result<u64, StoreError> {
@@ -435,7 +442,10 @@ impl SeaStore {
 
 /// What a retry (by hand, or by a coordinator's re-run) clears: the last run's outcome,
 /// times, owner and fan-out form, and the retry budget, which starts afresh.
-fn retried(update: UpdateMany<job::Entity>) -> UpdateMany<job::Entity> {
+/// `run_after` is the database's own "now" (on PostgreSQL the transaction's start), so a
+/// claim, which compares it with the same clock, never finds the job not yet due and drops
+/// its message.
+fn retried(backend: sea_orm::DbBackend, update: UpdateMany<job::Entity>) -> UpdateMany<job::Entity> {
     let no_time = None::<chrono::DateTime<Utc>>;
     let update = update
         .col_expr(job::Column::Result, Expr::value(None::<Value>))
@@ -445,7 +455,7 @@ fn retried(update: UpdateMany<job::Entity>) -> UpdateMany<job::Entity> {
         .col_expr(job::Column::FinishedAt, Expr::value(no_time))
         .col_expr(job::Column::LeasedUntil, Expr::value(no_time))
         .col_expr(job::Column::Owner, Expr::value(None::<String>))
-        .col_expr(job::Column::RunAfter, Expr::value(clock::now()))
+        .col_expr(job::Column::RunAfter, rows::db_now(backend))
         .col_expr(job::Column::PublishedAt, Expr::value(no_time))
         .col_expr(job::Column::Failures, Expr::value(0));
     runs::forget_fan_out(update)
