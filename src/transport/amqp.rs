@@ -349,7 +349,7 @@ impl Transport for AmqpTransport {
         let guard = Arc::new(ChannelGuard { channel: Some(channel), handle: self.handle.clone() });
         let letters = deliveries.into_iter().map(|delivery| {
             let reason = reason_of(&delivery);
-            let acker = AmqpAcker { acker: delivery.acker, handle: self.handle.clone(), _channel: Some(guard.clone()) };
+            let acker = AmqpAcker::new(delivery.acker, self.handle.clone(), Some(guard.clone()));
             DeadLetter { body: delivery.data, reason, acker: Box::new(acker) }
         });
         Ok(letters.collect())
@@ -383,7 +383,7 @@ struct AmqpSubscription {
 impl Subscription for AmqpSubscription {
     async fn next(&mut self) -> Option<Delivery> {
         let delivery = self.receiver.recv().await?;
-        let acker = AmqpAcker { acker: delivery.acker, handle: self.handle.clone(), _channel: None };
+        let acker = AmqpAcker::new(delivery.acker, self.handle.clone(), None);
         Some(Delivery { body: delivery.data, acker: Box::new(acker) })
     }
 }
@@ -393,21 +393,44 @@ struct AmqpAcker {
     handle: tokio::runtime::Handle,
     /// Keeps a `basic_get` channel open until its messages are settled.
     _channel: Option<Arc<ChannelGuard>>,
+    /// Set once `ack` or `requeue` ran; a delivery dropped unsettled (its handler panicked)
+    /// is given back to the queue, or it would hold a place in the window for good.
+    settled: bool,
+}
+
+impl AmqpAcker {
+    fn new(acker: lapin::Acker, handle: tokio::runtime::Handle, channel: Option<Arc<ChannelGuard>>) -> Self {
+        AmqpAcker { acker, handle, _channel: channel, settled: false }
+    }
 }
 
 #[async_trait]
 impl Acker for AmqpAcker {
-    async fn ack(self: Box<Self>) -> Result<(), TransportError> {
+    async fn ack(mut self: Box<Self>) -> Result<(), TransportError> {
+        self.settled = true;
         let acker = self.acker.clone();
         let settled = self.handle.spawn(async move { acker.ack(BasicAckOptions::default()).await });
         settled.await.map_err(|err| unavailable(err.to_string()))?.map(drop).map_err(amqp_error)
     }
 
-    async fn requeue(self: Box<Self>) -> Result<(), TransportError> {
+    async fn requeue(mut self: Box<Self>) -> Result<(), TransportError> {
+        self.settled = true;
         let acker = self.acker.clone();
         let options = BasicNackOptions { requeue: true, ..Default::default() };
         let settled = self.handle.spawn(async move { acker.nack(options).await });
         settled.await.map_err(|err| unavailable(err.to_string()))?.map(drop).map_err(amqp_error)
+    }
+}
+
+impl Drop for AmqpAcker {
+    fn drop(&mut self) {
+        if !self.settled {
+            let acker = self.acker.clone();
+            let options = BasicNackOptions { requeue: true, ..Default::default() };
+            self.handle.spawn(async move {
+                let _ = acker.nack(options).await;
+            });
+        }
     }
 }
 

@@ -134,25 +134,38 @@ impl Drop for InProcessSubscription {
 impl Subscription for InProcessSubscription {
     async fn next(&mut self) -> Option<Delivery> {
         let body = self.receiver.recv().await.ok()?;
-        let acker = Box::new(InProcessAcker { sender: self.sender.clone(), body: body.clone() });
+        let acker = Box::new(InProcessAcker { sender: self.sender.clone(), body: Some(body.clone()) });
         Some(Delivery { body, acker })
     }
 }
 
-/// Ack is a no-op in memory; requeue puts the message at the back of the queue.
+/// Ack forgets the message; requeue puts it at the back of the queue, and so does dropping
+/// it unsettled (its handler panicked), as a broker would.
 struct InProcessAcker {
     sender: async_channel::Sender<Vec<u8>>,
-    body: Vec<u8>,
+    /// The message until it is settled.
+    body: Option<Vec<u8>>,
 }
 
 #[async_trait]
 impl Acker for InProcessAcker {
-    async fn ack(self: Box<Self>) -> Result<(), TransportError> {
+    async fn ack(mut self: Box<Self>) -> Result<(), TransportError> {
+        self.body = None;
         Ok(())
     }
 
-    async fn requeue(self: Box<Self>) -> Result<(), TransportError> {
-        self.sender.send(self.body).await.map_err(|_| TransportError::Closed)
+    async fn requeue(mut self: Box<Self>) -> Result<(), TransportError> {
+        let body = self.body.take().unwrap_or_default();
+        self.sender.send(body).await.map_err(|_| TransportError::Closed)
+    }
+}
+
+impl Drop for InProcessAcker {
+    fn drop(&mut self) {
+        if let Some(body) = self.body.take() {
+            // The channel is unbounded: this never waits.
+            let _ = self.sender.try_send(body);
+        }
     }
 }
 
@@ -188,6 +201,18 @@ mod tests {
         let first = subscription.next().await.unwrap();
         assert_eq!(first.body, b"one");
         first.acker.requeue().await.ok().unwrap();
+        let again = subscription.next().await.unwrap();
+        assert_eq!(again.body, b"one");
+        again.acker.ack().await.ok().unwrap();
+        assert_eq!(transport.depth("q"), 0);
+    }
+
+    #[actix_rt::test]
+    async fn a_delivery_dropped_unsettled_comes_back() {
+        let transport = InProcessTransport::new();
+        let mut subscription = transport.subscribe("q", 1).await.ok().unwrap();
+        transport.publish("q", b"one".to_vec()).await.ok().unwrap();
+        drop(subscription.next().await.unwrap());
         let again = subscription.next().await.unwrap();
         assert_eq!(again.body, b"one");
         again.acker.ack().await.ok().unwrap();
