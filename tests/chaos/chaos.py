@@ -95,7 +95,9 @@ class Postgres:
         return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
 
     def psql(self, sql, database="chaos"):
-        out = run(["psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", self.url(database), "-c", sql])
+        # On standard input: a long run's id lists pass the limit of one argument.
+        out = run(["psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", self.url(database), "-f", "-"],
+                  input=sql)
         return out.stdout.strip()
 
 
