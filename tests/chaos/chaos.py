@@ -410,6 +410,8 @@ def main():
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--keep", action="store_true", help="keep the private servers' files")
     args = parser.parse_args()
+    # A SIGTERM (a timeout, an impatient operator) still stops the private servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     profile = PROFILES[args.profile]
     rng = random.Random(args.seed)
     random.seed(args.seed)
