@@ -167,6 +167,16 @@ pub struct QueueSettings {
     /// What the queue carries.
     #[serde(default)]
     pub kind: QueueKind,
+    /// Job ids one message carries when several are published together (a batch
+    /// submission, a group's children, a sweep). Above 1, a worker claims them in one group
+    /// commit and the broker handles one message for many jobs: for queues of short jobs.
+    /// A message's jobs all go to the worker that takes it, so keep 1 for long jobs.
+    #[serde(default = "one")]
+    pub ids_per_message: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl QueueSettings {
@@ -180,7 +190,7 @@ impl QueueSettings {
 
 impl Default for QueueSettings {
     fn default() -> Self {
-        QueueSettings { concurrency: 1, prefetch: 1, kind: QueueKind::Jobs }
+        QueueSettings { concurrency: 1, prefetch: 1, kind: QueueKind::Jobs, ids_per_message: 1 }
     }
 }
 
@@ -245,14 +255,17 @@ impl Default for Settings {
             },
             dispatch: DispatchSettings { enabled: true, interval_ms: 1000, grace_ms: 5000, batch: 1000 },
             queues: BTreeMap::from([
-                (QueueName::DEFAULT.to_owned(), QueueSettings { concurrency: 4, prefetch: 1, kind: QueueKind::Jobs }),
+                (
+                    QueueName::DEFAULT.to_owned(),
+                    QueueSettings { concurrency: 4, prefetch: 1, kind: QueueKind::Jobs, ids_per_message: 1 },
+                ),
                 (
                     crate::ops::BATCH_QUEUE.to_owned(),
-                    QueueSettings { concurrency: 4, prefetch: 1, kind: QueueKind::Operations },
+                    QueueSettings { concurrency: 4, prefetch: 1, kind: QueueKind::Operations, ids_per_message: 1 },
                 ),
                 (
                     crate::ops::WRITE_QUEUE.to_owned(),
-                    QueueSettings { concurrency: 64, prefetch: 256, kind: QueueKind::Writes },
+                    QueueSettings { concurrency: 64, prefetch: 256, kind: QueueKind::Writes, ids_per_message: 1 },
                 ),
             ]),
         }
@@ -286,6 +299,11 @@ impl Settings {
             QueueName::parse(name).map_err(|err| anyhow::anyhow!("queues: {err}"))?;
             anyhow::ensure!(queue.concurrency >= 1, "queues.{name}.concurrency must be at least 1");
             anyhow::ensure!(queue.prefetch >= 1, "queues.{name}.prefetch must be at least 1");
+            let most = crate::dispatch::MAX_IDS_PER_MESSAGE;
+            anyhow::ensure!(
+                (1..=most).contains(&queue.ids_per_message),
+                "queues.{name}.ids_per_message must be between 1 and {most}"
+            );
         }
         anyhow::ensure!(self.worker.heartbeat_ms >= 1, "worker.heartbeat_ms must be at least 1");
         anyhow::ensure!(

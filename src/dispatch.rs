@@ -6,6 +6,7 @@
 //! written only after the transport confirmed it, so a job is never announced before it
 //! exists and never stays QUEUED without a message for longer than one sweep.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,14 +19,42 @@ use crate::failpoint;
 use crate::store::{Dispatch, JobStore, Requeue, StoreError, Submission};
 use crate::transport::Transport;
 
+/// Most job ids one message carries (`queues.<name>.ids_per_message` is capped here).
+pub const MAX_IDS_PER_MESSAGE: usize = 1000;
+
 /// The message body for a job: its id as text.
 pub fn encode_job_message(id: Uuid) -> Vec<u8> {
-    id.hyphenated().to_string().into_bytes()
+    encode_job_ids(&[id])
 }
 
-/// Reads a job message; `None` for anything that is not a job id.
-pub fn decode_job_message(body: &[u8]) -> Option<Uuid> {
-    std::str::from_utf8(body).ok().and_then(|text| Uuid::parse_str(text.trim()).ok())
+/// The message body for several jobs of one queue: their ids as text, a line each. A
+/// worker claims them together and acknowledges the message once every one has ended.
+pub fn encode_job_ids(ids: &[Uuid]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(ids.len() * 37);
+    for (n, id) in ids.iter().enumerate() {
+        if n > 0 {
+            body.push(b'\n');
+        }
+        body.extend_from_slice(id.hyphenated().encode_lower(&mut Uuid::encode_buffer()).as_bytes());
+    }
+    body
+}
+
+/// Reads a job message: its ids, in order, each once; `None` for anything that is not one
+/// to [`MAX_IDS_PER_MESSAGE`] job ids, a line each.
+pub fn decode_job_message(body: &[u8]) -> Option<Vec<Uuid>> {
+    let text = std::str::from_utf8(body).ok()?.trim();
+    let mut ids = Vec::new();
+    for line in text.split('\n') {
+        let id = Uuid::parse_str(line.trim()).ok()?;
+        if ids.len() == MAX_IDS_PER_MESSAGE {
+            return None;
+        }
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Some(ids)
 }
 
 /// Commits jobs and announces them to workers.
@@ -33,11 +62,24 @@ pub fn decode_job_message(body: &[u8]) -> Option<Uuid> {
 pub struct Dispatcher {
     store: Arc<dyn JobStore>,
     transport: Arc<dyn Transport>,
+    /// Job ids per message, by queue (1 where not named).
+    grouping: Arc<HashMap<String, usize>>,
 }
 
 impl Dispatcher {
     pub fn new(store: Arc<dyn JobStore>, transport: Arc<dyn Transport>) -> Self {
-        Dispatcher { store, transport }
+        Dispatcher { store, transport, grouping: Arc::default() }
+    }
+
+    /// Sends up to `ids_per_message` jobs of a queue that are published together (a batch
+    /// submission, a sweep) in one message.
+    pub fn with_grouping(mut self, ids_per_message: HashMap<String, usize>) -> Self {
+        self.grouping = Arc::new(ids_per_message);
+        self
+    }
+
+    fn ids_per_message(&self, queue: &str) -> usize {
+        self.grouping.get(queue).copied().unwrap_or(1).clamp(1, MAX_IDS_PER_MESSAGE)
     }
 
     /// Commits the job, then publishes it. A failed publish is logged, not returned: the job
@@ -73,14 +115,19 @@ impl Dispatcher {
         if jobs.is_empty() {
             return 0;
         }
-        let sends = jobs.iter().map(|job| self.transport.publish(&job.queue, encode_job_message(job.id)));
+        let messages = self.messages(jobs);
+        let sends = messages.iter().map(|message| {
+            let ids: Vec<Uuid> = message.iter().map(|job| job.id).collect();
+            self.transport.publish(&message[0].queue, encode_job_ids(&ids))
+        });
         let results = join_all(sends).await;
         let mut confirmed = Vec::with_capacity(jobs.len());
-        for (job, result) in jobs.iter().zip(results) {
+        for (message, result) in messages.into_iter().zip(results) {
             match result {
-                Ok(()) => confirmed.push(job.clone()),
+                Ok(()) => confirmed.extend(message.into_iter().cloned()),
                 Err(err) => {
-                    warn!(job_id = %job.id, queue = %job.queue, error = %err, "publish failed; the sweep will resend")
+                    let (jobs, queue) = (message.len(), &message[0].queue);
+                    warn!(job_id = %message[0].id, jobs, queue = %queue, error = %err, "publish failed; the sweep will resend")
                 }
             }
         }
@@ -90,6 +137,22 @@ impl Dispatcher {
             warn!(error = %err, "could not record publications");
         }
         confirmed.len() as u64
+    }
+
+    /// The messages `jobs` go out as: by queue, in order, up to the queue's ids per message.
+    fn messages<'a>(&self, jobs: &'a [Dispatch]) -> Vec<Vec<&'a Dispatch>> {
+        let mut by_queue: Vec<(&str, Vec<&Dispatch>)> = Vec::new();
+        for job in jobs {
+            match by_queue.iter_mut().find(|(queue, _)| *queue == job.queue) {
+                Some((_, queued)) => queued.push(job),
+                None => by_queue.push((&job.queue, vec![job])),
+            }
+        }
+        let mut messages = Vec::new();
+        for (queue, queued) in by_queue {
+            messages.extend(queued.chunks(self.ids_per_message(queue)).map(<[&Dispatch]>::to_vec));
+        }
+        messages
     }
 
     /// One sweep: sends up to `batch` jobs that are due and unpublished. Returns how many
@@ -150,8 +213,22 @@ mod tests {
     #[test]
     fn job_messages_round_trip_and_reject_garbage() {
         let id = Uuid::now_v7();
-        assert_eq!(decode_job_message(&encode_job_message(id)), Some(id));
+        assert_eq!(decode_job_message(&encode_job_message(id)), Some(vec![id]));
         assert_eq!(decode_job_message(b"not a uuid"), None);
         assert_eq!(decode_job_message(&[0xff, 0xfe]), None);
+        assert_eq!(decode_job_message(b""), None);
+    }
+
+    #[test]
+    fn several_ids_travel_in_one_message_each_once() {
+        let ids: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+        assert_eq!(decode_job_message(&encode_job_ids(&ids)), Some(ids.clone()));
+        let twice = [ids[0], ids[1], ids[0]];
+        assert_eq!(decode_job_message(&encode_job_ids(&twice)), Some(vec![ids[0], ids[1]]));
+        let mut broken = encode_job_ids(&ids);
+        broken.extend_from_slice(b"\nnot a uuid");
+        assert_eq!(decode_job_message(&broken), None);
+        let too_many: Vec<Uuid> = (0..=MAX_IDS_PER_MESSAGE).map(|_| Uuid::now_v7()).collect();
+        assert_eq!(decode_job_message(&encode_job_ids(&too_many)), None);
     }
 }

@@ -17,7 +17,7 @@ use crate::actors::{
     ShutdownGuard, StopIntake, WriteConsumer, CLOCK_SYNC_INTERVAL,
 };
 use crate::api::{self, AppState};
-use crate::config::{QueueKind, Settings, TransportKind};
+use crate::config::{QueueKind, Settings, StoreSettings, TransportKind};
 use crate::dispatch::Dispatcher;
 use crate::ops::{OperationRegistry, Services};
 use crate::store::{self, JobStore, SeaStore};
@@ -100,8 +100,14 @@ impl ApplicationBuilder {
             let db = db.clone();
             move |_| ClockSync::new(db, CLOCK_SYNC_INTERVAL)
         });
-        let mut store: Arc<dyn JobStore> =
-            Arc::new(SeaStore::new(db.clone()).with_group_commit(settings.store.group_commit()));
+        let sea = match settings.store.group_commit() {
+            1 => SeaStore::new(db.clone()),
+            batch => {
+                let writer_db = store::connect(&StoreSettings { max_connections: 1, ..settings.store.clone() }).await?;
+                SeaStore::new(db.clone()).with_group_commit_on(batch, writer_db)
+            }
+        };
+        let mut store: Arc<dyn JobStore> = Arc::new(sea);
         if let Some(wrap) = self.wrap_store {
             store = wrap(store);
         }
@@ -110,7 +116,8 @@ impl ApplicationBuilder {
             None => build_transport(&settings)?,
         };
         let registry = Arc::new(self.registry);
-        let dispatcher = Dispatcher::new(store.clone(), transport.clone());
+        let grouping = settings.queues.iter().map(|(name, queue)| (name.clone(), queue.ids_per_message)).collect();
+        let dispatcher = Dispatcher::new(store.clone(), transport.clone()).with_grouping(grouping);
         let sweeper = start_sweeper(&settings, &dispatcher).await?;
         let reaper = settings.reaper.enabled.then(|| {
             let reaper = Reaper::new(store.clone(), dispatcher.clone(), settings.reaper.clone());
@@ -118,7 +125,7 @@ impl ApplicationBuilder {
         });
         let in_flight = InFlight::new();
         let consumers = match settings.worker.enabled {
-            true => start_workers(&settings, &store, &transport, &registry, &db, &in_flight),
+            true => start_workers(&settings, &store, &transport, &registry, &db, &in_flight, &dispatcher),
             false => Consumers::default(),
         };
         let (port, server) = match self.api {
@@ -227,10 +234,16 @@ fn start_workers(
     registry: &Arc<OperationRegistry>,
     db: &DatabaseConnection,
     in_flight: &Arc<InFlight>,
+    dispatcher: &Dispatcher,
 ) -> Consumers {
     let config = ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_millis(settings.worker.lease_ms) };
-    let services =
-        Services { store: store.clone(), db: db.clone(), transport: transport.clone(), registry: registry.clone() };
+    let services = Services {
+        store: store.clone(),
+        db: db.clone(),
+        transport: transport.clone(),
+        dispatcher: dispatcher.clone(),
+        registry: registry.clone(),
+    };
     let executor = Arc::new(Executor::new(services.clone(), registry.clone(), config));
     let heartbeat = Duration::from_millis(settings.worker.heartbeat_ms);
     let jobs = Arc::new(JobMessages::new(executor, store.clone(), in_flight.clone(), heartbeat));

@@ -10,6 +10,7 @@ mod m20261122_000002_create_job_event;
 mod m20261122_000003_add_dispatch_columns;
 mod m20261122_000004_add_retry_columns;
 mod m20261122_000005_fan_out;
+mod m20261123_000006_partial_indexes;
 
 /// Lists every migration in the order it is applied.
 pub struct Migrator;
@@ -23,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000003_add_dispatch_columns::Migration),
             Box::new(m20261122_000004_add_retry_columns::Migration),
             Box::new(m20261122_000005_fan_out::Migration),
+            Box::new(m20261123_000006_partial_indexes::Migration),
         ]
     }
 }

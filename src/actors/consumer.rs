@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use async_trait::async_trait;
-use tokio::sync::Semaphore;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
 
 use crate::config::QueueSettings;
@@ -30,7 +30,42 @@ pub trait DeliveryHandler: Send + Sync + 'static {
     /// A name for logs: which kind of consumer this is.
     fn kind(&self) -> &'static str;
 
-    async fn handle(&self, queue: &str, transport: &dyn Transport, delivery: Delivery);
+    /// `slots` holds the slot taken for the delivery; a handler that runs several jobs of
+    /// one delivery takes one more per job.
+    async fn handle(&self, queue: &str, transport: &dyn Transport, delivery: Delivery, slots: Slots);
+}
+
+/// The slots of one delivery: the one taken for it, then one more per [`Slots::take`], from
+/// the consumer's `concurrency`. Each is given back when dropped. The consumer takes its
+/// next delivery only once this one has every slot it wants ([`Slots::done`], or dropped),
+/// so no slot sits reserved for a delivery that has not come while a job here waits.
+pub struct Slots {
+    first: Option<OwnedSemaphorePermit>,
+    all: Arc<Semaphore>,
+    taken: Option<oneshot::Sender<()>>,
+}
+
+impl Slots {
+    /// A slot: the delivery's own first, then the next one free (waiting for it).
+    pub async fn take(&mut self) -> Option<OwnedSemaphorePermit> {
+        match self.first.take() {
+            Some(first) => Some(first),
+            None => self.all.clone().acquire_owned().await.ok(),
+        }
+    }
+
+    /// This delivery takes no more slots: the consumer may go on to the next one.
+    pub fn done(&mut self) {
+        if let Some(taken) = self.taken.take() {
+            let _ = taken.send(());
+        }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        self.done();
+    }
 }
 
 pub struct Consumer<H: DeliveryHandler> {
@@ -142,10 +177,12 @@ async fn consume<H: DeliveryHandler>(
         let permit = slots.clone().acquire_owned().await.map_err(|_| TransportError::Closed)?;
         let Some(delivery) = subscription.next().await else { return Ok(()) };
         let (queue, transport, handler) = (queue.clone(), transport.clone(), handler.clone());
+        let (taken, all_taken) = oneshot::channel();
+        let delivery_slots = Slots { first: Some(permit), all: slots.clone(), taken: Some(taken) };
         actix::spawn(async move {
-            handler.handle(&queue, transport.as_ref(), delivery).await;
-            drop(permit);
+            handler.handle(&queue, transport.as_ref(), delivery, delivery_slots).await;
         });
+        let _ = all_taken.await;
     }
 }
 
@@ -175,13 +212,15 @@ pub const WRONG_QUEUE: &str = "WrongQueue";
 /// never run from there: a QUEUED job it names is failed with the reason, so it is not left
 /// waiting; its message then goes to the dead letters as undecodable.
 pub(crate) async fn fail_stranded_job(store: &dyn JobStore, queue: &str, kind: &str, body: &[u8]) {
-    let Some(id) = crate::dispatch::decode_job_message(body) else { return };
+    let Some(ids) = crate::dispatch::decode_job_message(body) else { return };
     let message = format!("queue {queue:?} carries {kind}, not jobs; the job could never run from it");
-    match store.fail_queued(id, WRONG_QUEUE, &message).await {
-        Ok(Some(_)) => warn!(job_id = %id, queue, "a job sent to a queue of another kind was failed"),
-        Ok(None) => {}
-        Err(err) => {
-            warn!(job_id = %id, queue, error = %err, "could not fail a job stranded on a queue of another kind")
+    for id in ids {
+        match store.fail_queued(id, WRONG_QUEUE, &message).await {
+            Ok(Some(_)) => warn!(job_id = %id, queue, "a job sent to a queue of another kind was failed"),
+            Ok(None) => {}
+            Err(err) => {
+                warn!(job_id = %id, queue, error = %err, "could not fail a job stranded on a queue of another kind")
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
-//! `Heartbeat`: one per in-flight job. Every interval it renews the run's lease in its own
-//! short statement. When the renewal finds the run no longer current (cancelled, finished,
+//! `Heartbeat`: one per in-flight job that outlives one interval (the consumer starts it when
+//! the first renewal is due, so a short job never pays for one). It renews the run's lease
+//! at once, then every interval, each in its own short statement. When the renewal finds the run no longer current (cancelled, finished,
 //! reaped) it fires the run's cancellation token, so a cooperative operation stops, and
 //! stops itself. If the heartbeat dies the lease simply expires and the reaper takes over.
 
@@ -59,6 +60,7 @@ impl Actor for Heartbeat {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        self.beat(ctx);
         ctx.run_interval(self.interval, |actor, ctx| actor.beat(ctx));
     }
 }

@@ -9,31 +9,51 @@
 //! acknowledged unrun. A message that is oversized, not a job id, or names no job goes to
 //! the dead letters; a claim that fails on the store, or arrives while the process shuts
 //! down, gives the message back.
+//!
+//! A message may name several jobs of its queue (`ids_per_message`): each runs in a slot of
+//! its own, and the message is settled once all have ended, so a crash at any point leaves
+//! it unacknowledged and its redelivery runs whatever is still QUEUED.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Actor as _;
 use async_trait::async_trait;
+use futures_util::future::join_all;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
+use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler, Slots, RETRY_PAUSE};
 use super::heartbeat::{Heartbeat, StopHeartbeat};
-use crate::dispatch::decode_job_message;
+use crate::dispatch::{decode_job_message, encode_job_ids};
 use crate::store::{JobStore, RunRef};
 use crate::transport::{Delivery, Transport, MAX_MESSAGE_BYTES};
 use crate::worker::{Claim, Executor, InFlight};
+use uuid::Uuid;
 
 /// The consumer of a job queue.
 pub type QueueConsumer = Consumer<JobMessages>;
 
 /// Handles job-id messages with the executor.
+#[derive(Clone)]
 pub struct JobMessages {
     executor: Arc<Executor>,
     store: Arc<dyn JobStore>,
     in_flight: Arc<InFlight>,
     heartbeat: Duration,
+}
+
+/// How one job of a delivery went, and so how the delivery is settled.
+enum Step {
+    /// Ran, or had nothing to run (taken, finished or cancelled by now).
+    Done,
+    /// No job has this id.
+    Missing(Uuid),
+    /// The store failed: the message comes back after a pause.
+    ClaimFailed,
+    /// The process is shutting down: the message goes back now.
+    ShuttingDown,
 }
 
 impl JobMessages {
@@ -45,6 +65,45 @@ impl JobMessages {
     ) -> Self {
         JobMessages { executor, store, in_flight, heartbeat }
     }
+
+    /// Claims and runs one job; the slot (`permit`) is given back when it ends.
+    async fn run_one(&self, id: Uuid, permit: OwnedSemaphorePermit) -> Step {
+        // The in-flight slot is taken before the claim, so the shutdown guard sees every claim.
+        let Some(mut slot) = self.in_flight.enter() else { return Step::ShuttingDown };
+        let step = match self.executor.claim(id).await {
+            Ok(Claim::Claimed(job)) => {
+                let run = RunRef::from(&*job);
+                let cancel = CancellationToken::new();
+                slot.bind(run, cancel.clone());
+                let running = self.executor.run(*job, cancel.clone());
+                tokio::pin!(running);
+                // No heartbeat until the first renewal is due: a short job never has one.
+                let heartbeat = tokio::select! {
+                    biased;
+                    _ = &mut running => None,
+                    () = tokio::time::sleep(self.heartbeat) => {
+                        let lease = self.executor.config().lease;
+                        Some(StopOnDrop(Heartbeat::new(run, self.store.clone(), lease, self.heartbeat, cancel).start()))
+                    }
+                };
+                if heartbeat.is_some() {
+                    running.await;
+                }
+                // Stops the heartbeat however the run ends, a panic included.
+                drop(heartbeat);
+                Step::Done
+            }
+            Ok(Claim::NotClaimable) => Step::Done,
+            Ok(Claim::Missing) => Step::Missing(id),
+            Err(err) => {
+                warn!(job_id = %id, error = %err, "claim failed; message requeued");
+                Step::ClaimFailed
+            }
+        };
+        drop(slot);
+        drop(permit);
+        step
+    }
 }
 
 #[async_trait]
@@ -53,37 +112,67 @@ impl DeliveryHandler for JobMessages {
         "jobs"
     }
 
-    async fn handle(&self, queue: &str, transport: &dyn Transport, delivery: Delivery) {
+    /// Runs every job the message names, each in a slot of its own as slots come free (their
+    /// claims share group commits), and settles the message once all have ended: acked, or
+    /// given back when a job could not be claimed (its redelivery finds the others done).
+    async fn handle(&self, queue: &str, transport: &dyn Transport, delivery: Delivery, mut slots: Slots) {
         let Delivery { body, acker } = delivery;
-        // The slot is taken before the claim, so the shutdown guard sees every claim.
-        let Some(mut slot) = self.in_flight.enter() else {
-            return settle(acker.requeue().await);
-        };
         if body.len() > MAX_MESSAGE_BYTES {
+            drop(slots);
             return dead_letter(transport, queue, body, acker, "oversized").await;
         }
-        let Some(id) = decode_job_message(&body) else {
+        let Some(ids) = decode_job_message(&body) else {
+            drop(slots);
             return dead_letter(transport, queue, body, acker, "not_a_job_id").await;
         };
-        match self.executor.claim(id).await {
-            Ok(Claim::Claimed(job)) => {
-                let run = RunRef::from(&*job);
-                let cancel = CancellationToken::new();
-                slot.bind(run, cancel.clone());
-                let lease = self.executor.config().lease;
-                let heartbeat = Heartbeat::new(run, self.store.clone(), lease, self.heartbeat, cancel.clone()).start();
-                // Stops the heartbeat however the run ends, a panic included.
-                let stop = StopOnDrop(heartbeat);
-                self.executor.run(*job, cancel).await;
-                drop(stop);
-                settle(acker.ack().await);
+        let steps = match ids.as_slice() {
+            [id] => match slots.take().await {
+                Some(permit) => {
+                    slots.done();
+                    vec![self.run_one(*id, permit).await]
+                }
+                None => vec![Step::ShuttingDown],
+            },
+            _ => {
+                let total = ids.len();
+                let mut runs = Vec::with_capacity(total);
+                for id in ids {
+                    let Some(permit) = slots.take().await else { break };
+                    let this = self.clone();
+                    runs.push(actix::spawn(async move { this.run_one(id, permit).await }));
+                }
+                slots.done();
+                // A run that panicked lost nothing: its job's lease expires and the reaper
+                // takes it; the message comes back as if its claim had failed.
+                let mut steps: Vec<Step> =
+                    join_all(runs).await.into_iter().map(|step| step.unwrap_or(Step::ClaimFailed)).collect();
+                // Slots closed before every job had one: the rest run from the redelivery.
+                if steps.len() < total {
+                    steps.push(Step::ShuttingDown);
+                }
+                steps
             }
-            Ok(Claim::NotClaimable) => settle(acker.ack().await),
-            Ok(Claim::Missing) => dead_letter(transport, queue, body, acker, "unknown_job").await,
-            Err(err) => {
-                warn!(job_id = %id, error = %err, "claim failed; message requeued");
-                requeue_later(acker, RETRY_PAUSE).await;
-            }
+        };
+        let missing: Vec<Uuid> =
+            steps.iter().filter_map(|step| if let Step::Missing(id) = step { Some(*id) } else { None }).collect();
+        if steps.iter().any(|step| matches!(step, Step::ShuttingDown)) {
+            return settle(acker.requeue().await);
+        }
+        if steps.iter().any(|step| matches!(step, Step::ClaimFailed)) {
+            return requeue_later(acker, RETRY_PAUSE).await;
+        }
+        match missing.as_slice() {
+            [] => settle(acker.ack().await),
+            // The whole message names no job: it goes to the dead letters as it came.
+            _ if missing.len() == steps.len() => dead_letter(transport, queue, body, acker, "unknown_job").await,
+            // The unknown ids go to the dead letters alone, then the message is done.
+            _ => match transport.dead_letter(queue, encode_job_ids(&missing), "unknown_job").await {
+                Ok(()) => settle(acker.ack().await),
+                Err(err) => {
+                    warn!(error = %err, "could not dead-letter unknown job ids; message requeued");
+                    requeue_later(acker, RETRY_PAUSE).await;
+                }
+            },
         }
     }
 }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tracing::{debug, warn};
 
-use super::consumer::{dead_letter, fail_stranded_job, requeue_later, settle, Consumer, DeliveryHandler, RETRY_PAUSE};
+use super::consumer::{
+    dead_letter, fail_stranded_job, requeue_later, settle, Consumer, DeliveryHandler, Slots, RETRY_PAUSE,
+};
 use crate::domain::BatchOutcome;
 use crate::ops::OperationRegistry;
 use crate::store::JobStore;
@@ -35,7 +37,9 @@ impl DeliveryHandler for BatchWrites {
         "writes"
     }
 
-    async fn handle(&self, queue: &str, transport: &dyn Transport, delivery: Delivery) {
+    async fn handle(&self, queue: &str, transport: &dyn Transport, delivery: Delivery, mut slots: Slots) {
+        // One slot, held until the work ends; the consumer may take its next delivery now.
+        slots.done();
         let Delivery { body, acker } = delivery;
         if body.len() > MAX_MESSAGE_BYTES {
             return dead_letter(transport, queue, body, acker, "oversized").await;

@@ -7,6 +7,7 @@ use sea_orm::DatabaseConnection;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::dispatch::Dispatcher;
 use crate::domain::{scrub_nul, scrub_nul_value, EventLevel, Job, NewEvent};
 use crate::store::{JobStore, RunRef, StoreError};
 use crate::transport::Transport;
@@ -19,6 +20,8 @@ pub struct Services {
     pub store: Arc<dyn JobStore>,
     pub db: DatabaseConnection,
     pub transport: Arc<dyn Transport>,
+    /// How submitted work reaches the transport (the queues' grouping of ids).
+    pub dispatcher: Dispatcher,
     /// The operations of this process, for defaults of the work an operation submits.
     pub registry: Arc<OperationRegistry>,
 }
@@ -34,6 +37,7 @@ pub struct JobContext {
     pub(super) store: Arc<dyn JobStore>,
     db: DatabaseConnection,
     pub(super) transport: Arc<dyn Transport>,
+    pub(super) dispatcher: Dispatcher,
     registry: Arc<OperationRegistry>,
     /// Fires when the job is cancelled (or its run taken away): stop early if you can.
     cancel: CancellationToken,
@@ -52,6 +56,7 @@ impl JobContext {
             store: services.store,
             db: services.db,
             transport: services.transport,
+            dispatcher: services.dispatcher,
             registry: services.registry,
             cancel,
             snapshot: Arc::new(Value::Null),
@@ -68,6 +73,7 @@ impl JobContext {
             store: services.store,
             db: services.db,
             transport: services.transport,
+            dispatcher: services.dispatcher,
             registry: services.registry,
             cancel: CancellationToken::new(),
             snapshot: Arc::new(snapshot),

@@ -16,7 +16,6 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::{JobContext, OperationError};
-use crate::dispatch::Dispatcher;
 use crate::domain::{BatchAddress, EventLevel, EventName, FanOutForm, Job, NewEvent, NewJob};
 use crate::store::RunRef;
 
@@ -182,7 +181,7 @@ impl JobContext {
                 ..child
             })
             .collect();
-        let dispatcher = Dispatcher::new(self.store.clone(), self.transport.clone());
+        let dispatcher = &self.dispatcher;
         let submissions = dispatcher.submit_many(children).await.map_err(store_failed)?;
         // A re-run (after a retry of the coordinator) runs again what failed or was cancelled.
         for child in self.store.rerun_children(run).await.map_err(store_failed)? {

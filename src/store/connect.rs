@@ -28,6 +28,9 @@ impl Backend {
     }
 }
 
+/// How much of a SQLite database file each connection maps (the file may be larger).
+const MMAP_BYTES: u64 = 1 << 30;
+
 /// Opens a pool. SQLite runs in WAL mode with full sync so a committed transition survives
 /// a crash, and waits on a busy lock instead of failing.
 pub async fn connect(settings: &StoreSettings) -> anyhow::Result<DatabaseConnection> {
@@ -44,6 +47,9 @@ pub async fn connect(settings: &StoreSettings) -> anyhow::Result<DatabaseConnect
                 .synchronous(SqliteSynchronous::Full)
                 .busy_timeout(Duration::from_secs(30))
                 .foreign_keys(true)
+                // Pages read through a shared mapping, not copied in by a read(2) each time
+                // another connection's commit invalidates this one's cache.
+                .pragma("mmap_size", MMAP_BYTES.to_string())
         });
     Database::connect(options).await.with_context(|| format!("cannot open the store at {}", redact(&settings.url)))
 }

@@ -287,6 +287,38 @@ async fn a_worker_killed_mid_job_loses_it_to_the_reaper_and_another_finishes_it(
     assert_eq!(count(db, &format!("SELECT attempts::bigint FROM job WHERE id = '{id}'")).await, 2);
 }
 
+/// Six jobs travel in one message and run at once on worker "first", which is killed: the
+/// broker redelivers the message (finding them RUNNING), the reaper re-queues each, and
+/// worker "second" finishes all six. None is lost, none runs a third time.
+#[actix_rt::test]
+async fn a_worker_killed_holding_a_message_of_six_jobs_loses_none() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    seed(&url, "count", 0).await;
+    let deployment = Deployment::new(&url);
+    let grouped =
+        [("YARDMASTER__QUEUES__DEFAULT__IDS_PER_MESSAGE", "6"), ("YARDMASTER__QUEUES__DEFAULT__CONCURRENCY", "6")];
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(insert_job(&url, "sleep", json!({ "seconds": 4, "steps": 40 })).await);
+    }
+    let args = ["worker", "--queue", "default"];
+    let first = [("YARDMASTER__WORKER__ID", "first")];
+    let mut first = deployment.spawn(&args, &with_fast(&[grouped[0], grouped[1], first[0]]));
+    let db = Database::connect(&url).await.unwrap();
+    let running = "SELECT COUNT(*) FROM job WHERE status = 'running' AND owner = 'first'";
+    wait_for_count(&db, running, 6, Duration::from_secs(30)).await;
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+
+    let second = [("YARDMASTER__WORKER__ID", "second")];
+    let _second = deployment.spawn(&args, &with_fast(&[grouped[0], grouped[1], second[0]]));
+    let done = "SELECT COUNT(*) FROM job WHERE status = 'succeeded' AND owner = 'second' AND attempts = 2";
+    wait_for_count(&db, done, 6, Duration::from_secs(60)).await;
+    let requeued = "SELECT COUNT(*) FROM job_event WHERE event = 'job.lease_expired_requeue'";
+    assert_eq!(count(&db, requeued).await, 6);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM job_event WHERE event = 'job.started'").await, 12);
+}
+
 #[actix_rt::test]
 async fn sigterm_mid_job_requeues_it_within_the_grace_and_exits_143() {
     let mid_job = MidJob::start(5.0).await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::json;
 use uuid::Uuid;
-use yardmaster::dispatch::encode_job_message;
+use yardmaster::dispatch::{encode_job_ids, encode_job_message};
 use yardmaster::domain::{BatchOutcome, FanOutForm, Job, JobEvent, NewEvent, NewJob};
 use yardmaster::startup::StoreWrapper;
 use yardmaster::store::{
@@ -23,6 +23,24 @@ const JOBS: usize = 2_000;
 
 async fn eight_consumers_run_two_thousand_jobs_exactly_once(backend: Backend) {
     run_exactly_once(backend, 0).await;
+}
+
+/// The same with messages of up to 16 job ids, each published twice more in messages of 5:
+/// every job still runs exactly once.
+async fn with_several_ids_per_message_every_job_runs_exactly_once(backend: Backend) {
+    let options =
+        TestOptions { queues: vec![("default", 8)], seed_jobs: JOBS, ids_per_message: 16, ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    for _ in 0..2 {
+        for ids in app.seeded.chunks(5) {
+            app.transport.publish("default", encode_job_ids(ids)).await.unwrap();
+        }
+    }
+    let succeeded = "SELECT COUNT(*) FROM job WHERE status = 'succeeded'";
+    app.wait_for_count(succeeded, JOBS as i64, Duration::from_secs(240)).await;
+    assert_eq!(app.count("SELECT COUNT(*) FROM execution_log").await, JOBS as i64);
+    assert_eq!(app.count("SELECT COUNT(DISTINCT job_id) FROM execution_log").await, JOBS as i64);
+    assert_eq!(app.count("SELECT COUNT(*) FROM job WHERE attempts <> 1").await, 0);
 }
 
 /// The same with group commit off.
@@ -318,6 +336,7 @@ on_both_backends!(
     an_unreachable_store_answers_503_at_once,
     eight_consumers_run_two_thousand_jobs_exactly_once,
     without_group_commit_every_job_runs_exactly_once,
+    with_several_ids_per_message_every_job_runs_exactly_once,
     a_session_two_commit_failure_leaves_the_job_failed,
     progress_that_cannot_be_written_does_not_fail_the_job,
     a_child_whose_parent_is_cancelled_after_its_claim_never_runs,

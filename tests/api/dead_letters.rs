@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use uuid::Uuid;
-use yardmaster::dispatch::encode_job_message;
+use yardmaster::dispatch::{encode_job_ids, encode_job_message};
 use yardmaster::transport::MAX_MESSAGE_BYTES;
 
-use crate::helpers::{Backend, TestApp, TestOptions};
+use crate::helpers::{Backend, TestApp, TestOptions, PARKED};
 
 async fn unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on(backend: Backend) {
     let options = TestOptions { queues: vec![("default", 1)], ..Default::default() };
@@ -55,6 +55,39 @@ async fn unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on(backe
     assert_eq!((code, problem["code"].as_str()), (400, Some("invalid_query")), "{problem}");
     let (code, problem) = app.get("/admin/dead-letters?queue=default&limit=0").await;
     assert_eq!((code, problem["code"].as_str()), (400, Some("invalid_query")), "{problem}");
+}
+
+/// A message naming two jobs and an id no job has: the two run, the unknown id alone goes
+/// to the dead letters, and the message is settled.
+async fn a_message_naming_an_unknown_job_runs_the_others_and_dead_letters_it(backend: Backend) {
+    let options = TestOptions { queues: vec![("default", 4)], ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let mut known = Vec::new();
+    for _ in 0..2 {
+        let (_, job) = app.submit(json!({ "operation": "ping", "queue": PARKED })).await;
+        known.push(job["id"].as_str().unwrap().parse::<Uuid>().unwrap());
+    }
+    let unknown = Uuid::now_v7();
+    app.transport.publish("default", encode_job_ids(&[known[0], unknown, known[1]])).await.unwrap();
+    for id in &known {
+        app.wait_for_status(&id.to_string(), "succeeded").await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, summary) = app.get("/admin/dead-letters?queue=default").await;
+        if summary["total"] == 1 {
+            assert_eq!(summary["by_reason"], json!({ "unknown_job": 1 }), "{summary}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the unknown id never reached the dead letters: {summary}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let letters = app.transport.take_dead_letters("default", 10).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].body, encode_job_message(unknown), "only the unknown id is set aside");
+    for letter in letters {
+        letter.acker.requeue().await.unwrap();
+    }
 }
 
 /// The ephemeral path: operation messages run with no job row; bad ones are dead-lettered.
@@ -159,6 +192,7 @@ async fn retry_later_messages_hold_no_slot(backend: Backend) {
 on_every_backend!(
     retry_later_messages_hold_no_slot,
     unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on,
+    a_message_naming_an_unknown_job_runs_the_others_and_dead_letters_it,
     operation_queues_run_payloads_without_job_rows,
     a_job_message_on_an_operations_queue_fails_its_job,
     oversized_and_invalid_messages_on_operation_and_write_queues_are_dead_lettered,

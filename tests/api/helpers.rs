@@ -150,6 +150,8 @@ pub struct TestOptions {
     /// Start the shutdown guard, which owns SIGTERM and SIGINT (`worker.grace_seconds` 1):
     /// a signal to the test's own process then drains and stops the app.
     pub handle_signals: bool,
+    /// `ids_per_message` of every job queue in `queues`.
+    pub ids_per_message: usize,
 }
 
 impl Default for TestOptions {
@@ -165,6 +167,7 @@ impl Default for TestOptions {
             group_commit_max: 64,
             max_connections_per_client: 256,
             handle_signals: false,
+            ids_per_message: 1,
         }
     }
 }
@@ -215,7 +218,8 @@ impl TestApp {
             .queues
             .iter()
             .map(|(name, concurrency)| {
-                (name.to_string(), QueueSettings { concurrency: *concurrency, ..Default::default() })
+                let ids_per_message = options.ids_per_message;
+                (name.to_string(), QueueSettings { concurrency: *concurrency, ids_per_message, ..Default::default() })
             })
             .collect();
         for name in &options.operation_queues {
@@ -223,7 +227,7 @@ impl TestApp {
             settings.queues.insert(name.to_string(), operations);
         }
         for name in &options.write_queues {
-            let writes = QueueSettings { concurrency: 8, prefetch: 32, kind: QueueKind::Writes };
+            let writes = QueueSettings { concurrency: 8, prefetch: 32, kind: QueueKind::Writes, ..Default::default() };
             settings.queues.insert(name.to_string(), writes);
         }
         // Consumed: every queue above. Known too, with no consumer here: `parked`, where a

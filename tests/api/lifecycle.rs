@@ -384,7 +384,22 @@ async fn the_reaper_times_out_stalled_runs_and_overdue_queued_jobs(backend: Back
     assert_eq!((expired["status"].as_str(), expired["error_code"].as_str()), (Some("failed"), Some("QueueTimeout")));
 }
 
+/// A job running longer than its lease keeps it: its heartbeat, started when the first
+/// renewal is due, renews it, so the reaper never takes the run away.
+async fn a_job_longer_than_its_lease_keeps_it_by_its_heartbeat(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let seconds = 1.5 * crate::helpers::LEASE_MS as f64 / 1000.0;
+    let steps = (10.0 * seconds) as u32;
+    let (_, job) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": seconds, "steps": steps } })).await;
+    let id = job["id"].as_str().unwrap();
+    let done = app.wait_for_status(id, "succeeded").await;
+    assert_eq!(done["attempts"], 1, "{done}");
+    let names = app.event_names(id).await;
+    assert!(!names.iter().any(|name| name.starts_with("job.lease_expired")), "{names:?}");
+}
+
 on_every_backend!(
+    a_job_longer_than_its_lease_keeps_it_by_its_heartbeat,
     the_reaper_times_out_stalled_runs_and_overdue_queued_jobs,
     a_retryable_failure_is_retried_with_growing_delays,
     a_non_retryable_failure_fails_at_once,

@@ -232,7 +232,10 @@ impl SeaStore {
 /// concurrent endings queue up and exactly one reaches the total. SUCCEEDED once every child
 /// succeeded; FAILED, naming the child, once one failed or was cancelled. Parents in id
 /// order, so concurrent transactions lock them in the same order.
-pub(super) async fn children_ended(txn: &DatabaseTransaction, children: &[job::Model]) -> Result<(), StoreError> {
+pub(super) async fn children_ended<'a>(
+    txn: &DatabaseTransaction,
+    children: impl IntoIterator<Item = &'a job::Model>,
+) -> Result<(), StoreError> {
     let mut by_parent: BTreeMap<Uuid, Vec<&job::Model>> = BTreeMap::new();
     for child in children {
         if let Some(parent) = child.parent_job_id {

@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
-use sea_orm::{DatabaseTransaction, DbErr};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::fan_out::children_ended;
 use super::rows::to_job;
 use super::runs::Outcome;
-use super::{append_events, event_row, insert_new, SeaStore};
+use super::{append_events, event_row, insert_new, postgres_batch, SeaStore};
 use crate::domain::{BatchOutcome, Job, JobStatus, NewEvent, NewJob};
 use crate::store::entity::{job, job_event};
 use crate::store::{BatchRecorded, Completion, Dispatch, Reduce, RunRef, StoreError};
@@ -268,24 +268,30 @@ impl SeaStore {
                 answers[at] = Some(Written::Count(u64::from(renewed.contains(&run.id))));
             }
         }
+        // PostgreSQL writes the events of its claims and outcomes in the same statement.
+        let postgres = txn.get_database_backend() == DbBackend::Postgres;
         for ((owner, lease), wanted) in claims {
             let ids: Vec<Uuid> = wanted.iter().map(|(_, id)| *id).collect();
-            let mut claimed = self.claim_runs(txn, &ids, owner, lease).await?;
-            answer_moved(&mut answers, &mut events, &mut claimed, wanted.into_iter())?;
+            let claimed = match postgres {
+                true => {
+                    postgres_batch::claim(txn, &ids, owner, lease).await?.into_iter().map(|row| (row, None)).collect()
+                }
+                false => {
+                    self.claim_runs(txn, &ids, owner, lease).await?.into_iter().map(|(r, e)| (r, Some(e))).collect()
+                }
+            };
+            answer_moved(&mut answers, &mut events, claimed, wanted.into_iter())?;
         }
         for (status, wanted) in outcomes {
             let to = status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
             let runs: Vec<(RunRef, &Completion)> =
                 wanted.iter().map(|(_, run, completion)| (*run, *completion)).collect();
-            let mut finished = self.finish_runs(txn, to, &runs).await?;
-            let rows: Vec<job::Model> = finished.iter().map(|(row, _)| row.clone()).collect();
-            children_ended(txn, &rows).await?;
-            answer_moved(
-                &mut answers,
-                &mut events,
-                &mut finished,
-                wanted.into_iter().map(|(at, run, _)| (at, run.id)),
-            )?;
+            let finished: Vec<(job::Model, Option<NewEvent>)> = match postgres {
+                true => postgres_batch::finish(txn, to, &runs).await?.into_iter().map(|row| (row, None)).collect(),
+                false => self.finish_runs(txn, to, &runs).await?.into_iter().map(|(r, e)| (r, Some(e))).collect(),
+            };
+            children_ended(txn, finished.iter().map(|(row, _)| row)).await?;
+            answer_moved(&mut answers, &mut events, finished, wanted.into_iter().map(|(at, run, _)| (at, run.id)))?;
         }
         if !submissions.is_empty() {
             let new: Vec<&NewJob> = submissions.iter().map(|(_, new)| *new).collect();
@@ -302,20 +308,20 @@ impl SeaStore {
 }
 
 /// Answers each wanted `(index, id)` with its moved row (or `None`: its compare-and-set
-/// missed) and queues the event of each row that moved. A row answers one write only, so a
+/// missed) and queues the event of each row that moved, unless it was written with it. A row answers one write only, so a
 /// job claimed twice in one batch goes to exactly one claimant.
 fn answer_moved(
     answers: &mut [Option<Written>],
     events: &mut Vec<job_event::ActiveModel>,
-    moved: &mut Vec<(job::Model, NewEvent)>,
+    moved: Vec<(job::Model, Option<NewEvent>)>,
     wanted: impl Iterator<Item = (usize, Uuid)>,
 ) -> Result<(), StoreError> {
-    let mut by_id: HashMap<Uuid, (job::Model, NewEvent)> =
-        moved.drain(..).map(|(row, event)| (row.id, (row, event))).collect();
+    let mut by_id: HashMap<Uuid, (job::Model, Option<NewEvent>)> =
+        moved.into_iter().map(|(row, event)| (row.id, (row, event))).collect();
     for (at, id) in wanted {
         let job = match by_id.remove(&id) {
             Some((row, event)) => {
-                events.push(event_row(id, &event));
+                events.extend(event.map(|event| event_row(id, &event)));
                 Some(Box::new(to_job(row)?))
             }
             None => None,

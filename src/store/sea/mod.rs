@@ -9,6 +9,7 @@ mod fan_out;
 mod group_commit;
 mod listing;
 mod maintenance;
+mod postgres_batch;
 mod rows;
 mod runs;
 
@@ -53,9 +54,18 @@ impl SeaStore {
 
     /// Writes claims and outcomes of concurrent jobs in shared transactions of up to
     /// `max_batch`: one commit (one fsync) for many jobs. Needs a tokio runtime.
-    pub fn with_group_commit(mut self, max_batch: usize) -> Self {
+    pub fn with_group_commit(self, max_batch: usize) -> Self {
+        let db = self.db.clone();
+        self.with_group_commit_on(max_batch, db)
+    }
+
+    /// As [`Self::with_group_commit`], the writer committing through `writer_db`: a pool of
+    /// its own (one connection is enough: it commits one batch at a time) keeps its
+    /// connection's page and statement caches warm and never waits behind readers.
+    pub fn with_group_commit_on(mut self, max_batch: usize, writer_db: DatabaseConnection) -> Self {
         if max_batch > 1 {
-            self.writer = Some(group_commit::Writer::start(self.clone(), max_batch));
+            let writer_store = SeaStore { db: writer_db, writer: None };
+            self.writer = Some(group_commit::Writer::start(writer_store, max_batch));
         }
         self
     }

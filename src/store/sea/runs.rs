@@ -278,14 +278,14 @@ fn claim_event(owner: &str) -> NewEvent {
 
 /// What a completion writes: its event and the job's result or error columns.
 pub(super) struct Outcome {
-    event: NewEvent,
-    result: Option<Value>,
-    error_code: Option<String>,
-    error_message: Option<String>,
+    pub(super) event: NewEvent,
+    pub(super) result: Option<Value>,
+    pub(super) error_code: Option<String>,
+    pub(super) error_message: Option<String>,
 }
 
 impl Outcome {
-    fn of(completion: &Completion) -> Outcome {
+    pub(super) fn of(completion: &Completion) -> Outcome {
         let failed = |event: &str, code: &str, message: &str| Outcome {
             event: NewEvent::new(event).message(message).fields(json!({ "error_code": code })).level(EventLevel::Error),
             result: None,
