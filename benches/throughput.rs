@@ -1,20 +1,27 @@
 //! `cargo bench --bench throughput`: yardmaster next to a peer (graphile-worker, from npm, on
-//! the same PostgreSQL) and a plain-SQL claim/complete queue (the machine's limit), all
-//! measured in this one run and printed with ratios: end-to-end no-op jobs/s, submit → start
-//! latency at a fixed offered load, HTTP submit (single and batch), memory per in-flight job,
-//! and the throughput and latency again with a large history of finished jobs in the tables.
+//! the same PostgreSQL, at its best of a small sweep) and a plain-SQL claim/complete queue
+//! (the machine's limit), all measured in this one run: end-to-end no-op jobs/s with the CPU
+//! per job of every process involved, fan-out against flat jobs, HTTP submissions, submit →
+//! start latency at a fixed offered load, memory per in-flight job, and throughput again with
+//! a large history of finished jobs in the tables. Each ratio is between figures of one kind.
 //!
-//! `BENCH_JOBS` sets the jobs per throughput case (default 5000), `BENCH_HISTORY` the finished
-//! jobs of the history cases (default 1,000,000; 0 skips them), `BENCH_ONLY` the groups to
-//! run (`throughput,fanout,http,latency,history,memory`; default all). Needs the local PostgreSQL and
-//! RabbitMQ (`scripts/bench.sh` starts them, installs the peer and builds in release).
+//! `BENCH_JOBS` sets the jobs per throughput case (default 50,000), `BENCH_LATENCY_JOBS` the
+//! jobs of each latency case (default 5,000), `BENCH_HISTORY` the finished jobs of the history
+//! cases (default 1,000,000; 0 skips them), `BENCH_ONLY` the groups to run
+//! (`throughput,groupcommit,fanout,http,latency,history,memory`; default all but
+//! `groupcommit`). Needs the local PostgreSQL and RabbitMQ (`scripts/bench.sh` starts them,
+//! installs the peer, builds in release and keeps the output in `bench/results/`).
+
+#[path = "support/cpu.rs"]
+mod cpu;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use cpu::{Role, Sampler, Snapshot, Usage};
 use futures_util::future::join_all;
 use sea_orm::{ColumnTrait, ConnectionTrait, Database, DatabaseConnection, EntityTrait, QueryFilter, Statement};
 use serde_json::{json, Value};
@@ -27,41 +34,113 @@ use yardmaster::store::{Completion, JobStore, RunRef, SeaStore};
 use yardmaster::transport::AmqpTransport;
 use yardmaster::{Application, Settings};
 
+/// The allocator of the `yardmaster` binary, so the in-process cases measure what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const POSTGRES_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/test";
 /// A virtual host `scripts/bench.sh` recreates empty on each run.
 const AMQP_URL: &str = "amqp://127.0.0.1:5672/yardmaster_bench";
-/// graphile-worker's concurrency and the plain-SQL queue's connections.
-const PEER_CONCURRENCY: usize = 8;
+/// The plain-SQL queue's connections.
+const PLAIN_CONNECTIONS: usize = 8;
+/// graphile-worker's concurrencies tried; the best batched figure is the peer.
+const PEER_CONCURRENCIES: [usize; 3] = [8, 24, 64];
+/// Database connections per process, yardmaster's and the peer's alike.
+const POOL: usize = 16;
 /// Jobs each yardmaster worker process runs at once: no-op jobs are short, so a process
 /// keeps many in flight and their claims and outcomes share group commits.
 const CONCURRENCY: usize = 64;
-/// Offered load of the latency cases, jobs/s, and how many jobs they submit.
+
+/// `BENCH_CONCURRENCY` and `BENCH_GROUP_COMMIT` override yardmaster's concurrency and group
+/// commit size (for sweeps).
+fn concurrency() -> usize {
+    std::env::var("BENCH_CONCURRENCY").ok().and_then(|n| n.parse().ok()).unwrap_or(CONCURRENCY)
+}
+
+/// Job ids per message on the benchmark's queue (`BENCH_IDS_PER_MESSAGE`): by default 32
+/// over RabbitMQ, where a message costs the broker more than the job costs the database, and
+/// 1 in process, where a message is a channel send and one job per delivery pipelines best.
+fn ids_per_message(default: usize) -> usize {
+    std::env::var("BENCH_IDS_PER_MESSAGE").ok().and_then(|n| n.parse().ok()).unwrap_or(default)
+}
+
+fn group_commit_max() -> usize {
+    std::env::var("BENCH_GROUP_COMMIT").ok().and_then(|n| n.parse().ok()).unwrap_or(64)
+}
+/// Offered load of the latency cases, jobs/s.
 const LATENCY_RATE: u64 = 100;
-const LATENCY_JOBS: usize = 500;
 /// Sleeping jobs held under lease for the memory case.
 const IN_FLIGHT: usize = 10_000;
+/// How many times the history group measures each table (empty, then full).
+const HISTORY_RUNS: usize = 3;
 
 fn main() {
     let number = |name: &str, default: usize| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
-    let (jobs, history) = (number("BENCH_JOBS", 5_000), number("BENCH_HISTORY", 1_000_000));
+    let sizes = Sizes {
+        jobs: number("BENCH_JOBS", 50_000),
+        history: number("BENCH_HISTORY", 1_000_000),
+        latency_jobs: number("BENCH_LATENCY_JOBS", 5_000),
+    };
+    SAMPLER.get_or_init(Sampler::start);
     let system = actix_rt::System::new();
-    system.block_on(run(jobs, history));
+    system.block_on(run(sizes));
     // The HTTP cases leave their apps serving; exit without tearing them down (their pools
     // would be dropped outside any runtime).
     std::process::exit(0);
 }
 
-/// One measured figure; `per` names its unit.
+static SAMPLER: OnceLock<Sampler> = OnceLock::new();
+
+fn sampler() -> &'static Sampler {
+    SAMPLER.get().expect("started in main")
+}
+
+struct Sizes {
+    jobs: usize,
+    history: usize,
+    latency_jobs: usize,
+}
+
+/// What a figure counts, so that ratios are printed only between figures of one kind.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Queued no-op jobs drained end to end, jobs/s: ratio to the peer.
+    Throughput,
+    /// Batches of one coordinator, batches/s: ratio to flat jobs in the same deployment.
+    FanOut,
+    /// HTTP submissions, req/s or jobs/s: against the target.
+    Http,
+}
+
+/// One measured figure.
 struct Figure {
     name: String,
+    kind: Kind,
     value: f64,
     unit: &'static str,
     note: String,
+    /// CPU seconds per role over the case's window, and the jobs it covered.
+    cpu: Option<(Usage, usize)>,
 }
 
 impl Figure {
     fn rate(name: impl Into<String>, per_second: f64, note: impl Into<String>) -> Figure {
-        Figure { name: name.into(), value: per_second, unit: "/s", note: note.into() }
+        Figure {
+            name: name.into(),
+            kind: Kind::Throughput,
+            value: per_second,
+            unit: "/s",
+            note: note.into(),
+            cpu: None,
+        }
+    }
+
+    fn with_cpu(self, usage: Usage, jobs: usize) -> Figure {
+        Figure { cpu: Some((usage, jobs)), ..self }
+    }
+
+    fn of_kind(self, kind: Kind) -> Figure {
+        Figure { kind, ..self }
     }
 }
 
@@ -70,28 +149,48 @@ struct Latency {
     name: String,
     p50: f64,
     p99: f64,
+    p999: f64,
 }
 
-/// Whether a group of cases runs: `BENCH_ONLY=memory,fanout` picks groups (default: all).
+/// Whether a group of cases runs: `BENCH_ONLY=memory,fanout` picks groups (default: all
+/// but `groupcommit`, the one-by-one commits kept for comparison).
 fn wanted(group: &str) -> bool {
-    std::env::var("BENCH_ONLY").map_or(true, |only| only.split(',').any(|name| name.trim() == group))
+    match std::env::var("BENCH_ONLY") {
+        Ok(only) => only.split(',').any(|name| name.trim() == group),
+        Err(_) => !["groupcommit", "embedded", "rabbitmq"].contains(&group),
+    }
 }
 
-async fn run(jobs: usize, history: usize) {
-    println!("yardmaster benchmark: {jobs} no-op jobs per case, {} cores", num_cores());
-    let (mut figures, mut latencies, mut memory) = (Vec::new(), Vec::new(), Vec::new());
+async fn run(sizes: Sizes) {
+    let jobs = sizes.jobs;
+    println!(
+        "yardmaster benchmark: {jobs} no-op jobs per throughput case, {} cores, {}",
+        num_cores(),
+        Utc::now().format("%Y-%m-%d %H:%M UTC")
+    );
+    let (mut figures, mut latencies, mut memory, mut history) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     if wanted("throughput") {
         figures.push(plain_sql(jobs, 1).await);
         figures.push(plain_sql(jobs, 100).await);
-        figures.extend(graphile(jobs, "single").await);
-        figures.extend(graphile(jobs, "batched").await);
-        for group_commit in [1, 64] {
-            // Off, and the default (64).
-            figures.push(in_process(jobs, Store::Sqlite, group_commit, 0).await);
-            figures.push(in_process(jobs, Store::Postgres, group_commit, 0).await);
+        figures.extend(graphile(jobs, "single", 8).await);
+        for concurrency in PEER_CONCURRENCIES {
+            figures.extend(graphile(jobs, "batched", concurrency).await);
         }
+        figures.push(in_process(jobs, Store::Sqlite, group_commit_max(), 0).await);
+        figures.push(in_process(jobs, Store::Postgres, group_commit_max(), 0).await);
         figures.push(with_rabbitmq(jobs, 1, 0).await);
         figures.push(with_rabbitmq(jobs, 2, 0).await);
+    }
+    // One case alone, for bench/profile.sh.
+    if wanted("embedded") && !wanted("throughput") {
+        figures.push(in_process(jobs, Store::Sqlite, group_commit_max(), 0).await);
+    }
+    if wanted("rabbitmq") && !wanted("throughput") {
+        figures.push(with_rabbitmq(jobs, 2, 0).await);
+    }
+    if wanted("groupcommit") {
+        figures.push(in_process(jobs, Store::Sqlite, 1, 0).await);
+        figures.push(in_process(jobs, Store::Postgres, 1, 0).await);
     }
     if wanted("fanout") {
         figures.push(fan_out_embedded(jobs).await);
@@ -102,38 +201,131 @@ async fn run(jobs: usize, history: usize) {
         figures.push(http_batch_submit(jobs.max(20_000), 500).await);
     }
     if wanted("latency") {
-        latencies.extend(graphile_latency().await);
-        latencies.push(embedded_latency(0).await);
-        latencies.push(rabbitmq_latency(0).await);
+        latencies.extend(graphile_latency(sizes.latency_jobs).await);
+        latencies.push(embedded_latency(0, sizes.latency_jobs).await);
+        latencies.push(rabbitmq_latency(0, sizes.latency_jobs).await);
     }
-    if history > 0 && wanted("history") {
-        figures.push(in_process(jobs, Store::Sqlite, 64, history).await);
-        figures.push(with_rabbitmq(jobs, 1, history).await);
-        latencies.push(embedded_latency(history).await);
-        latencies.push(rabbitmq_latency(history).await);
+    if sizes.history > 0 && wanted("history") {
+        history = history_runs(jobs, sizes.history).await;
+        latencies.push(embedded_latency(sizes.history, sizes.latency_jobs).await);
+        latencies.push(rabbitmq_latency(sizes.history, sizes.latency_jobs).await);
     }
     if wanted("memory") {
         memory = self::memory().await;
     }
+    report(&figures, &latencies, &history, &memory, sizes.latency_jobs);
+}
 
-    let peer = figures.iter().find(|figure| figure.name.starts_with("graphile-worker batched")).map(|f| f.value);
+/// Prints every figure, each ratio against a figure of its own kind measured in this run.
+fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], memory: &[Figure], latency_jobs: usize) {
+    let peer = figures
+        .iter()
+        .filter(|figure| figure.name.starts_with("graphile-worker batched"))
+        .max_by(|a, b| a.value.total_cmp(&b.value));
     println!();
-    for figure in &figures {
-        let ratio = peer.map(|peer| format!("{:>6.2}×", figure.value / peer)).unwrap_or_default();
-        println!("{:<66} {:>9.0} {:<3} {ratio}  {}", figure.name, figure.value, figure.unit, figure.note);
+    println!("== throughput: queued no-op jobs drained, jobs/s (ratio: to the best graphile-worker batched) ==");
+    for figure in figures.iter().filter(|figure| figure.kind == Kind::Throughput) {
+        let ratio = peer.map(|peer| format!("{:>6.2}×", figure.value / peer.value)).unwrap_or_default();
+        println!("{:<72} {:>9.0} {:<3} {ratio}  {}", figure.name, figure.value, figure.unit, figure.note);
     }
-    println!("(ratios: against graphile-worker batched in this run)");
+    if let Some(peer) = peer {
+        println!("(the peer: {})", peer.name);
+    }
     println!();
-    let peer = latencies.iter().find(|latency| latency.name.starts_with("graphile")).map(|latency| latency.p99);
-    for latency in &latencies {
-        let ratio = peer.map(|peer| format!("p99 {:>5.2}× graphile's", latency.p99 / peer)).unwrap_or_default();
-        println!("{:<66} p50 {:>7.1} ms  p99 {:>7.1} ms  {ratio}", latency.name, latency.p50, latency.p99);
+    println!("== CPU per job over each case's window, µs (all processes share the machine's cores) ==");
+    println!(
+        "{:<72} {:>8} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8}",
+        "case", "total", "bench", "yardmaster", "pg conns", "pg own", "broker", "peer"
+    );
+    for figure in figures {
+        let Some((usage, jobs)) = &figure.cpu else { continue };
+        let per_job = |seconds: f64| format!("{:.1}", seconds * 1e6 / *jobs as f64);
+        let [bench, yardmaster, postgres, background, broker, node] = Role::ALL.map(|role| per_job(usage.get(role)));
+        println!(
+            "{:<72} {:>8} {bench:>8} {yardmaster:>10} {postgres:>8} {background:>8} {broker:>8} {node:>8}",
+            figure.name,
+            per_job(usage.total())
+        );
     }
-    println!("(submit → start at {LATENCY_RATE} jobs/s offered, {LATENCY_JOBS} jobs)");
-    println!();
-    for figure in &memory {
-        println!("{:<66} {:>9.1} {:<3}  {}", figure.name, figure.value, figure.unit, figure.note);
+    println!("(bench: this process, which hosts yardmaster in the in-process and HTTP cases and publishes in the RabbitMQ ones;");
+    println!(" pg conns: PostgreSQL's backend processes; pg own: its autovacuum, WAL writer, checkpointer and background writer)");
+
+    let flat =
+        |prefix: &str| figures.iter().find(|figure| figure.kind == Kind::Throughput && figure.name.starts_with(prefix));
+    let fan_outs: Vec<&Figure> = figures.iter().filter(|figure| figure.kind == Kind::FanOut).collect();
+    if !fan_outs.is_empty() {
+        println!();
+        println!("== fan-out: batches of one coordinator per second (ratio: to flat jobs in the same deployment) ==");
+        for figure in fan_outs {
+            let base = if figure.name.contains("embedded") {
+                flat("yardmaster embedded")
+            } else {
+                flat("yardmaster: PostgreSQL + RabbitMQ, 2")
+            };
+            let ratio = base.map(|base| format!("{:>6.2}× flat", figure.value / base.value)).unwrap_or_default();
+            println!("{:<72} {:>9.0} {:<3} {ratio}  {}", figure.name, figure.value, figure.unit, figure.note);
+        }
     }
+    let http: Vec<&Figure> = figures.iter().filter(|figure| figure.kind == Kind::Http).collect();
+    if !http.is_empty() {
+        println!();
+        println!("== HTTP submissions (target: POST /jobs ≥ 15,000 req/s, p99 ≤ 10 ms) ==");
+        for figure in http {
+            println!("{:<72} {:>9.0} {:<5} {}", figure.name, figure.value, figure.unit, figure.note);
+        }
+    }
+    if !history.is_empty() {
+        println!();
+        println!(
+            "== history: throughput with finished jobs in the tables, {HISTORY_RUNS} runs each (ratio: medians) =="
+        );
+        for deployment in ["embedded", "rabbitmq"] {
+            let runs: Vec<&HistoryRun> = history.iter().filter(|run| run.deployment == deployment).collect();
+            let Some(first) = runs.first() else { continue };
+            let empty: Vec<f64> = runs.iter().filter(|run| run.rows == 0).map(|run| run.rate).collect();
+            let full: Vec<f64> = runs.iter().filter(|run| run.rows > 0).map(|run| run.rate).collect();
+            let show = |rates: &[f64]| {
+                let list: Vec<String> = rates.iter().map(|rate| format!("{rate:.0}")).collect();
+                format!("{} (median {:.0}, spread {:.0}–{:.0})", list.join(", "), median(rates), min(rates), max(rates))
+            };
+            println!("{:<40} empty tables: {}", first.name, show(&empty));
+            println!("{:<40} {}k finished:  {}", "", first.rows_full / 1000, show(&full));
+            println!("{:<40} ratio {:.2}×", "", median(&full) / median(&empty));
+        }
+    }
+    if !latencies.is_empty() {
+        println!();
+        println!("== submit → start at {LATENCY_RATE} jobs/s offered, {latency_jobs} jobs (ratio: p99 to graphile-worker's) ==");
+        let peer = latencies.iter().find(|latency| latency.name.starts_with("graphile")).map(|latency| latency.p99);
+        for latency in latencies {
+            let ratio = peer.map(|peer| format!("p99 {:>5.2}×", latency.p99 / peer)).unwrap_or_default();
+            println!(
+                "{:<66} p50 {:>6.1} ms  p99 {:>6.1} ms  p99.9 {:>7.1} ms  {ratio}",
+                latency.name, latency.p50, latency.p99, latency.p999
+            );
+        }
+    }
+    if !memory.is_empty() {
+        println!();
+        println!("== memory (target: ≤ 6 KiB per in-flight job, counted from idle) ==");
+        for figure in memory {
+            println!("{:<72} {:>9.1} {:<3}  {}", figure.name, figure.value, figure.unit, figure.note);
+        }
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn min(values: &[f64]) -> f64 {
+    values.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+fn max(values: &[f64]) -> f64 {
+    values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
 }
 
 fn num_cores() -> usize {
@@ -180,6 +372,31 @@ async fn wait_for(db: &DatabaseConnection, sql: &str, expected: i64) -> Instant 
     Instant::now()
 }
 
+/// Whether any job is still to run: one index probe, cheap enough to poll during a
+/// measurement without loading the database it measures.
+const UNFINISHED: &str =
+    "SELECT COUNT(*) FROM (SELECT 1 FROM job WHERE status IN ('queued', 'running') LIMIT 1) unfinished";
+
+/// Waits until no job is QUEUED or RUNNING, then checks that `jobs` pings SUCCEEDED.
+async fn wait_drained(db: &DatabaseConnection, jobs: usize) {
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while count(db, UNFINISHED).await > 0 {
+        assert!(Instant::now() < deadline, "the jobs never drained");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(count(db, PINGS_SUCCEEDED).await, jobs as i64, "every ping succeeded, once");
+}
+
+/// The drain's own window from the jobs' records: the first claim's start to the last
+/// outcome, so start-up is outside it. Seconds.
+async fn drain_seconds(db: &DatabaseConnection) -> f64 {
+    let sql = "SELECT MIN(started_at), MAX(finished_at) FROM job WHERE operation = 'ping'";
+    let row = db.query_one_raw(Statement::from_string(db.get_database_backend(), sql)).await.unwrap().unwrap();
+    let first: DateTime<Utc> = row.try_get_by_index(0).unwrap();
+    let last: DateTime<Utc> = row.try_get_by_index(1).unwrap();
+    (last - first).num_microseconds().unwrap() as f64 / 1e6
+}
+
 /// The machine's limit: a claim/complete queue in plain SQL, `batch` jobs per transaction,
 /// eight connections, two commits per batch.
 async fn plain_sql(jobs: usize, batch: usize) -> Figure {
@@ -194,12 +411,14 @@ async fn plain_sql(jobs: usize, batch: usize) -> Figure {
     db.execute_unprepared(&format!("INSERT INTO q (state) SELECT 'queued' FROM generate_series(1, {jobs})"))
         .await
         .unwrap();
+    db.execute_unprepared("VACUUM ANALYZE q").await.unwrap();
     let claim = format!(
         "UPDATE q SET state = 'running' WHERE id IN \
          (SELECT id FROM q WHERE state = 'queued' ORDER BY id LIMIT {batch} FOR UPDATE SKIP LOCKED) RETURNING id"
     );
+    let before = sampler().snapshot();
     let start = Instant::now();
-    let workers = (0..PEER_CONCURRENCY).map(|_| {
+    let workers = (0..PLAIN_CONNECTIONS).map(|_| {
         let (db, claim) = (db.clone(), claim.clone());
         async move {
             loop {
@@ -217,19 +436,22 @@ async fn plain_sql(jobs: usize, batch: usize) -> Figure {
     });
     join_all(workers).await;
     let seconds = start.elapsed().as_secs_f64();
+    let usage = sampler().since(&before);
     assert_eq!(count(&db, "SELECT COUNT(*) FROM q WHERE state = 'done'").await, jobs as i64);
     db.close().await.ok();
     database.drop_now().await;
     Figure::rate(
         format!("baseline: plain SQL queue, {batch} per transaction"),
         jobs as f64 / seconds,
-        format!("PostgreSQL, {PEER_CONCURRENCY} connections, no events"),
+        format!("PostgreSQL, {PLAIN_CONNECTIONS} connections, no events"),
     )
+    .with_cpu(usage, jobs)
 }
 
-/// Runs `bench/graphile/run.mjs` on a fresh database; its JSON line, or `None` (with a note)
-/// when the peer is not installed.
-async fn run_graphile(args: Vec<String>) -> Option<Value> {
+/// Runs `bench/graphile/run.mjs` on a fresh database; its JSON line and the CPU of every
+/// process from its "ready" (jobs added) to its exit, or `None` (with a note) when the peer
+/// is not installed.
+async fn run_graphile(args: Vec<String>) -> Option<(Value, Usage)> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/graphile/run.mjs");
     if !script.with_file_name("node_modules").exists() {
         println!("graphile-worker not installed: run `npm install` in bench/graphile (scripts/bench.sh does)");
@@ -237,34 +459,53 @@ async fn run_graphile(args: Vec<String>) -> Option<Value> {
     }
     let database = FreshDatabase::create().await;
     let url = database.url.clone();
-    let output = actix_rt::task::spawn_blocking(move || Command::new("node").arg(&script).arg(url).args(args).output())
-        .await
-        .unwrap()
-        .expect("node runs");
+    let (line, usage) = actix_rt::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut child =
+            Command::new("node").arg(&script).arg(url).args(args).stdout(Stdio::piped()).spawn().expect("node runs");
+        let mut before: Option<Snapshot> = None;
+        let mut last = String::new();
+        for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+            let line = line.unwrap();
+            if line == "ready" {
+                before = Some(sampler().snapshot());
+            } else {
+                last = line;
+            }
+        }
+        assert!(child.wait().unwrap().success(), "graphile-worker failed");
+        let usage = sampler().since(&before.expect("the peer said ready"));
+        (last, usage)
+    })
+    .await
+    .unwrap();
     database.drop_now().await;
-    assert!(output.status.success(), "graphile-worker failed: {}", String::from_utf8_lossy(&output.stderr));
-    let line = String::from_utf8_lossy(&output.stdout);
-    Some(serde_json::from_str(line.trim().lines().last().unwrap_or("{}")).unwrap())
+    Some((serde_json::from_str(line.trim()).unwrap(), usage))
 }
 
 /// graphile-worker draining `jobs` queued no-op jobs.
-async fn graphile(jobs: usize, mode: &'static str) -> Option<Figure> {
-    let figures = run_graphile(vec![jobs.to_string(), mode.into()]).await?;
+async fn graphile(jobs: usize, mode: &'static str, concurrency: usize) -> Option<Figure> {
+    let args = vec![jobs.to_string(), concurrency.to_string(), POOL.to_string(), mode.into()];
+    let (figures, mut usage) = run_graphile(args).await?;
+    // The peer's own CPU from its first task on (its start-up outside), as node measured it.
+    usage.0.insert(Role::Peer, figures["cpu_seconds"].as_f64().unwrap_or(0.0));
     let note = match mode {
-        "batched" => "local queue 500, batched completion",
-        _ => "one job per fetch and completion",
+        "batched" => format!("local queue 500, batched completion, pool {POOL}"),
+        _ => format!("one job per fetch and completion, pool {POOL}"),
     };
-    let name = format!("graphile-worker {mode} (concurrency {PEER_CONCURRENCY})");
-    Some(Figure::rate(name, figures["jobs_per_second"].as_f64().unwrap_or(0.0), note))
+    let name = format!("graphile-worker {mode} (concurrency {concurrency})");
+    Some(Figure::rate(name, figures["jobs_per_second"].as_f64().unwrap_or(0.0), note).with_cpu(usage, jobs))
 }
 
-async fn graphile_latency() -> Option<Latency> {
-    let args = vec![LATENCY_JOBS.to_string(), "latency".into(), LATENCY_RATE.to_string()];
-    let figures = run_graphile(args).await?;
+async fn graphile_latency(jobs: usize) -> Option<Latency> {
+    let best = 8.to_string();
+    let args = vec![jobs.to_string(), best, POOL.to_string(), "latency".into(), LATENCY_RATE.to_string()];
+    let (figures, _) = run_graphile(args).await?;
     Some(Latency {
-        name: "graphile-worker: addJob → task starts".into(),
+        name: "graphile-worker (concurrency 8): addJob → task starts".into(),
         p50: figures["p50_ms"].as_f64().unwrap_or(f64::NAN),
         p99: figures["p99_ms"].as_f64().unwrap_or(f64::NAN),
+        p999: figures["p999_ms"].as_f64().unwrap_or(f64::NAN),
     })
 }
 
@@ -277,19 +518,17 @@ enum Store {
 /// Counts the bench's own jobs done: history rows run operation `history`.
 const PINGS_SUCCEEDED: &str = "SELECT COUNT(*) FROM job WHERE operation = 'ping' AND status = 'succeeded'";
 
-/// Inserts `jobs` QUEUED ping jobs (16 writers), unpublished: the start-up dispatch sends them.
+/// Inserts `jobs` QUEUED ping jobs, 1,000 per transaction, unpublished: the start-up
+/// dispatch (or the bench's publisher) sends them.
 async fn seed(url: &str, jobs: usize) {
     let db = migrated(url).await;
-    let store = Arc::new(SeaStore::new(db.clone()));
-    let writers = (0..16).map(|writer| {
-        let store = store.clone();
-        async move {
-            for _ in (writer..jobs).step_by(16) {
-                store.submit(NewJob::new("ping")).await.unwrap();
-            }
-        }
-    });
-    join_all(writers).await;
+    let store = SeaStore::new(db.clone());
+    let mut left = jobs;
+    while left > 0 {
+        let now = left.min(1000);
+        store.submit_many(vec![NewJob::new("ping"); now]).await.unwrap();
+        left -= now;
+    }
     db.close().await.ok();
 }
 
@@ -355,7 +594,13 @@ fn bench_settings(url: &str) -> Settings {
     settings.store.max_connections = 16;
     settings.server.bind = "127.0.0.1:0".into();
     settings.worker.id = "bench".into();
-    let queue = QueueSettings { concurrency: CONCURRENCY, prefetch: 2 * CONCURRENCY as u16, ..Default::default() };
+    let queue = QueueSettings {
+        concurrency: concurrency(),
+        prefetch: 2 * concurrency() as u16,
+        ids_per_message: ids_per_message(1),
+        ..Default::default()
+    };
+    settings.store.group_commit_max = group_commit_max();
     settings.queues = [("default".to_owned(), queue)].into();
     settings
 }
@@ -401,28 +646,70 @@ fn with_history(name: &str, history: usize) -> String {
 }
 
 /// One process, in-process transport: QUEUED → SUCCEEDED with every transition and event
-/// committed, from start-up to the last job.
+/// committed.
 async fn in_process(jobs: usize, store: Store, group_commit: usize, history: usize) -> Figure {
     let scratch = Scratch::create(store).await;
     if history > 0 {
         fill_history(&scratch.url, history).await;
     }
-    seed(&scratch.url, jobs).await;
-    let start = Instant::now();
-    let mut settings = bench_settings(&scratch.url);
-    settings.store.group_commit_max = group_commit;
-    let group_commit = settings.store.group_commit();
-    let app = Application::builder(settings).without_api().build().await.unwrap();
-    let done = wait_for(&app.db(), PINGS_SUCCEEDED, jobs as i64).await;
-    let seconds = done.duration_since(start).as_secs_f64();
-    drop(app);
+    let (rate, usage) = drain_in_process(&scratch.url, jobs, group_commit).await;
     scratch.remove().await;
     let name = match store {
         Store::Sqlite => "yardmaster embedded: SQLite, in-process transport",
         Store::Postgres => "yardmaster one process: PostgreSQL, in-process transport",
     };
     let note = format!("group commit ≤ {group_commit}; claim + outcome + 2 events durable");
-    Figure::rate(with_history(name, history), jobs as f64 / seconds, note)
+    Figure::rate(with_history(name, history), rate, note).with_cpu(usage, jobs)
+}
+
+/// Seeds `jobs` pings into the database at `url` and drains them in one in-process
+/// application: jobs/s over the drain's window and the CPU from start-up to the last job.
+async fn drain_in_process(url: &str, jobs: usize, group_commit: usize) -> (f64, Usage) {
+    seed(url, jobs).await;
+    let before = sampler().snapshot();
+    let profile = Profile::start();
+    let mut settings = bench_settings(url);
+    settings.store.group_commit_max = group_commit;
+    let app = Application::builder(settings).without_api().build().await.unwrap();
+    let db = app.db();
+    wait_drained(&db, jobs).await;
+    drop(profile);
+    let usage = sampler().since(&before);
+    let rate = jobs as f64 / drain_seconds(&db).await;
+    drop(app);
+    (rate, usage)
+}
+
+/// A system-wide `perf record` over one drain's window when `BENCH_PERF` names its output
+/// file (bench/profile.sh); stopped (SIGINT, so perf writes its file) when dropped.
+struct Profile(Option<Child>);
+
+impl Profile {
+    fn start() -> Profile {
+        let Ok(output) = std::env::var("BENCH_PERF") else { return Profile(None) };
+        let child = Command::new("perf")
+            .args(["record", "-a", "-g", "-e", "cpu-clock", "-F", "499", "-o", &output])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("perf runs");
+        // perf is recording once it has opened its output.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::metadata(&output).map_or(true, |meta| meta.len() == 0) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Profile(Some(child))
+    }
+}
+
+impl Drop for Profile {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            let _ = child.wait();
+        }
+    }
 }
 
 /// A `yardmaster` process, killed when dropped.
@@ -452,10 +739,12 @@ fn worker_processes(url: &str, prefix: &str, workers: usize) -> Vec<Process> {
                 .env("YARDMASTER__TRANSPORT__AMQP__URL", AMQP_URL)
                 .env("YARDMASTER__TRANSPORT__AMQP__QUEUE_PREFIX", prefix)
                 .env("YARDMASTER__DISPATCH__ENABLED", "false")
-                .env("YARDMASTER__QUEUES__DEFAULT__CONCURRENCY", CONCURRENCY.to_string())
-                .env("YARDMASTER__QUEUES__DEFAULT__PREFETCH", (2 * CONCURRENCY).to_string())
-                .env("YARDMASTER__QUEUES__BATCHES__CONCURRENCY", CONCURRENCY.to_string())
-                .env("YARDMASTER__QUEUES__BATCHES__PREFETCH", (2 * CONCURRENCY).to_string())
+                .env("YARDMASTER__QUEUES__DEFAULT__CONCURRENCY", concurrency().to_string())
+                .env("YARDMASTER__QUEUES__DEFAULT__PREFETCH", (2 * concurrency()).to_string())
+                .env("YARDMASTER__QUEUES__BATCHES__CONCURRENCY", concurrency().to_string())
+                .env("YARDMASTER__QUEUES__BATCHES__PREFETCH", (2 * concurrency()).to_string())
+                .env("YARDMASTER__STORE__GROUP_COMMIT_MAX", group_commit_max().to_string())
+                .env("YARDMASTER__QUEUES__DEFAULT__IDS_PER_MESSAGE", ids_per_message(32).to_string())
                 .env("YARDMASTER__WORKER__ID", format!("bench-{n}"))
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
@@ -480,7 +769,8 @@ async fn publisher(url: &str, prefix: &str) -> Publisher {
     let db = yardmaster::store::connect(&settings.store).await.unwrap();
     let store: Arc<dyn JobStore> = Arc::new(SeaStore::new(db.clone()).with_group_commit(settings.store.group_commit()));
     let transport = Arc::new(AmqpTransport::new(settings.transport.amqp.clone()).unwrap());
-    Publisher { db, dispatcher: Dispatcher::new(store, transport) }
+    let grouping = [("default".to_owned(), ids_per_message(32))].into();
+    Publisher { db, dispatcher: Dispatcher::new(store, transport).with_grouping(grouping) }
 }
 
 fn queue_prefix() -> String {
@@ -493,27 +783,82 @@ async fn with_rabbitmq(jobs: usize, workers: usize, history: usize) -> Figure {
     if history > 0 {
         fill_history(&database.url, history).await;
     }
-    seed(&database.url, jobs).await;
-    let prefix = queue_prefix();
-    let processes = worker_processes(&database.url, &prefix, workers);
-    let Publisher { db, dispatcher } = publisher(&database.url, &prefix).await;
+    let (rate, usage) = drain_rabbitmq(&database.url, jobs, workers).await;
+    database.drop_now().await;
+    let name = format!("yardmaster: PostgreSQL + RabbitMQ, {workers} worker process(es)");
+    Figure::rate(with_history(&name, history), rate, "publish (confirmed) + claim + outcome + 2 events")
+        .with_cpu(usage, jobs)
+}
 
-    let start = Instant::now();
+/// Seeds `jobs` pings at `url`, starts `workers` worker processes and publishes the jobs:
+/// jobs/s over the drain's window, and the CPU from the workers' start to the last job.
+async fn drain_rabbitmq(url: &str, jobs: usize, workers: usize) -> (f64, Usage) {
+    seed(url, jobs).await;
+    let prefix = queue_prefix();
+    let before = sampler().snapshot();
+    let profile = Profile::start();
+    let Publisher { db, dispatcher } = publisher(url, &prefix).await;
     let mut sent = 0;
     while sent < jobs as u64 {
         sent += dispatcher.sweep_once(Duration::ZERO, 1000).await.unwrap();
     }
-    let done = wait_for(&db, PINGS_SUCCEEDED, jobs as i64).await;
-    let seconds = done.duration_since(start).as_secs_f64();
+    let processes = worker_processes(url, &prefix, workers);
+    wait_drained(&db, jobs).await;
+    drop(profile);
+    let usage = sampler().since(&before);
+    let rate = jobs as f64 / drain_seconds(&db).await;
     drop(processes);
     db.close().await.ok();
-    database.drop_now().await;
-    let name = format!("yardmaster: PostgreSQL + RabbitMQ, {workers} worker process(es)");
-    Figure::rate(
-        with_history(&name, history),
-        jobs as f64 / seconds,
-        "publish (confirmed) + claim + outcome + 2 events",
-    )
+    (rate, usage)
+}
+
+/// One drain of the history group.
+struct HistoryRun {
+    deployment: &'static str,
+    name: String,
+    rows: usize,
+    rows_full: usize,
+    rate: f64,
+}
+
+/// The embedded default and PostgreSQL + RabbitMQ (2 workers), each drained
+/// [`HISTORY_RUNS`] times on empty tables and as often on tables holding `rows` finished
+/// jobs (filled once; each run's pings are relabelled history afterwards).
+async fn history_runs(jobs: usize, rows: usize) -> Vec<HistoryRun> {
+    let mut runs = Vec::new();
+    for deployment in ["embedded", "rabbitmq"] {
+        let name = match deployment {
+            "embedded" => "yardmaster embedded (SQLite)",
+            _ => "yardmaster PostgreSQL + RabbitMQ, 2 workers",
+        };
+        let store = if deployment == "embedded" { Store::Sqlite } else { Store::Postgres };
+        let drain = |url: String| async move {
+            let (rate, _) = match deployment {
+                "embedded" => drain_in_process(&url, jobs, group_commit_max()).await,
+                _ => drain_rabbitmq(&url, jobs, 2).await,
+            };
+            rate
+        };
+        for _ in 0..HISTORY_RUNS {
+            let scratch = Scratch::create(store).await;
+            let rate = drain(scratch.url.clone()).await;
+            scratch.remove().await;
+            println!("history: {name}, empty tables: {rate:.0} jobs/s");
+            runs.push(HistoryRun { deployment, name: name.into(), rows: 0, rows_full: rows, rate });
+        }
+        let scratch = Scratch::create(store).await;
+        fill_history(&scratch.url, rows).await;
+        for _ in 0..HISTORY_RUNS {
+            let rate = drain(scratch.url.clone()).await;
+            println!("history: {name}, {rows} finished: {rate:.0} jobs/s");
+            runs.push(HistoryRun { deployment, name: name.into(), rows, rows_full: rows, rate });
+            let db = migrated(&scratch.url).await;
+            db.execute_unprepared("UPDATE job SET operation = 'history' WHERE operation = 'ping'").await.unwrap();
+            db.close().await.ok();
+        }
+        scratch.remove().await;
+    }
+    runs
 }
 
 /// A `sum_squares` coordinator over `batches` batches of 10 numbers.
@@ -544,16 +889,18 @@ async fn fan_out_embedded(batches: usize) -> Figure {
     let mut settings = bench_settings(&scratch.url);
     settings.queues.extend(Settings::default().queues.into_iter().filter(|(name, _)| name != "default"));
     if let Some(batches) = settings.queues.get_mut(yardmaster::ops::BATCH_QUEUE) {
-        (batches.concurrency, batches.prefetch) = (CONCURRENCY, 2 * CONCURRENCY as u16);
+        (batches.concurrency, batches.prefetch) = (concurrency(), 2 * concurrency() as u16);
     }
     let app = Application::builder(settings).without_api().build().await.unwrap();
     let (db, store) = (app.db(), app.store());
+    let before = sampler().snapshot();
     let start = Instant::now();
     let id = store.submit(coordinator(batches)).await.unwrap().job.id;
     // The start-up dispatch is over; the sweep sends the coordinator within its interval,
     // so publish it now as the API would.
     Dispatcher::new(store.clone(), app.transport()).sweep_once(Duration::ZERO, 10).await.unwrap();
     let seconds = wait_for_success(&db, id).await.duration_since(start).as_secs_f64();
+    let usage = sampler().since(&before);
     drop(app);
     scratch.remove().await;
     Figure::rate(
@@ -561,6 +908,8 @@ async fn fan_out_embedded(batches: usize) -> Figure {
         batches as f64 / seconds,
         "batch run + outcome recorded and counted",
     )
+    .of_kind(Kind::FanOut)
+    .with_cpu(usage, batches)
 }
 
 /// Fan-out on PostgreSQL + RabbitMQ with `workers` worker processes.
@@ -568,42 +917,47 @@ async fn fan_out_rabbitmq(batches: usize, workers: usize) -> Figure {
     let database = FreshDatabase::create().await;
     migrated(&database.url).await.close().await.ok();
     let prefix = queue_prefix();
+    let before = sampler().snapshot();
     let processes = worker_processes(&database.url, &prefix, workers);
     let Publisher { db, dispatcher } = publisher(&database.url, &prefix).await;
     let start = Instant::now();
     let id = dispatcher.submit(coordinator(batches)).await.unwrap().job.id;
     let seconds = wait_for_success(&db, id).await.duration_since(start).as_secs_f64();
+    let usage = sampler().since(&before);
     drop(processes);
     db.close().await.ok();
     database.drop_now().await;
     let name = format!("yardmaster fan-out: PostgreSQL + RabbitMQ, {workers} worker processes");
-    Figure::rate(name, batches as f64 / seconds, "batches/s: batch run, outcome published, recorded and counted")
+    Figure::rate(name, batches as f64 / seconds, "batch run, outcome published, recorded and counted")
+        .of_kind(Kind::FanOut)
+        .with_cpu(usage, batches)
 }
 
-/// Milliseconds from each submission (client side) to its no-op job's `finished_at`. The
-/// finish is stamped after the claim committed and the operation ran, so this bounds
-/// submit → start from above.
-async fn latencies(db: &DatabaseConnection, sent: Vec<(Uuid, DateTime<Utc>)>) -> (f64, f64) {
+/// Percentiles of the milliseconds from each submission (client side) to its no-op job's
+/// `started_at`: the claim's own time, stamped before the claim committed, so the commit is
+/// counted by what follows it only (the operation and the outcome, neither in the figure).
+async fn latencies(db: &DatabaseConnection, sent: Vec<(Uuid, DateTime<Utc>)>) -> (f64, f64, f64) {
     let rows = job::Entity::find().filter(job::Column::Operation.eq("ping")).all(db).await.unwrap();
-    let finished: std::collections::HashMap<Uuid, DateTime<Utc>> =
-        rows.into_iter().filter_map(|row| row.finished_at.map(|at| (row.id, at))).collect();
+    let started: std::collections::HashMap<Uuid, DateTime<Utc>> =
+        rows.into_iter().filter_map(|row| row.started_at.map(|at| (row.id, at))).collect();
     let mut millis: Vec<f64> =
-        sent.iter().map(|(id, at)| (finished[id] - *at).num_microseconds().unwrap() as f64 / 1e3).collect();
+        sent.iter().map(|(id, at)| (started[id] - *at).num_microseconds().unwrap() as f64 / 1e3).collect();
     millis.sort_by(f64::total_cmp);
     let at = |q: f64| millis[((millis.len() as f64 * q) as usize).min(millis.len() - 1)];
-    (at(0.5), at(0.99))
+    (at(0.5), at(0.99), at(0.999))
 }
 
-/// Calls `submit` on an absolute schedule of [`LATENCY_RATE`] per second, each call on its
-/// own task so a slow one never delays the next; returns each job's id and send time.
-async fn offer<F, Fut>(submit: F) -> Vec<(Uuid, DateTime<Utc>)>
+/// Calls `submit` `jobs` times on an absolute schedule of [`LATENCY_RATE`] per second, each
+/// call on its own task so a slow one never delays the next; returns each job's id and send
+/// time.
+async fn offer<F, Fut>(jobs: usize, submit: F) -> Vec<(Uuid, DateTime<Utc>)>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Uuid> + 'static,
 {
     let first = tokio::time::Instant::now();
-    let mut calls = Vec::with_capacity(LATENCY_JOBS);
-    for n in 0..LATENCY_JOBS {
+    let mut calls = Vec::with_capacity(jobs);
+    for n in 0..jobs {
         tokio::time::sleep_until(first + Duration::from_micros(n as u64 * 1_000_000 / LATENCY_RATE)).await;
         let call = submit();
         calls.push(actix_rt::spawn(async move {
@@ -615,7 +969,7 @@ where
 }
 
 /// The embedded default (SQLite, in-process), submitting over HTTP.
-async fn embedded_latency(history: usize) -> Latency {
+async fn embedded_latency(history: usize, jobs: usize) -> Latency {
     let scratch = Scratch::create(Store::Sqlite).await;
     if history > 0 {
         fill_history(&scratch.url, history).await;
@@ -625,7 +979,7 @@ async fn embedded_latency(history: usize) -> Latency {
     let db = app.db();
     actix_rt::spawn(app.run_until_stopped());
     let client = reqwest::Client::new();
-    let sent = offer(|| {
+    let sent = offer(jobs, || {
         let request = client.post(&url).json(&json!({ "operation": "ping" })).send();
         async move {
             let job: Value = request.await.unwrap().json().await.unwrap();
@@ -633,14 +987,14 @@ async fn embedded_latency(history: usize) -> Latency {
         }
     })
     .await;
-    wait_for(&db, PINGS_SUCCEEDED, LATENCY_JOBS as i64).await;
-    let (p50, p99) = latencies(&db, sent).await;
+    wait_for(&db, PINGS_SUCCEEDED, jobs as i64).await;
+    let (p50, p99, p999) = latencies(&db, sent).await;
     scratch.remove().await;
-    Latency { name: with_history("yardmaster embedded: POST /jobs → start", history), p50, p99 }
+    Latency { name: with_history("yardmaster embedded: POST /jobs → start", history), p50, p99, p999 }
 }
 
 /// PostgreSQL + RabbitMQ, one worker process; this process submits and publishes.
-async fn rabbitmq_latency(history: usize) -> Latency {
+async fn rabbitmq_latency(history: usize, jobs: usize) -> Latency {
     let database = FreshDatabase::create().await;
     if history > 0 {
         fill_history(&database.url, history).await;
@@ -653,42 +1007,46 @@ async fn rabbitmq_latency(history: usize) -> Latency {
     // The worker is consuming once a first job ran.
     let warm_up = dispatcher.submit(NewJob::new("ping")).await.unwrap().job.id;
     wait_for(&db, PINGS_SUCCEEDED, 1).await;
-    let sent = offer(|| {
+    let sent = offer(jobs, || {
         let dispatcher = dispatcher.clone();
         async move { dispatcher.submit(NewJob::new("ping")).await.unwrap().job.id }
     })
     .await;
-    wait_for(&db, PINGS_SUCCEEDED, LATENCY_JOBS as i64 + 1).await;
-    let (p50, p99) = latencies(&db, sent.into_iter().filter(|(id, _)| *id != warm_up).collect()).await;
+    wait_for(&db, PINGS_SUCCEEDED, jobs as i64 + 1).await;
+    let (p50, p99, p999) = latencies(&db, sent.into_iter().filter(|(id, _)| *id != warm_up).collect()).await;
     drop(processes);
     db.close().await.ok();
     database.drop_now().await;
     let name = "yardmaster: PostgreSQL + RabbitMQ, submit → start (1 worker)";
-    Latency { name: with_history(name, history), p50, p99 }
+    Latency { name: with_history(name, history), p50, p99, p999 }
 }
 
 /// `POST /jobs` against the embedded default (SQLite), `connections` clients, workers off.
 async fn http_submit(jobs: usize, connections: usize) -> Figure {
-    let (latencies, seconds) = post_many("/jobs", json!({ "operation": "ping" }), jobs, connections).await;
+    let (latencies, seconds, usage) = post_many("/jobs", json!({ "operation": "ping" }), jobs, connections).await;
     let name = format!("yardmaster HTTP POST /jobs: embedded, {connections} connections");
-    Figure { unit: "req/s", ..Figure::rate(name, jobs as f64 / seconds, percentiles(latencies)) }
+    let figure = Figure { unit: "req/s", ..Figure::rate(name, jobs as f64 / seconds, percentiles(latencies)) };
+    figure.of_kind(Kind::Http).with_cpu(usage, jobs)
 }
 
 /// `POST /jobs:batch` of `per_request` jobs, 4 clients, against the embedded default.
 async fn http_batch_submit(jobs: usize, per_request: usize) -> Figure {
     let body = json!({ "jobs": vec![json!({ "operation": "ping" }); per_request] });
     let requests = jobs / per_request;
-    let (latencies, seconds) = post_many("/jobs:batch", body, requests, 4).await;
+    let (latencies, seconds, usage) = post_many("/jobs:batch", body, requests, 4).await;
     let name = format!("yardmaster HTTP POST /jobs:batch: embedded, {per_request} per request, 4 connections");
     let note = format!("per request: {}", percentiles(latencies));
-    Figure::rate(name, (requests * per_request) as f64 / seconds, note)
+    let figure = Figure { unit: "jobs/s", ..Figure::rate(name, (requests * per_request) as f64 / seconds, note) };
+    figure.of_kind(Kind::Http).with_cpu(usage, requests * per_request)
 }
 
 /// Sends `requests` POSTs of `body` to `path` of an idle embedded API from `connections`
-/// clients, each expecting 201; returns every request's latency and the seconds it all took.
-async fn post_many(path: &str, body: Value, requests: usize, connections: usize) -> (Vec<Duration>, f64) {
+/// clients, each expecting 201; returns every request's latency, the seconds it all took
+/// and the CPU it cost (the client's included: it runs in this process).
+async fn post_many(path: &str, body: Value, requests: usize, connections: usize) -> (Vec<Duration>, f64, Usage) {
     let (url, scratch) = idle_api().await;
     let client = reqwest::Client::new();
+    let before = sampler().snapshot();
     let start = Instant::now();
     let clients = (0..connections).map(|client_no| {
         let (client, url, body) = (client.clone(), format!("{url}{path}"), body.clone());
@@ -705,8 +1063,9 @@ async fn post_many(path: &str, body: Value, requests: usize, connections: usize)
     });
     let latencies: Vec<Duration> = join_all(clients).await.into_iter().flatten().collect();
     let seconds = start.elapsed().as_secs_f64();
+    let usage = sampler().since(&before);
     scratch.remove().await;
-    (latencies, seconds)
+    (latencies, seconds, usage)
 }
 
 /// The embedded API with workers off: its base URL and its database.
@@ -723,7 +1082,8 @@ async fn idle_api() -> (String, Scratch) {
 fn percentiles(mut latencies: Vec<Duration>) -> String {
     latencies.sort();
     let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    format!("p50 {:.1} ms, p99 {:.1} ms", at(0.5).as_secs_f64() * 1e3, at(0.99).as_secs_f64() * 1e3)
+    let ms = |q: f64| at(q).as_secs_f64() * 1e3;
+    format!("p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms", ms(0.5), ms(0.99), ms(0.999))
 }
 
 /// Resident memory of a `yardmaster serve` process (embedded default) idle, then holding
@@ -775,18 +1135,21 @@ async fn memory() -> Vec<Figure> {
             value: idle / 1024.0,
             unit: "MiB",
             note: String::new(),
+            ..Figure::rate("", 0.0, "")
         },
         Figure {
             name: format!("yardmaster serve, per in-flight job ({IN_FLIGHT} sleeping jobs under lease)"),
             value: (loaded - idle) / IN_FLIGHT as f64,
             unit: "KiB",
             note: format!("(RSS − idle) / jobs; {:.1} MiB in all", loaded / 1024.0),
+            ..Figure::rate("", 0.0, "")
         },
         Figure {
             name: format!("yardmaster serve, per in-flight job, {} → {IN_FLIGHT} jobs", IN_FLIGHT / 2),
             value: (rss[1] - rss[0]) / (IN_FLIGHT / 2) as f64,
             unit: "KiB",
             note: "the slope: caches warmed by the first half excluded".into(),
+            ..Figure::rate("", 0.0, "")
         },
     ]
 }
