@@ -157,7 +157,7 @@ struct Latency {
 fn wanted(group: &str) -> bool {
     match std::env::var("BENCH_ONLY") {
         Ok(only) => only.split(',').any(|name| name.trim() == group),
-        Err(_) => !["groupcommit", "embedded", "rabbitmq"].contains(&group),
+        Err(_) => !["groupcommit", "embedded", "rabbitmq", "rabbitmq-latency"].contains(&group),
     }
 }
 
@@ -199,6 +199,9 @@ async fn run(sizes: Sizes) {
     if wanted("http") {
         figures.push(http_submit(jobs, 64).await);
         figures.push(http_batch_submit(jobs.max(20_000), 500).await);
+    }
+    if wanted("rabbitmq-latency") {
+        latencies.push(rabbitmq_latency(0, sizes.latency_jobs).await);
     }
     if wanted("latency") {
         latencies.extend(graphile_latency(sizes.latency_jobs).await);
@@ -942,6 +945,18 @@ async fn latencies(db: &DatabaseConnection, sent: Vec<(Uuid, DateTime<Utc>)>) ->
         rows.into_iter().filter_map(|row| row.started_at.map(|at| (row.id, at))).collect();
     let mut millis: Vec<f64> =
         sent.iter().map(|(id, at)| (started[id] - *at).num_microseconds().unwrap() as f64 / 1e3).collect();
+    if std::env::var("BENCH_LATENCY_WORST").is_ok() {
+        // The slowest jobs and when they were sent (seconds into the run), to match against
+        // periodic work.
+        let first = sent.iter().map(|(_, at)| *at).min().unwrap();
+        let mut worst: Vec<(f64, f64)> = sent
+            .iter()
+            .zip(&millis)
+            .map(|((_, at), ms)| (*ms, (*at - first).num_milliseconds() as f64 / 1e3))
+            .collect();
+        worst.sort_by(|a, b| b.0.total_cmp(&a.0));
+        println!("slowest (ms at s): {:?} (first sent {first})", &worst[..worst.len().min(12)]);
+    }
     millis.sort_by(f64::total_cmp);
     let at = |q: f64| millis[((millis.len() as f64 * q) as usize).min(millis.len() - 1)];
     (at(0.5), at(0.99), at(0.999))

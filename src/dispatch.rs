@@ -84,20 +84,23 @@ impl Dispatcher {
 
     /// Commits the job, then publishes it. A failed publish is logged, not returned: the job
     /// is durable and QUEUED, and the sweep sends it.
-    pub async fn submit(&self, job: NewJob) -> Result<Submission, StoreError> {
+    pub async fn submit(&self, mut job: NewJob) -> Result<Submission, StoreError> {
+        job.announced = !self.transport.is_durable();
         let submission = self.store.submit(job).await?;
         failpoint::hit("submit.after_commit");
         if submission.created {
             let job = &submission.job;
             let dispatch = Dispatch { id: job.id, queue: job.queue.clone(), attempts: job.attempts };
-            self.publish_all(std::slice::from_ref(&dispatch)).await;
+            self.announce(std::slice::from_ref(&dispatch)).await;
         }
         Ok(submission)
     }
 
     /// Commits the jobs in one transaction (all or nothing), then publishes the new ones
     /// with their confirms in flight together. Publish failures are left to the sweep.
-    pub async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
+    pub async fn submit_many(&self, mut jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
+        let announced = !self.transport.is_durable();
+        jobs.iter_mut().for_each(|job| job.announced = announced);
         let submissions = self.store.submit_many(jobs).await?;
         failpoint::hit("submit.after_commit");
         let created: Vec<Dispatch> = submissions
@@ -105,8 +108,30 @@ impl Dispatcher {
             .filter(|submission| submission.created)
             .map(|Submission { job, .. }| Dispatch { id: job.id, queue: job.queue.clone(), attempts: job.attempts })
             .collect();
-        self.publish_all(&created).await;
+        self.announce(&created).await;
         Ok(submissions)
+    }
+
+    /// Publishes jobs just committed. On a broker, as [`Self::publish_all`]. In process, their
+    /// rows were written published ([`NewJob::announced`]): a channel send cannot be lost
+    /// while this process lives, and a restart forgets every publication; a send that fails
+    /// all the same gives its jobs back to the sweep.
+    async fn announce(&self, jobs: &[Dispatch]) {
+        if self.transport.is_durable() {
+            self.publish_all(jobs).await;
+            return;
+        }
+        for message in self.messages(jobs) {
+            let ids: Vec<Uuid> = message.iter().map(|job| job.id).collect();
+            if let Err(err) = self.transport.publish(&message[0].queue, encode_job_ids(&ids)).await {
+                warn!(job_id = %ids[0], jobs = ids.len(), error = %err, "publish failed; the sweep will resend");
+                for job in message {
+                    if let Err(err) = self.store.forget_publication(job).await {
+                        warn!(job_id = %job.id, error = %err, "could not hand an unsent job back to the sweep");
+                    }
+                }
+            }
+        }
     }
 
     /// Publishes jobs concurrently and records which the transport confirmed; returns how

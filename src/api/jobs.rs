@@ -245,6 +245,7 @@ fn validate_submission(
         max_retries,
         retry_policy,
         idempotency_key,
+        announced: false,
     })
 }
 

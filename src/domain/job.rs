@@ -108,6 +108,10 @@ pub struct NewJob {
     pub max_retries: i32,
     pub retry_policy: RetryPolicy,
     pub idempotency_key: Option<String>,
+    /// Its message goes out right after the commit and cannot be lost while this process
+    /// lives (the in-process transport): the row is written as published, so the sweep does
+    /// not send it again and no second write records the publication.
+    pub announced: bool,
 }
 
 impl NewJob {
@@ -122,6 +126,7 @@ impl NewJob {
             max_retries: 0,
             retry_policy: RetryPolicy::default(),
             idempotency_key: None,
+            announced: false,
         }
     }
 

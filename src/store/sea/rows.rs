@@ -62,7 +62,7 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         leased_until: None,
         owner: None,
         run_after: None,
-        published_at: None,
+        published_at: new.announced.then(clock::now),
         failures: 0,
         retry_policy: serde_json::to_value(&new.retry_policy).ok(),
         fan_out: None,
