@@ -4,15 +4,17 @@
 //!
 //! Unlike a job message, an operation message is the only record of its work, so it is
 //! acknowledged only after the operation finished. A coordinator's batch (a message with a
-//! batch address) is skipped once its parent's run is over, retried up to its budget, and
+//! batch address) is skipped once its parent's run is over (read at most every 250 ms per
+//! run), retried up to its budget, and
 //! its outcome goes to the parent's write queue. A message that cannot be decoded, names
 //! an unknown operation, carries an invalid payload, or fails is dead-lettered with the
 //! reason (operators may replay it); RetryLater sends it to wait out its delay off the queue
 //! (a broker wait queue, or a timer), holding no slot meanwhile.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::FutureExt as _;
@@ -35,15 +37,39 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_secs(300);
 /// The consumer of an ephemeral operation queue.
 pub type OperationConsumer = Consumer<OperationMessages>;
 
+/// How long a coordinator's run, once read current, is taken as current for its next
+/// batches: a batch of a run that ended meanwhile runs for nothing (its outcome never
+/// counts), and one read of the parent serves every batch of the window.
+const CURRENT_FOR: Duration = Duration::from_millis(250);
+
 /// Runs operation messages from the registry.
 pub struct OperationMessages {
     registry: Arc<OperationRegistry>,
     services: Services,
+    /// Coordinators' runs read current, and when.
+    current: Mutex<HashMap<RunRef, Instant>>,
 }
 
 impl OperationMessages {
     pub fn new(registry: Arc<OperationRegistry>, services: Services) -> Self {
-        OperationMessages { registry, services }
+        OperationMessages { registry, services, current: Mutex::default() }
+    }
+
+    /// Whether `parent`'s run is still current, read at most once per [`CURRENT_FOR`].
+    async fn run_is_current(&self, parent: RunRef) -> Result<bool, crate::store::StoreError> {
+        let now = Instant::now();
+        let fresh = |current: &HashMap<RunRef, Instant>| current.get(&parent).is_some_and(|at| now - *at < CURRENT_FOR);
+        if fresh(&self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner())) {
+            return Ok(true);
+        }
+        let current = self.services.store.run_is_current(parent).await?;
+        let mut seen = self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        seen.retain(|_, at| now - *at < CURRENT_FOR);
+        match current {
+            true => seen.insert(parent, now),
+            false => seen.remove(&parent),
+        };
+        Ok(current)
     }
 }
 
@@ -136,7 +162,7 @@ impl OperationMessages {
         address: BatchAddress,
     ) {
         let parent = RunRef { id: address.parent_job_id, attempt: address.attempt };
-        match self.services.store.run_is_current(parent).await {
+        match self.run_is_current(parent).await {
             Ok(true) => {}
             Ok(false) => {
                 debug!(parent = %parent.id, batch = address.index, "parent's run is over; batch skipped");
