@@ -825,7 +825,9 @@ struct HistoryRun {
 /// jobs (filled once; each run's pings are relabelled history afterwards).
 async fn history_runs(jobs: usize, rows: usize) -> Vec<HistoryRun> {
     let mut runs = Vec::new();
-    for deployment in ["embedded", "rabbitmq"] {
+    // `BENCH_HISTORY_DEPLOYMENTS=rabbitmq` measures one deployment alone.
+    let only = std::env::var("BENCH_HISTORY_DEPLOYMENTS").unwrap_or_else(|_| "embedded,rabbitmq".into());
+    for deployment in ["embedded", "rabbitmq"].into_iter().filter(|name| only.contains(name)) {
         let name = match deployment {
             "embedded" => "yardmaster embedded (SQLite)",
             _ => "yardmaster PostgreSQL + RabbitMQ, 2 workers",

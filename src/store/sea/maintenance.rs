@@ -163,7 +163,9 @@ impl SeaStore {
                 .col_expr(job::Column::PublishedAt, Expr::value(now))
                 .filter(job::Column::Id.is_in(ids))
                 .filter(job::Column::Attempts.eq(attempts))
-                .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
+                // Inside `coalesce`, so no partial index on QUEUED rows can serve it: the
+                // rows are found by primary key, however stale the statistics.
+                .filter(Expr::cust("coalesce(status = 'queued', false)"))
                 .filter(job::Column::PublishedAt.is_null())
                 .exec(db)
                 .await?;
