@@ -36,8 +36,22 @@ COMPILED = [(name, re.compile(pattern)) for name, pattern in LAYERS]
 
 
 def layer(frame):
+    """The layer of a frame written `symbol (dso)`: by its symbol, or, for a frame perf could
+    not name, by the object it ran in (the kernel, a library, or unresolved)."""
+    symbol, _, dso = frame.partition(" (")
+    if symbol.startswith("[unknown]") or not symbol:
+        if "kernel" in dso:
+            return COMPILED[0][0]
+        if ".so" in dso:
+            return layer(dso.rsplit("/", 1)[-1].rstrip(")") + " (lib)")
+        for name, pattern in COMPILED:
+            if name.startswith(("PostgreSQL", "RabbitMQ", "node")) and pattern.search(dso):
+                return name
+        return "unresolved"
+    if "[k]" in frame or "kernel.kallsyms" in dso:
+        return COMPILED[0][0]
     for name, pattern in COMPILED:
-        if pattern.search(frame):
+        if pattern.search(symbol) or (name.startswith(("PostgreSQL", "RabbitMQ", "node")) and pattern.search(dso)):
             return name
     return "unresolved"
 

@@ -5,7 +5,8 @@
 # the jobs per throughput case (default 50000), BENCH_LATENCY_JOBS those of each latency
 # case (default 5000), BENCH_HISTORY the finished jobs of the history cases (default
 # 1000000, 0 skips them), BENCH_ONLY=a,b the case groups (throughput, groupcommit, fanout,
-# http, latency, history, memory; default all but groupcommit).
+# http, latency, history, memory; default all but groupcommit); BENCH_LABEL names the
+# results file further.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
@@ -14,7 +15,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
 (cd bench/graphile && npm install --no-audit --no-fund --silent)
 cargo bench --bench throughput --no-run
 mkdir -p bench/results
-result="bench/results/$(date -u +%Y-%m-%dT%H%M)-${BENCH_ONLY:-all}.txt"
+result="bench/results/$(date -u +%Y-%m-%dT%H%M%S)-${BENCH_ONLY:-all}${BENCH_LABEL:+-$BENCH_LABEL}.txt"
 echo "commit $(git describe --always --dirty 2>/dev/null || echo unknown): $(git log -1 --format=%s 2>/dev/null)" > "$result"
 cargo bench --bench throughput 2>&1 | tee -a "$result"
 echo "kept in $result"
