@@ -57,6 +57,12 @@ pub fn decode_job_message(body: &[u8]) -> Option<Vec<Uuid>> {
     Some(ids)
 }
 
+/// A submission task that panicked or was cancelled with its runtime: its outcome is unknown
+/// to the caller, as after a lost connection, and an idempotency key finds it again.
+fn abandoned(err: tokio::task::JoinError) -> StoreError {
+    StoreError::Unavailable(format!("submission did not complete: {err}"))
+}
+
 /// Commits jobs and announces them to workers.
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -84,7 +90,16 @@ impl Dispatcher {
 
     /// Commits the job, then publishes it. A failed publish is logged, not returned: the job
     /// is durable and QUEUED, and the sweep sends it.
-    pub async fn submit(&self, mut job: NewJob) -> Result<Submission, StoreError> {
+    ///
+    /// Runs detached: a caller that goes away (an HTTP client disconnecting drops its
+    /// handler's future) cannot stop it between the commit and the announcement, which in
+    /// process would leave a row marked published with no message until a restart.
+    pub async fn submit(&self, job: NewJob) -> Result<Submission, StoreError> {
+        let this = self.clone();
+        tokio::spawn(async move { this.commit_and_announce(job).await }).await.map_err(abandoned)?
+    }
+
+    async fn commit_and_announce(&self, mut job: NewJob) -> Result<Submission, StoreError> {
         job.announced = !self.transport.is_durable();
         let submission = self.store.submit(job).await?;
         failpoint::hit("submit.after_commit");
@@ -98,7 +113,13 @@ impl Dispatcher {
 
     /// Commits the jobs in one transaction (all or nothing), then publishes the new ones
     /// with their confirms in flight together. Publish failures are left to the sweep.
-    pub async fn submit_many(&self, mut jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
+    /// Detached, as [`Self::submit`].
+    pub async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
+        let this = self.clone();
+        tokio::spawn(async move { this.commit_and_announce_many(jobs).await }).await.map_err(abandoned)?
+    }
+
+    async fn commit_and_announce_many(&self, mut jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
         let announced = !self.transport.is_durable();
         jobs.iter_mut().for_each(|job| job.announced = announced);
         let submissions = self.store.submit_many(jobs).await?;

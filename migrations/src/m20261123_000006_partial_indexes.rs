@@ -18,11 +18,11 @@ impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let db = manager.get_connection();
         for sql in [
-            "CREATE INDEX ix_job_parent ON job (parent_job_id, id) WHERE parent_job_id IS NOT NULL",
-            "DROP INDEX ix_job_parent_id",
-            "CREATE UNIQUE INDEX ux_job_key ON job (idempotency_key) WHERE idempotency_key IS NOT NULL",
-            "DROP INDEX ux_job_idempotency_key",
-            "DROP INDEX ix_job_runnable",
+            "CREATE INDEX IF NOT EXISTS ix_job_parent ON job (parent_job_id, id) WHERE parent_job_id IS NOT NULL",
+            "DROP INDEX IF EXISTS ix_job_parent_id",
+            "CREATE UNIQUE INDEX IF NOT EXISTS ux_job_key ON job (idempotency_key) WHERE idempotency_key IS NOT NULL",
+            "DROP INDEX IF EXISTS ux_job_idempotency_key",
+            "DROP INDEX IF EXISTS ix_job_runnable",
         ] {
             db.execute_unprepared(sql).await?;
         }

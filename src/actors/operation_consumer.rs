@@ -58,13 +58,15 @@ impl OperationMessages {
     /// Whether `parent`'s run is still current, read at most once per [`CURRENT_FOR`].
     async fn run_is_current(&self, parent: RunRef) -> Result<bool, crate::store::StoreError> {
         let now = Instant::now();
-        let fresh = |current: &HashMap<RunRef, Instant>| current.get(&parent).is_some_and(|at| now - *at < CURRENT_FOR);
+        let fresh = |current: &HashMap<RunRef, Instant>| {
+            current.get(&parent).is_some_and(|at| now.saturating_duration_since(*at) < CURRENT_FOR)
+        };
         if fresh(&self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner())) {
             return Ok(true);
         }
         let current = self.services.store.run_is_current(parent).await?;
         let mut seen = self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        seen.retain(|_, at| now - *at < CURRENT_FOR);
+        seen.retain(|_, at| now.saturating_duration_since(*at) < CURRENT_FOR);
         match current {
             true => seen.insert(parent, now),
             false => seen.remove(&parent),

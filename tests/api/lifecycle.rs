@@ -398,7 +398,34 @@ async fn a_job_longer_than_its_lease_keeps_it_by_its_heartbeat(backend: Backend)
     assert!(!names.iter().any(|name| name.starts_with("job.lease_expired")), "{names:?}");
 }
 
+/// A submission whose caller goes away right after the commit (an HTTP client disconnecting
+/// drops its handler's future) still announces its job: it runs, not waits for a restart.
+async fn a_submission_abandoned_after_its_commit_still_runs(backend: Backend) {
+    use std::future::Future;
+    let app = TestApp::spawn(backend).await;
+    let dispatcher = yardmaster::dispatch::Dispatcher::new(app.store.clone(), app.transport.clone());
+    let mut job = yardmaster::domain::NewJob::new("ping");
+    job.idempotency_key = Some("abandoned".into());
+    let mut submission = Box::pin(dispatcher.submit(job));
+    let filter = yardmaster::store::JobFilter { operation: Some("ping".into()), limit: 1, ..Default::default() };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // Start the submission, leave it unpolled until its row is committed, then drop it.
+    let polled = futures_util::future::poll_fn(|cx| std::task::Poll::Ready(submission.as_mut().poll(cx))).await;
+    assert!(polled.is_pending(), "a submission cannot commit within its first poll");
+    let id = loop {
+        if let Some(job) = app.store.list(&filter).await.unwrap().jobs.into_iter().next() {
+            break job.id;
+        }
+        assert!(std::time::Instant::now() < deadline, "the row was never committed");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    };
+    drop(submission);
+    let done = app.wait_for_status(&id.to_string(), "succeeded").await;
+    assert_eq!(done["attempts"], 1, "{done}");
+}
+
 on_every_backend!(
+    a_submission_abandoned_after_its_commit_still_runs,
     a_job_longer_than_its_lease_keeps_it_by_its_heartbeat,
     the_reaper_times_out_stalled_runs_and_overdue_queued_jobs,
     a_retryable_failure_is_retried_with_growing_delays,

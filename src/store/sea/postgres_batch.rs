@@ -46,13 +46,14 @@ SELECT * FROM moved";
 
 /// RUNNING → `$2` for every run of `$1` (a JSON array of `{id, attempts, result,
 /// error_code, error_message, event, message, fields, level}`) still RUNNING, each with
-/// its event; `failures` grows by `$4`.
+/// its event; `failures` grows by `$4`. A result comes wrapped in a one-element array, so a
+/// JSON `null` result stays jsonb `null` (as every other path stores it), not SQL NULL.
 const FINISH: &str = "\
 WITH runs AS (
     SELECT * FROM jsonb_to_recordset($1::jsonb) AS runs(id uuid, attempts int, result jsonb,
         error_code text, error_message text, event text, message text, fields jsonb, level text)
 ), moved AS (
-    UPDATE job SET status = $2, finished_at = $3, leased_until = NULL, result = runs.result,
+    UPDATE job SET status = $2, finished_at = $3, leased_until = NULL, result = runs.result -> 0,
         error_code = runs.error_code, error_message = runs.error_message,
         failures = job.failures + $4
     FROM runs
@@ -89,7 +90,7 @@ pub(super) async fn finish(
         .map(|(run, completion)| {
             let Outcome { event, result, error_code, error_message } = Outcome::of(completion);
             json!({
-                "id": run.id, "attempts": run.attempt, "result": result,
+                "id": run.id, "attempts": run.attempt, "result": result.map(|result| [result]),
                 "error_code": error_code, "error_message": error_message,
                 "event": event.event, "message": event.message, "fields": event.fields,
                 "level": event.level.as_str(),
