@@ -10,6 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
+# libtorch for the inference feature (fetched once into ~/.cache/yardmaster).
+source scripts/libtorch.sh
 
 . bench/services.sh
 (cd bench/graphile && npm install --no-audit --no-fund --silent)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite: starts the local PostgreSQL and RabbitMQ if they are
 # down, gives the tests an empty RabbitMQ virtual host, installs cargo-nextest and faketime if
-# missing, checks the systemd units' sandboxing, builds once and runs every test (unit and
+# missing, sets up libtorch once (scripts/libtorch.sh: the inference feature is tested too), checks the systemd units' sandboxing, builds once and runs every test (unit and
 # integration, every backend), fuzzes every parser of outside input for a few seconds
 # each (scripts/fuzz.sh), then the short chaos run (tests/chaos: private servers, faults at
 # random, nothing lost).
@@ -9,6 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
+# libtorch for the inference feature (fetched once into ~/.cache/yardmaster).
+source scripts/libtorch.sh
 export YARDMASTER_TEST_POSTGRES_URL="${YARDMASTER_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
 TEST_VHOST=yardmaster_test
 export YARDMASTER_TEST_AMQP_URL="${YARDMASTER_TEST_AMQP_URL:-amqp://127.0.0.1:5672/$TEST_VHOST}"

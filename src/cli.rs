@@ -1,4 +1,4 @@
-//! The command line: `serve`, `worker`, `reaper`, `migrate`. SIGTERM or SIGINT stops a
+//! The command line: `serve`, `worker`, `reaper`, `migrate`, `model init`. SIGTERM or SIGINT stops a
 //! process gracefully (see `actors::ShutdownGuard`); it then exits with 143. The `yardmaster` binary calls
 //! [`main_with`] with the built-in operations; an application with operations of its own
 //! calls it with its registry (see `examples/custom_operation.rs`).
@@ -34,6 +34,27 @@ enum Command {
     Reaper,
     /// Apply pending database migrations and exit.
     Migrate,
+    /// The inference model.
+    #[command(subcommand)]
+    Model(ModelCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ModelCommand {
+    /// Write the default model (a small deterministic text encoder, traced to TorchScript)
+    /// to inference.model, unless a file is there already.
+    Init(ModelInitArgs),
+}
+
+#[derive(Debug, Args)]
+struct ModelInitArgs {
+    /// Where to write it (default: inference.model of the settings).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+
+    /// Replace a file that is already there.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -53,6 +74,23 @@ struct ServeArgs {
     /// Serve the API only; run no queue consumers in this process.
     #[arg(long)]
     no_workers: bool,
+}
+
+#[cfg(feature = "inference")]
+fn model_init(path: &std::path::Path, vocab: u32, force: bool) -> anyhow::Result<i32> {
+    if path.exists() && !force {
+        println!("model {} is already there (--force replaces it)", path.display());
+        return Ok(0);
+    }
+    crate::inference::model::write_default(path, vocab)
+        .map_err(|err| anyhow::anyhow!("writing the default model to {}: {err}", path.display()))?;
+    println!("wrote the default model to {}", path.display());
+    Ok(0)
+}
+
+#[cfg(not(feature = "inference"))]
+fn model_init(_path: &std::path::Path, _vocab: u32, _force: bool) -> anyhow::Result<i32> {
+    anyhow::bail!("this yardmaster was built without the `inference` feature (libtorch): `source scripts/libtorch.sh`, then build with default features")
 }
 
 /// Parses the command line and runs it with `registry`'s operations; the process exit code.
@@ -95,6 +133,10 @@ async fn run(cli: Cli, registry: OperationRegistry) -> anyhow::Result<i32> {
             settings.worker.enabled = false;
             settings.reaper.enabled = true;
             Application::builder(settings).without_api()
+        }
+        Command::Model(ModelCommand::Init(args)) => {
+            let path = args.out.unwrap_or_else(|| PathBuf::from(&settings.inference.model));
+            return model_init(&path, settings.inference.vocab, args.force);
         }
         Command::Migrate => {
             let db = store::connect(&settings.store).await?;

@@ -23,6 +23,9 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub dispatch: DispatchSettings,
     pub reaper: ReaperSettings,
+    /// The libtorch inference actor and its operations (`compute_embeddings`,
+    /// `nearest_neighbours`).
+    pub inference: InferenceSettings,
     /// Queues this process consumes, by name.
     pub queues: BTreeMap<String, QueueSettings>,
 }
@@ -156,6 +159,47 @@ pub struct ReaperSettings {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct InferenceSettings {
+    /// The TorchScript model file: input int64 `[batch, tokens]` (token ids, 0 = padding),
+    /// output float `[batch, dim]`. `yardmaster model init` writes the default model there.
+    pub model: String,
+    /// `auto` (CUDA when available, else CPU), `cpu` or `cuda`.
+    pub device: String,
+    /// Inputs per batch (one forward pass).
+    pub batch_size: usize,
+    /// Batches the inference actor accepts at once (running and waiting); a batch that
+    /// finds it full is answered RetryLater and waits off the queue, never blocking a slot.
+    pub mailbox: usize,
+    /// How long a batch refused by a full actor waits before it is tried again.
+    pub retry_after_ms: u64,
+    /// The tokeniser's vocabulary: token ids are 1 to `vocab - 1` (see `inference::tokenizer`).
+    pub vocab: u32,
+    /// Longest input, in characters (tokens); a longer one fails its job (`InvalidInput`).
+    pub max_tokens: usize,
+    /// The operations queue batches run on: consumed by the processes that hold the model.
+    pub queue: String,
+    /// The writes queue batch outcomes (the vectors) are stored from.
+    pub write_queue: String,
+}
+
+impl Default for InferenceSettings {
+    fn default() -> Self {
+        InferenceSettings {
+            model: "models/default.pt".into(),
+            device: "auto".into(),
+            batch_size: 64,
+            mailbox: 2,
+            retry_after_ms: 200,
+            vocab: 4096,
+            max_tokens: 512,
+            queue: "inference".into(),
+            write_queue: crate::ops::WRITE_QUEUE.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct QueueSettings {
     /// Jobs of this queue running at once in this process.
     pub concurrency: usize,
@@ -254,6 +298,7 @@ impl Default for Settings {
                 batch: 500,
             },
             dispatch: DispatchSettings { enabled: true, interval_ms: 1000, grace_ms: 5000, batch: 1000 },
+            inference: InferenceSettings::default(),
             queues: BTreeMap::from([
                 (
                     QueueName::DEFAULT.to_owned(),
@@ -262,6 +307,10 @@ impl Default for Settings {
                 (
                     crate::ops::BATCH_QUEUE.to_owned(),
                     QueueSettings { concurrency: 4, prefetch: 1, kind: QueueKind::Operations, ids_per_message: 1 },
+                ),
+                (
+                    InferenceSettings::default().queue,
+                    QueueSettings { concurrency: 2, prefetch: 1, kind: QueueKind::Operations, ids_per_message: 1 },
                 ),
                 (
                     crate::ops::WRITE_QUEUE.to_owned(),
@@ -323,6 +372,15 @@ impl Settings {
             self.server.max_connections_per_client >= 1,
             "server.max_connections_per_client must be at least 1"
         );
+        let inference = &self.inference;
+        anyhow::ensure!(
+            matches!(inference.device.as_str(), "auto" | "cpu" | "cuda"),
+            "inference.device must be auto, cpu or cuda"
+        );
+        anyhow::ensure!((1..=4096).contains(&inference.batch_size), "inference.batch_size must be 1 to 4096");
+        anyhow::ensure!((1..=1024).contains(&inference.mailbox), "inference.mailbox must be 1 to 1024");
+        anyhow::ensure!((2..=1 << 24).contains(&inference.vocab), "inference.vocab must be 2 to 16777216");
+        anyhow::ensure!((1..=65_536).contains(&inference.max_tokens), "inference.max_tokens must be 1 to 65536");
         crate::store::Backend::of_url(&self.store.url)?;
         Ok(())
     }

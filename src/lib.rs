@@ -20,6 +20,7 @@ pub mod dead_letters;
 pub mod dispatch;
 pub mod domain;
 pub mod failpoint;
+pub mod inference;
 pub mod ops;
 pub mod startup;
 pub mod store;

@@ -115,7 +115,7 @@ impl ApplicationBuilder {
             Some(transport) => transport,
             None => build_transport(&settings)?,
         };
-        let registry = Arc::new(self.registry);
+        let registry = Arc::new(crate::inference::register(self.registry, &settings.inference));
         let grouping = settings.queues.iter().map(|(name, queue)| (name.clone(), queue.ids_per_message)).collect();
         let dispatcher = Dispatcher::new(store.clone(), transport.clone()).with_grouping(grouping);
         let sweeper = start_sweeper(&settings, &dispatcher).await?;
@@ -132,6 +132,7 @@ impl ApplicationBuilder {
             true => {
                 let state = AppState {
                     store: store.clone(),
+                    db: db.clone(),
                     transport: transport.clone(),
                     dispatcher: dispatcher.clone(),
                     registry,

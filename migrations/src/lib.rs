@@ -11,6 +11,7 @@ mod m20261122_000003_add_dispatch_columns;
 mod m20261122_000004_add_retry_columns;
 mod m20261122_000005_fan_out;
 mod m20261123_000006_partial_indexes;
+mod m20261124_000007_embeddings;
 
 /// Lists every migration in the order it is applied.
 pub struct Migrator;
@@ -25,6 +26,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000004_add_retry_columns::Migration),
             Box::new(m20261122_000005_fan_out::Migration),
             Box::new(m20261123_000006_partial_indexes::Migration),
+            Box::new(m20261124_000007_embeddings::Migration),
         ]
     }
 }

@@ -45,6 +45,9 @@ codes! {
     RequestTimeout => ("request_timeout", REQUEST_TIMEOUT, "The request body arrived too slowly"),
     UnknownOperation => ("unknown_operation", UNPROCESSABLE_ENTITY, "Unknown operation"),
     InvalidPayload => ("invalid_payload", UNPROCESSABLE_ENTITY, "Payload is invalid for this operation"),
+    OperationUnavailable => ("operation_unavailable", UNPROCESSABLE_ENTITY, "This server cannot run this operation"),
+    InvalidSetName => ("invalid_set_name", BAD_REQUEST, "Embedding set name is invalid"),
+    SetNotFound => ("set_not_found", NOT_FOUND, "Embedding set not found"),
     InvalidQueue => ("invalid_queue", UNPROCESSABLE_ENTITY, "Queue name is invalid"),
     UnknownQueue => ("unknown_queue", UNPROCESSABLE_ENTITY, "No job queue of this name"),
     ParentNotFound => ("parent_not_found", UNPROCESSABLE_ENTITY, "Parent job does not exist"),
@@ -198,6 +201,7 @@ impl From<Rejection> for ApiError {
         let code = match rejection {
             Rejection::UnknownOperation(_) => Code::UnknownOperation,
             Rejection::InvalidPayload { .. } => Code::InvalidPayload,
+            Rejection::Unavailable { .. } => Code::OperationUnavailable,
         };
         ApiError::new(code, rejection.to_string())
     }

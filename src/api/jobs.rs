@@ -347,7 +347,7 @@ pub async fn children(
     Ok(web::Json(JobPage::within_budget(state.store.list(&filter).await?)))
 }
 
-fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiError> {
+pub(crate) fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiError> {
     match requested {
         None => Ok(DEFAULT_PAGE.min(max)),
         Some(limit) if (1..=max).contains(&limit) => Ok(limit),

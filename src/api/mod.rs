@@ -8,7 +8,7 @@ mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
-mod jobs;
+pub(crate) mod jobs;
 mod outage;
 
 use std::sync::Arc;
@@ -28,6 +28,8 @@ use crate::transport::Transport;
 /// What every handler can reach.
 pub struct AppState {
     pub store: Arc<dyn JobStore>,
+    /// The database pool, for the tables of capabilities beside the job store (stored sets).
+    pub db: sea_orm::DatabaseConnection,
     pub transport: Arc<dyn Transport>,
     pub dispatcher: Dispatcher,
     pub registry: Arc<OperationRegistry>,
@@ -54,6 +56,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
         .service(resource("/jobs/{id}/retry", WRITE).route(web::post().to(jobs::retry)))
         .service(resource("/jobs/{id}/children", READ).route(read().to(jobs::children)))
         .service(resource("/jobs/{id}/events", READ).route(read().to(jobs::events)))
+        .service(resource("/embeddings/{set}", READ).route(read().to(crate::inference::api::get)))
         .service(resource("/admin/dead-letters", READ).route(read().to(admin::summary)))
         .service(resource("/admin/dead-letters/replay", WRITE).route(web::post().to(admin::replay)))
         .service(resource("/admin/dead-letters/purge", WRITE).route(web::post().to(admin::purge)));

@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::domain::RetryPolicy;
-use crate::store::Reduce;
+use crate::store::{BatchRows, Reduce, RunRef};
 
 pub use busy::Busy;
 pub use context::{JobContext, Services};
@@ -61,6 +61,13 @@ pub trait Operation: Send + Sync + 'static {
     /// [`JobContext::fan_out`]). Default: `{"batches": n}`.
     fn reduce(&self, outputs: Vec<Value>) -> Value {
         serde_json::json!({ "batches": outputs.len() })
+    }
+
+    /// What a succeeded batch of this coordinator stores beside its count, in the same
+    /// transaction (see [`Reduce::batch_rows`]): rows of the operation's own tables, and the
+    /// output kept for [`Operation::reduce`]. Default: the output as it is, no rows.
+    fn batch_rows(&self, _parent: RunRef, output: &Value) -> Result<BatchRows, String> {
+        Ok(BatchRows { kept: output.clone(), insert: None })
     }
 
     /// Runs the work; `Ok` carries the job's result. Long work should watch
@@ -117,6 +124,8 @@ pub fn parse_payload<T: DeserializeOwned>(payload: &Value) -> Result<T, String> 
 #[derive(Clone, Default)]
 pub struct OperationRegistry {
     operations: BTreeMap<&'static str, Arc<dyn Operation>>,
+    /// Operations this build or configuration cannot run, and why.
+    unavailable: BTreeMap<&'static str, String>,
 }
 
 /// Why a submission's operation or payload was refused.
@@ -126,6 +135,8 @@ pub enum Rejection {
     UnknownOperation(String),
     #[error("invalid payload for {operation}: {reason}")]
     InvalidPayload { operation: String, reason: String },
+    #[error("operation {operation:?} is unavailable here: {reason}")]
+    Unavailable { operation: String, reason: String },
 }
 
 impl OperationRegistry {
@@ -139,7 +150,17 @@ impl OperationRegistry {
     }
 
     pub fn with(mut self, operation: impl Operation) -> Self {
+        self.unavailable.remove(operation.name());
         self.operations.insert(operation.name(), Arc::new(operation));
+        self
+    }
+
+    /// Names an operation this process cannot run (a feature left out of the build), so a
+    /// submission of it is refused as unavailable, not unknown.
+    pub fn without(mut self, name: &'static str, reason: impl Into<String>) -> Self {
+        if !self.operations.contains_key(name) {
+            self.unavailable.insert(name, reason.into());
+        }
         self
     }
 
@@ -150,6 +171,9 @@ impl OperationRegistry {
     /// Refuses unknown operations and malformed payloads, the submissions a payload nests
     /// included (a `group` naming an operation this registry lacks is refused whole).
     pub fn validate(&self, name: &str, payload: &Value) -> Result<(), Rejection> {
+        if let Some(reason) = self.unavailable.get(name) {
+            return Err(Rejection::Unavailable { operation: name.to_owned(), reason: reason.clone() });
+        }
         let operation = self.get(name).ok_or_else(|| Rejection::UnknownOperation(name.to_owned()))?;
         operation
             .validate(payload)
@@ -184,6 +208,13 @@ impl Reduce for OperationRegistry {
         match self.get(operation) {
             Some(operation) => operation.reduce(outputs),
             None => serde_json::json!({ "batches": outputs.len() }),
+        }
+    }
+
+    fn batch_rows(&self, operation: &str, parent: RunRef, output: &Value) -> Result<BatchRows, String> {
+        match self.get(operation) {
+            Some(operation) => operation.batch_rows(parent, output),
+            None => Ok(BatchRows { kept: output.clone(), insert: None }),
         }
     }
 }

@@ -145,6 +145,24 @@ pub trait JobStore: Send + Sync + 'static {
 /// the coordinator's operation name when the last batch closes it.
 pub trait Reduce: Send + Sync + 'static {
     fn reduce(&self, operation: &str, outputs: Vec<Value>) -> Value;
+
+    /// What a succeeded batch of a coordinator of `operation` stores: rows of the
+    /// operation's own tables, inserted in the transaction that counts the batch (so a
+    /// redelivered outcome writes them once, and an outcome of a stale run writes nothing),
+    /// and the output kept for [`Reduce::reduce`]. `Err` fails the parent with
+    /// `InvalidBatchOutput`. Default: the output as it is, no rows.
+    fn batch_rows(&self, _operation: &str, _parent: RunRef, output: &Value) -> Result<BatchRows, String> {
+        Ok(BatchRows { kept: output.clone(), insert: None })
+    }
+}
+
+/// See [`Reduce::batch_rows`].
+#[derive(Debug, Clone)]
+pub struct BatchRows {
+    /// The output recorded for the batch and handed to `reduce`.
+    pub kept: Value,
+    /// Rows to insert beside the count; make it idempotent (`ON CONFLICT DO NOTHING`).
+    pub insert: Option<sea_orm::sea_query::InsertStatement>,
 }
 
 /// What [`JobStore::record_batch`] did.

@@ -152,6 +152,8 @@ pub struct TestOptions {
     pub handle_signals: bool,
     /// `ids_per_message` of every job queue in `queues`.
     pub ids_per_message: usize,
+    /// `[inference]`: the defaults (a model file that does not exist) unless a test sets it.
+    pub inference: Option<yardmaster::config::InferenceSettings>,
 }
 
 impl Default for TestOptions {
@@ -168,6 +170,7 @@ impl Default for TestOptions {
             max_connections_per_client: 256,
             handle_signals: false,
             ids_per_message: 1,
+            inference: None,
         }
     }
 }
@@ -209,6 +212,9 @@ impl TestApp {
         settings.dispatch.interval_ms = 100;
         settings.dispatch.grace_ms = 500;
         settings.worker.grace_seconds = 1;
+        if let Some(inference) = options.inference {
+            settings.inference = inference;
+        }
         if backend == Backend::Amqp {
             settings.transport.kind = TransportKind::Amqp;
             settings.transport.amqp.url = amqp_url();

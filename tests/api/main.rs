@@ -15,6 +15,8 @@ mod errors;
 mod fan_out;
 mod hostile;
 mod http_limits;
+#[cfg(feature = "inference")]
+mod inference;
 mod lifecycle;
 mod stale_runs;
 mod systemd;

@@ -17,8 +17,8 @@ use std::panic::AssertUnwindSafe;
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect, TryInsertResult, UpdateMany,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, PaginatorTrait, QueryFilter,
+    QueryOrder, QuerySelect, TryInsertResult, UpdateMany,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -28,10 +28,12 @@ use super::runs::finish_in;
 use super::{append_event, append_events, compare_and_set_many, event_row, retried, SeaStore};
 use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
 use crate::store::entity::{job, job_batch};
-use crate::store::{BatchRecorded, Completion, Reduce, RunRef, StoreError};
+use crate::store::{BatchRecorded, BatchRows, Completion, Reduce, RunRef, StoreError};
 
 /// Error class of a parent whose batch or child job failed.
 pub const CHILD_FAILED: &str = "ChildFailed";
+/// Error class of a parent one of whose batch outputs its operation refused to store.
+pub const INVALID_BATCH_OUTPUT: &str = "InvalidBatchOutput";
 /// Error class of a parent whose operation's `reduce` panicked.
 pub const REDUCE_PANICKED: &str = "ReducePanicked";
 
@@ -145,6 +147,7 @@ impl SeaStore {
         if locked.is_empty() {
             return Ok(outcomes.iter().map(|_| BatchRecorded::ParentGone).collect());
         }
+        let operation = locked.into_iter().next().map(|row| row.operation).unwrap_or_default();
         let now = clock::now();
         let mut answers = Vec::with_capacity(outcomes.len());
         let (mut succeeded, mut failure) = (Vec::new(), None);
@@ -154,7 +157,8 @@ impl SeaStore {
                 answers.push(BatchRecorded::ParentGone);
                 continue;
             }
-            let row = batch_row(outcome, now);
+            let (result, rows) = batch_rows(reduce, &operation, parent, &outcome.result);
+            let row = batch_row(outcome, &result, now);
             let key = [job_batch::Column::ParentJobId, job_batch::Column::Attempt, job_batch::Column::Batch];
             let inserted =
                 job_batch::Entity::insert(row).on_conflict_do_nothing_on(key).exec_without_returning(txn).await?;
@@ -162,7 +166,10 @@ impl SeaStore {
                 answers.push(BatchRecorded::Duplicate);
                 continue;
             }
-            match &outcome.result {
+            if let Some(rows) = rows {
+                txn.execute(&rows).await?;
+            }
+            match result {
                 BatchResult::Succeeded { .. } => succeeded.push(outcome.index),
                 BatchResult::Failed { error_code, message } => failure = Some((outcome.index, error_code, message)),
             }
@@ -171,7 +178,7 @@ impl SeaStore {
         let closed = match failure {
             Some((index, error_code, message)) => {
                 let batch = json!({ "batch": index });
-                fail_parent(txn, parent, batch, &format!("batch {index}"), error_code, message).await?
+                fail_parent(txn, parent, batch, &format!("batch {index}"), &error_code, &message).await?
             }
             None if succeeded.is_empty() => None,
             None => self.advance_parent(txn, parent, &succeeded, reduce).await?,
@@ -314,8 +321,25 @@ fn running(run: RunRef) -> UpdateMany<job::Entity> {
         .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
 }
 
-fn batch_row(outcome: &BatchOutcome, now: chrono::DateTime<Utc>) -> job_batch::ActiveModel {
-    let (status, output, error_code, error_message) = match &outcome.result {
+/// A batch's result as it is recorded, and the rows its coordinator's operation writes
+/// with it ([`Reduce::batch_rows`]); a panic or a refusal there fails the batch instead.
+fn batch_rows(
+    reduce: &dyn Reduce,
+    operation: &str,
+    parent: RunRef,
+    result: &BatchResult,
+) -> (BatchResult, Option<sea_orm::sea_query::InsertStatement>) {
+    let BatchResult::Succeeded { output } = result else { return (result.clone(), None) };
+    let refused = |message: String| BatchResult::Failed { error_code: INVALID_BATCH_OUTPUT.into(), message };
+    match std::panic::catch_unwind(AssertUnwindSafe(|| reduce.batch_rows(operation, parent, output))) {
+        Ok(Ok(BatchRows { kept, insert })) => (BatchResult::Succeeded { output: kept }, insert),
+        Ok(Err(message)) => (refused(message), None),
+        Err(_) => (refused("the operation's batch_rows panicked".into()), None),
+    }
+}
+
+fn batch_row(outcome: &BatchOutcome, result: &BatchResult, now: chrono::DateTime<Utc>) -> job_batch::ActiveModel {
+    let (status, output, error_code, error_message) = match result {
         BatchResult::Succeeded { output } => ("succeeded", Some(output.clone()), None, None),
         BatchResult::Failed { error_code, message } => {
             ("failed", None, Some(error_code.clone()), Some(message.clone()))

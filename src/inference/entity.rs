@@ -1,0 +1,42 @@
+//! The `embedding_set` and `embedding` tables (migration `m20261124_000007_embeddings`).
+
+pub mod embedding_set {
+    //! One row per named set of embeddings: the job that writes it and how many inputs.
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+    #[sea_orm(table_name = "embedding_set")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub name: String,
+        pub job_id: Uuid,
+        pub inputs: i64,
+        pub created_at: ChronoDateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod embedding {
+    //! One row per input of a set: its text and its vector (little-endian f32).
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+    #[sea_orm(table_name = "embedding")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub set_name: String,
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub item: i64,
+        pub input: String,
+        pub vector: Vec<u8>,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}

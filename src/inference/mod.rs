@@ -1,0 +1,54 @@
+//! Inference: the libtorch actor that holds a TorchScript model, and the coordinator
+//! operations that use it (`compute_embeddings`, `nearest_neighbours`), with the sets of
+//! vectors they store.
+//!
+//! The tokeniser and the stored sets are always built, so any build serves stored sets; the
+//! actor, the default model and the operations need the cargo feature `inference` (libtorch).
+//! Without it their submissions are refused as `operation_unavailable`.
+
+pub mod api;
+pub mod entity;
+pub mod sets;
+pub mod tokenizer;
+
+#[cfg(feature = "inference")]
+pub mod actor;
+#[cfg(feature = "inference")]
+pub mod model;
+#[cfg(feature = "inference")]
+pub mod neighbours;
+#[cfg(feature = "inference")]
+pub mod ops;
+
+use crate::config::InferenceSettings;
+use crate::ops::OperationRegistry;
+
+/// The operations of this capability, by name.
+pub const OPERATIONS: [&str; 4] =
+    ["compute_embeddings", "compute_embeddings.batch", "nearest_neighbours", "nearest_neighbours.batch"];
+
+/// Adds the inference operations to `registry`, one inference actor behind them for the
+/// whole process; operations of the same names already there are kept.
+#[cfg(feature = "inference")]
+pub fn register(registry: OperationRegistry, settings: &InferenceSettings) -> OperationRegistry {
+    use std::sync::Arc;
+
+    if OPERATIONS.iter().any(|name| registry.get(name).is_some()) {
+        return registry;
+    }
+    let tokenizer = tokenizer::Tokenizer::new(settings.vocab, settings.max_tokens);
+    let inference = actor::Inference::new(settings.clone());
+    let (batch_size, queue, write_queue) = (settings.batch_size, settings.queue.clone(), settings.write_queue.clone());
+    registry
+        .with(ops::ComputeEmbeddings { tokenizer, batch_size, queue: queue.clone(), write_queue: write_queue.clone() })
+        .with(ops::EmbedBatch { inference: inference.clone(), tokenizer })
+        .with(ops::NearestNeighbours { tokenizer, batch_size, queue, write_queue })
+        .with(ops::NeighboursBatch { inference, tokenizer, cache: Arc::default() })
+}
+
+/// Without libtorch: the inference operations are named, and refused as unavailable.
+#[cfg(not(feature = "inference"))]
+pub fn register(registry: OperationRegistry, _settings: &InferenceSettings) -> OperationRegistry {
+    let reason = "this yardmaster was built without the `inference` feature (libtorch)";
+    OPERATIONS.iter().fold(registry, |registry, name| registry.without(name, reason))
+}

@@ -1,0 +1,396 @@
+//! The inference operations: `compute_embeddings` and `nearest_neighbours`, coordinators
+//! like seed 000's embedding and `predict_go_terms` jobs.
+//!
+//! A coordinator checks its inputs with the tokeniser, claims its set, and fans out batches
+//! of `inference.batch_size` inputs on `inference.queue`. A batch worker tokenises its inputs
+//! and asks the process's inference actor for vectors; a full actor answers RetryLater (the
+//! batch waits off the queue and says so in the job's log as `inference.busy`). The vectors
+//! travel in the batch's outcome to `inference.write_queue`, where the write consumer stores
+//! them in the same transaction that counts the batch, so a redelivered batch writes once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::actor::{Inference, InferenceError};
+use super::neighbours::{nearest, Neighbour, SetCache};
+use super::sets::{self, check_set_name, ClaimError};
+use super::tokenizer::Tokenizer;
+use crate::domain::EventLevel;
+use crate::ops::{parse_payload, FanOut, JobContext, Operation, OperationError};
+use crate::store::{BatchRows, RunRef};
+
+/// Operation names.
+pub const COMPUTE_EMBEDDINGS: &str = "compute_embeddings";
+pub const EMBED_BATCH: &str = "compute_embeddings.batch";
+pub const NEAREST_NEIGHBOURS: &str = "nearest_neighbours";
+pub const NEIGHBOURS_BATCH: &str = "nearest_neighbours.batch";
+
+/// Most inputs of one `compute_embeddings` job, and queries of one `nearest_neighbours`.
+pub const MAX_INPUTS: usize = 100_000;
+pub const MAX_QUERIES: usize = 1_000;
+/// Most neighbours per query.
+pub const MAX_K: usize = 50;
+
+/// Error classes of the inference operations, beside [`InferenceError::code`].
+pub const INVALID_INPUT: &str = "InvalidInput";
+pub const SET_TAKEN: &str = "SetTaken";
+pub const UNKNOWN_SET: &str = "UnknownSet";
+pub const SET_NOT_READY: &str = "SetNotReady";
+pub const DIMENSION_MISMATCH: &str = "DimensionMismatch";
+
+fn invalid(err: impl std::fmt::Display) -> OperationError {
+    OperationError::new("InvalidPayload", err.to_string())
+}
+
+fn database(err: impl std::fmt::Display) -> OperationError {
+    OperationError::new("DatabaseError", err.to_string())
+}
+
+/// `compute_embeddings`: `{"inputs": [text, …]}` or `{"from_set": name}` (the inputs of a
+/// stored set), optionally `"set": name` (default: the job's id). Result: the set's name,
+/// count, vector length, model and device.
+pub struct ComputeEmbeddings {
+    pub(super) tokenizer: Tokenizer,
+    pub(super) batch_size: usize,
+    pub(super) queue: String,
+    pub(super) write_queue: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmbeddingsPayload {
+    #[serde(default)]
+    inputs: Option<Vec<String>>,
+    #[serde(default)]
+    from_set: Option<String>,
+    #[serde(default)]
+    set: Option<String>,
+}
+
+impl EmbeddingsPayload {
+    fn parse(payload: &Value) -> Result<EmbeddingsPayload, String> {
+        let parsed: EmbeddingsPayload = parse_payload(payload)?;
+        match (&parsed.inputs, &parsed.from_set) {
+            (Some(_), Some(_)) | (None, None) => return Err("give either inputs or from_set".into()),
+            (Some(inputs), None) if inputs.is_empty() || inputs.len() > MAX_INPUTS => {
+                return Err(format!("inputs must hold 1 to {MAX_INPUTS} texts"))
+            }
+            _ => {}
+        }
+        for name in parsed.set.iter().chain(&parsed.from_set) {
+            check_set_name(name)?;
+        }
+        Ok(parsed)
+    }
+}
+
+#[async_trait]
+impl Operation for ComputeEmbeddings {
+    fn name(&self) -> &'static str {
+        COMPUTE_EMBEDDINGS
+    }
+
+    fn validate(&self, payload: &Value) -> Result<(), String> {
+        EmbeddingsPayload::parse(payload).map(drop)
+    }
+
+    fn is_coordinator(&self) -> bool {
+        true
+    }
+
+    fn reduce(&self, outputs: Vec<Value>) -> Value {
+        let count: u64 = outputs.iter().filter_map(|output| output["count"].as_u64()).sum();
+        let first = outputs.first().cloned().unwrap_or_default();
+        json!({
+            "set": first["set"], "count": count, "dims": first["dims"],
+            "model": first["model"], "device": first["device"], "batches": outputs.len(),
+        })
+    }
+
+    fn batch_rows(&self, _parent: RunRef, output: &Value) -> Result<BatchRows, String> {
+        let output: BatchOutput = serde_json::from_value(output.clone()).map_err(|err| err.to_string())?;
+        if output.inputs.len() != output.vectors.len() {
+            return Err(format!("{} inputs but {} vectors", output.inputs.len(), output.vectors.len()));
+        }
+        let insert = sets::insert_rows(&output.set, output.first, &output.inputs, &output.vectors);
+        let dims = output.vectors.first().map_or(0, Vec::len);
+        let kept = json!({
+            "set": output.set, "count": output.inputs.len(), "dims": dims,
+            "model": output.model, "device": output.device,
+        });
+        Ok(BatchRows { kept, insert: Some(insert) })
+    }
+
+    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
+        let payload = EmbeddingsPayload::parse(&payload).map_err(invalid)?;
+        let job_id = ctx.job().map(|job| job.id).unwrap_or_default();
+        let set = payload.set.unwrap_or_else(|| job_id.to_string());
+        let inputs = match (payload.inputs, payload.from_set) {
+            (Some(inputs), _) => inputs,
+            (None, Some(from)) => stored_inputs(&ctx, &from).await?,
+            (None, None) => return Err(invalid("give either inputs or from_set")),
+        };
+        for (index, input) in inputs.iter().enumerate() {
+            self.tokenizer.check(index, input).map_err(|err| OperationError::new(INVALID_INPUT, err.to_string()))?;
+        }
+        match sets::claim(ctx.db(), &set, job_id, inputs.len() as i64).await {
+            Ok(()) => {}
+            Err(ClaimError::Taken { name, owner }) => {
+                let message = format!("set {name:?} was computed by job {owner}; choose another name");
+                return Err(OperationError::new(SET_TAKEN, message));
+            }
+            Err(ClaimError::Database(err)) => return Err(database(err)),
+        }
+        let batches = inputs
+            .chunks(self.batch_size)
+            .enumerate()
+            .map(|(at, chunk)| json!({ "first": at * self.batch_size, "inputs": chunk }))
+            .collect();
+        ctx.fan_out(FanOut {
+            operation: EMBED_BATCH.into(),
+            queue: self.queue.clone(),
+            write_queue: self.write_queue.clone(),
+            snapshot: json!({ "set": set }),
+            batches,
+            max_retries: 2,
+        })
+        .await?;
+        Ok(json!({ "set": set, "count": inputs.len() }))
+    }
+}
+
+/// The inputs of a stored set, in item order.
+async fn stored_inputs(ctx: &JobContext, name: &str) -> Result<Vec<String>, OperationError> {
+    let Some(set) = sets::find(ctx.db(), name).await.map_err(database)? else {
+        return Err(OperationError::new(UNKNOWN_SET, format!("no embedding set {name:?}")));
+    };
+    if set.inputs as usize > MAX_INPUTS {
+        return Err(invalid(format!("set {name:?} has more than {MAX_INPUTS} inputs")));
+    }
+    let items = sets::page(ctx.db(), name, None, set.inputs.max(0) as u64).await.map_err(database)?;
+    if items.len() as i64 != set.inputs {
+        let message =
+            format!("set {name:?} holds {} of its {} inputs: its job has not finished", items.len(), set.inputs);
+        return Err(OperationError::new(SET_NOT_READY, message));
+    }
+    Ok(items.into_iter().map(|item| item.input).collect())
+}
+
+/// What a batch of `compute_embeddings` answers, on its way to the write queue.
+#[derive(Debug, Deserialize)]
+struct BatchOutput {
+    set: String,
+    first: i64,
+    inputs: Vec<String>,
+    vectors: Vec<Vec<f32>>,
+    #[serde(default)]
+    model: Value,
+    #[serde(default)]
+    device: Value,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmbedBatchPayload {
+    first: usize,
+    inputs: Vec<String>,
+}
+
+/// Vectors for a batch of inputs, from this process's inference actor.
+async fn embed(
+    ctx: &JobContext,
+    inference: &Inference,
+    tokenizer: &Tokenizer,
+    first: usize,
+    inputs: &[String],
+) -> Result<super::actor::Embedded, OperationError> {
+    let tokens = tokenizer.encode(first, inputs).map_err(|err| OperationError::new(INVALID_INPUT, err.to_string()))?;
+    match inference.embed(tokens).await {
+        Ok(embedded) => Ok(embedded),
+        Err(InferenceError::Busy) => {
+            let delay = Duration::from_millis(inference.settings().retry_after_ms);
+            let fields = json!({ "first": first, "retry_after_ms": delay.as_millis() as u64 });
+            let message = "the inference actor is full; the batch waits and tries again";
+            // Advisory: the batch retries whether or not the event is written.
+            let _ = ctx.emit("inference.busy", Some(message), fields, EventLevel::Info).await;
+            Err(OperationError::retry_later(delay, "inference actor busy"))
+        }
+        Err(err) => Err(OperationError::new(err.code(), err.to_string())),
+    }
+}
+
+/// `compute_embeddings.batch`: one forward pass.
+pub struct EmbedBatch {
+    pub(super) inference: Inference,
+    pub(super) tokenizer: Tokenizer,
+}
+
+#[async_trait]
+impl Operation for EmbedBatch {
+    fn name(&self) -> &'static str {
+        EMBED_BATCH
+    }
+
+    fn validate(&self, payload: &Value) -> Result<(), String> {
+        parse_payload::<EmbedBatchPayload>(payload).map(drop)
+    }
+
+    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
+        let batch: EmbedBatchPayload = parse_payload(&payload).map_err(invalid)?;
+        let set = ctx.snapshot()["set"].as_str().unwrap_or_default().to_owned();
+        let embedded = embed(&ctx, &self.inference, &self.tokenizer, batch.first, &batch.inputs).await?;
+        Ok(json!({
+            "set": set, "first": batch.first, "inputs": batch.inputs, "vectors": embedded.vectors,
+            "model": embedded.model, "device": embedded.device,
+        }))
+    }
+}
+
+/// `nearest_neighbours`: `{"set": name, "queries": [text, …], "k": n}`; the result lists,
+/// per query, the `k` stored items most similar to it (cosine), most similar first.
+pub struct NearestNeighbours {
+    pub(super) tokenizer: Tokenizer,
+    pub(super) batch_size: usize,
+    pub(super) queue: String,
+    pub(super) write_queue: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NeighboursPayload {
+    set: String,
+    queries: Vec<String>,
+    #[serde(default = "default_k")]
+    k: usize,
+}
+
+fn default_k() -> usize {
+    5
+}
+
+impl NeighboursPayload {
+    fn parse(payload: &Value) -> Result<NeighboursPayload, String> {
+        let parsed: NeighboursPayload = parse_payload(payload)?;
+        check_set_name(&parsed.set)?;
+        if parsed.queries.is_empty() || parsed.queries.len() > MAX_QUERIES {
+            return Err(format!("queries must hold 1 to {MAX_QUERIES} texts"));
+        }
+        if !(1..=MAX_K).contains(&parsed.k) {
+            return Err(format!("k must be 1 to {MAX_K}"));
+        }
+        Ok(parsed)
+    }
+}
+
+#[async_trait]
+impl Operation for NearestNeighbours {
+    fn name(&self) -> &'static str {
+        NEAREST_NEIGHBOURS
+    }
+
+    fn validate(&self, payload: &Value) -> Result<(), String> {
+        NeighboursPayload::parse(payload).map(drop)
+    }
+
+    fn is_coordinator(&self) -> bool {
+        true
+    }
+
+    /// Every query with its neighbours, in query order.
+    fn reduce(&self, outputs: Vec<Value>) -> Value {
+        let first = outputs.first().cloned().unwrap_or_default();
+        let queries: Vec<Value> =
+            outputs.into_iter().flat_map(|output| output["queries"].as_array().cloned().unwrap_or_default()).collect();
+        json!({ "set": first["set"], "k": first["k"], "model": first["model"], "queries": queries })
+    }
+
+    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
+        let payload = NeighboursPayload::parse(&payload).map_err(invalid)?;
+        for (index, query) in payload.queries.iter().enumerate() {
+            self.tokenizer.check(index, query).map_err(|err| OperationError::new(INVALID_INPUT, err.to_string()))?;
+        }
+        // The set must be whole: every input stored, its job over.
+        let Some(set) = sets::find(ctx.db(), &payload.set).await.map_err(database)? else {
+            return Err(OperationError::new(UNKNOWN_SET, format!("no embedding set {:?}", payload.set)));
+        };
+        let stored = sets::stored(ctx.db(), &payload.set).await.map_err(database)?;
+        if stored as i64 != set.inputs || set.inputs == 0 {
+            let message =
+                format!("set {:?} holds {stored} of its {} inputs: its job has not finished", payload.set, set.inputs);
+            return Err(OperationError::new(SET_NOT_READY, message));
+        }
+        let batches = payload
+            .queries
+            .chunks(self.batch_size)
+            .enumerate()
+            .map(|(at, chunk)| json!({ "first": at * self.batch_size, "queries": chunk }))
+            .collect();
+        let snapshot = json!({ "set": payload.set, "k": payload.k, "inputs": set.inputs, "job_id": set.job_id });
+        ctx.fan_out(FanOut {
+            operation: NEIGHBOURS_BATCH.into(),
+            queue: self.queue.clone(),
+            write_queue: self.write_queue.clone(),
+            snapshot,
+            batches,
+            max_retries: 2,
+        })
+        .await?;
+        Ok(json!({ "set": payload.set }))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NeighboursBatchPayload {
+    first: usize,
+    queries: Vec<String>,
+}
+
+/// `nearest_neighbours.batch`: embeds its queries and ranks the set's vectors against them.
+pub struct NeighboursBatch {
+    pub(super) inference: Inference,
+    pub(super) tokenizer: Tokenizer,
+    pub(super) cache: Arc<SetCache>,
+}
+
+#[async_trait]
+impl Operation for NeighboursBatch {
+    fn name(&self) -> &'static str {
+        NEIGHBOURS_BATCH
+    }
+
+    fn validate(&self, payload: &Value) -> Result<(), String> {
+        parse_payload::<NeighboursBatchPayload>(payload).map(drop)
+    }
+
+    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
+        let batch: NeighboursBatchPayload = parse_payload(&payload).map_err(invalid)?;
+        let snapshot = ctx.snapshot().clone();
+        let name = snapshot["set"].as_str().unwrap_or_default();
+        let k = snapshot["k"].as_u64().unwrap_or(5) as usize;
+        let inputs = snapshot["inputs"].as_i64().unwrap_or(0);
+        let job_id = snapshot["job_id"].as_str().and_then(|id| id.parse().ok()).unwrap_or_default();
+        let embedded = embed(&ctx, &self.inference, &self.tokenizer, batch.first, &batch.queries).await?;
+        let set = self.cache.get(ctx.db(), name, job_id, inputs).await.map_err(database)?;
+        let queries: Vec<Value> = batch
+            .queries
+            .iter()
+            .zip(&embedded.vectors)
+            .map(|(query, vector)| {
+                let found = nearest(&set, vector, k).map_err(|err| OperationError::new(DIMENSION_MISMATCH, err))?;
+                let found: Vec<Value> = found
+                    .into_iter()
+                    .map(|Neighbour { item, score }| {
+                        json!({ "item": set.items[item].item, "input": set.items[item].input, "score": score })
+                    })
+                    .collect();
+                Ok(json!({ "query": query, "neighbours": found }))
+            })
+            .collect::<Result<_, OperationError>>()?;
+        Ok(json!({ "set": name, "k": k, "model": embedded.model, "first": batch.first, "queries": queries }))
+    }
+}

@@ -1,0 +1,146 @@
+//! Stored embedding sets: a set is claimed by the job that computes it, its rows arrive
+//! batch by batch from the write queue (each batch once), and it is read back by page or
+//! whole for nearest-neighbour search. Needs no libtorch: a build without inference still
+//! serves the sets stored by one with it.
+
+use sea_orm::sea_query::{InsertStatement, OnConflict, Query};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, TryInsertResult,
+};
+use uuid::Uuid;
+
+use super::entity::{embedding, embedding_set};
+use crate::store::clock;
+
+/// Longest set name.
+pub const MAX_SET_NAME: usize = 200;
+
+/// A set name: 1 to 200 of `A-Z a-z 0-9 . _ -`.
+pub fn check_set_name(name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > MAX_SET_NAME || !name.chars().all(allowed) {
+        return Err(format!("a set name is 1 to {MAX_SET_NAME} of the characters A-Z a-z 0-9 . _ -"));
+    }
+    Ok(())
+}
+
+/// One stored input and its vector.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    pub item: i64,
+    pub input: String,
+    pub vector: Vec<f32>,
+}
+
+/// Why a set could not be claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("set {name:?} belongs to job {owner}")]
+    Taken { name: String, owner: Uuid },
+    #[error(transparent)]
+    Database(#[from] DbErr),
+}
+
+/// Claims `name` for `job_id` with `inputs` inputs. The job's own re-run finds the set
+/// already its own and starts it afresh (its earlier rows are deleted); another job's set is
+/// refused.
+pub async fn claim(db: &impl ConnectionTrait, name: &str, job_id: Uuid, inputs: i64) -> Result<(), ClaimError> {
+    let row = embedding_set::ActiveModel {
+        name: Set(name.to_owned()),
+        job_id: Set(job_id),
+        inputs: Set(inputs),
+        created_at: Set(clock::now()),
+    };
+    let inserted = embedding_set::Entity::insert(row)
+        .on_conflict_do_nothing_on([embedding_set::Column::Name])
+        .exec_without_returning(db)
+        .await?;
+    if matches!(inserted, TryInsertResult::Inserted(1)) {
+        return Ok(());
+    }
+    // Compare-and-set on the owner: only this job's set takes the new count.
+    let moved = embedding_set::Entity::update_many()
+        .col_expr(embedding_set::Column::Inputs, inputs.into())
+        .filter(embedding_set::Column::Name.eq(name))
+        .filter(embedding_set::Column::JobId.eq(job_id))
+        .exec(db)
+        .await?
+        .rows_affected;
+    if moved == 0 {
+        let owner = embedding_set::Entity::find_by_id(name.to_owned()).one(db).await?.map(|set| set.job_id);
+        return Err(ClaimError::Taken { name: name.to_owned(), owner: owner.unwrap_or_default() });
+    }
+    embedding::Entity::delete_many().filter(embedding::Column::SetName.eq(name)).exec(db).await?;
+    Ok(())
+}
+
+/// The insert of one batch's rows: items `first..`, skipped where already stored, so a
+/// batch written twice (a redelivery) leaves the first write.
+pub fn insert_rows(set: &str, first: i64, inputs: &[String], vectors: &[Vec<f32>]) -> InsertStatement {
+    let mut insert = Query::insert();
+    insert.into_table(embedding::Entity).columns([
+        embedding::Column::SetName,
+        embedding::Column::Item,
+        embedding::Column::Input,
+        embedding::Column::Vector,
+    ]);
+    for (at, (input, vector)) in inputs.iter().zip(vectors).enumerate() {
+        let values = [set.into(), (first + at as i64).into(), input.as_str().into(), encode(vector).into()];
+        insert.values_panic(values);
+    }
+    insert.on_conflict(
+        OnConflict::columns([embedding::Column::SetName, embedding::Column::Item]).do_nothing().to_owned(),
+    );
+    insert
+}
+
+/// The set's row, if it exists.
+pub async fn find(db: &DatabaseConnection, name: &str) -> Result<Option<embedding_set::Model>, DbErr> {
+    embedding_set::Entity::find_by_id(name.to_owned()).one(db).await
+}
+
+/// Up to `limit` items after `after` (every item when `None`), in item order.
+pub async fn page(db: &DatabaseConnection, name: &str, after: Option<i64>, limit: u64) -> Result<Vec<Item>, DbErr> {
+    let mut query = embedding::Entity::find().filter(embedding::Column::SetName.eq(name));
+    if let Some(after) = after {
+        query = query.filter(embedding::Column::Item.gt(after));
+    }
+    let rows = query.order_by_asc(embedding::Column::Item).limit(limit).all(db).await?;
+    Ok(rows.into_iter().map(|row| Item { item: row.item, input: row.input, vector: decode(&row.vector) }).collect())
+}
+
+/// How many items of the set are stored.
+pub async fn stored(db: &DatabaseConnection, name: &str) -> Result<u64, DbErr> {
+    use sea_orm::PaginatorTrait;
+    embedding::Entity::find().filter(embedding::Column::SetName.eq(name)).count(db).await
+}
+
+/// Little-endian f32s.
+pub fn encode(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|value| value.to_le_bytes()).collect()
+}
+
+/// The inverse of [`encode`]; a trailing partial float is dropped.
+pub fn decode(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]])).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_round_trip_exactly() {
+        let vector = vec![0.1_f32, -3.5e-12, f32::MAX, 0.0];
+        assert_eq!(decode(&encode(&vector)), vector);
+    }
+
+    #[test]
+    fn set_names_are_checked() {
+        assert!(check_set_name("proteins-v2.1_a").is_ok());
+        for bad in ["", "a b", "a/b", "@global", "x:y", &"a".repeat(201), "naïve"] {
+            assert!(check_set_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,435 @@
+//! The inference actor and its operations, with real libtorch: the actor against the model
+//! run directly, `compute_embeddings` and `nearest_neighbours` end to end on SQLite and
+//! PostgreSQL, a batch worker in another process over RabbitMQ (and killed mid-run), two
+//! jobs contending for a full actor, and models that cannot serve.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tch::{CModule, Kind, Tensor};
+use uuid::Uuid;
+use yardmaster::config::InferenceSettings;
+use yardmaster::inference::actor::Inference;
+use yardmaster::inference::tokenizer::Tokenizer;
+
+use crate::helpers::{Backend, TestApp, TestOptions};
+
+/// A directory of model files for one test, removed afterwards.
+pub struct Models {
+    dir: PathBuf,
+}
+
+impl Models {
+    pub fn new() -> Models {
+        let dir = std::env::temp_dir().join(format!("yardmaster-models-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Models { dir }
+    }
+
+    /// The default model, written as `yardmaster model init` writes it.
+    pub fn default_model(&self) -> PathBuf {
+        let path = self.dir.join("default.pt");
+        yardmaster::inference::model::write_default(&path, InferenceSettings::default().vocab).unwrap();
+        path
+    }
+
+    /// A file at `name` holding `bytes`.
+    pub fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+impl Drop for Models {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn settings(model: &Path) -> InferenceSettings {
+    InferenceSettings { model: model.display().to_string(), device: "cpu".into(), ..Default::default() }
+}
+
+/// A protein-like sequence, the same for the same `seed`.
+pub fn sequence(seed: usize, len: usize) -> String {
+    const RESIDUES: &[u8] = b"ACDEFGHIKLMNPQRSTVWY";
+    let mut state = (seed as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            RESIDUES[(state % RESIDUES.len() as u64) as usize] as char
+        })
+        .collect()
+}
+
+/// The model at `path` run directly with tch, one input at a time.
+fn direct(path: &Path, inputs: &[String]) -> Vec<Vec<f32>> {
+    let module = CModule::load(path).unwrap();
+    let tokenizer = Tokenizer::new(InferenceSettings::default().vocab, InferenceSettings::default().max_tokens);
+    tch::no_grad(|| {
+        inputs
+            .iter()
+            .map(|input| {
+                let tokens = tokenizer.encode(0, &[input]).unwrap();
+                let ids = Tensor::from_slice(&tokens.ids).reshape([1, tokens.columns as i64]);
+                let out = module.forward_ts(&[ids]).unwrap().to_kind(Kind::Float).flatten(0, -1);
+                Vec::<f32>::try_from(&out).unwrap()
+            })
+            .collect()
+    })
+}
+
+fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn inference_options(inference: InferenceSettings) -> TestOptions {
+    TestOptions {
+        operation_queues: vec!["inference"],
+        write_queues: vec!["batch_writes"],
+        inference: Some(inference),
+        ..Default::default()
+    }
+}
+
+async fn wait_for_end(app: &TestApp, id: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let (code, job) = app.get(&format!("/jobs/{id}")).await;
+        assert_eq!(code, 200, "{job}");
+        if ["succeeded", "failed", "cancelled"].contains(&job["status"].as_str().unwrap_or("")) {
+            return job;
+        }
+        assert!(Instant::now() < deadline, "the job never ended: {job}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every item of a stored set, paged through `GET /embeddings/{set}`.
+async fn stored_items(app: &TestApp, set: &str, limit: u64) -> Vec<Value> {
+    let mut items = Vec::new();
+    let mut after: Option<i64> = None;
+    loop {
+        let query = after.map(|after| format!("&after={after}")).unwrap_or_default();
+        let (code, page) = app.get(&format!("/embeddings/{set}?limit={limit}{query}")).await;
+        assert_eq!(code, 200, "{page}");
+        items.extend(page["items"].as_array().unwrap().iter().cloned());
+        match page["next_after"].as_i64() {
+            Some(next) => after = Some(next),
+            None => return items,
+        }
+    }
+}
+
+fn vector(value: &Value) -> Vec<f32> {
+    value.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect()
+}
+
+/// A model traced here (not the default one), loaded by the actor, answers what the same
+/// file answers run directly with tch.
+#[actix_rt::test]
+async fn the_actor_answers_what_the_model_answers_run_directly() {
+    let models = Models::new();
+    let path = models.path("mean.pt");
+    let table = Tensor::from_slice(&(0..4096 * 8).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect::<Vec<_>>())
+        .reshape([4096, 8]);
+    let mut forward = |inputs: &[Tensor]| {
+        let ids = &inputs[0];
+        let mask = ids.ne(0).to_kind(Kind::Float).unsqueeze(-1);
+        let summed = (Tensor::embedding(&table, ids, 0, false, false) * &mask).sum_dim_intlist(
+            [1_i64].as_slice(),
+            false,
+            Kind::Float,
+        );
+        vec![summed / mask.sum_dim_intlist([1_i64].as_slice(), false, Kind::Float)]
+    };
+    let example = Tensor::from_slice(&[1_i64, 2, 0, 3]).reshape([2, 2]);
+    CModule::create_by_tracing("mean", "forward", &[example], &mut forward).unwrap().save(&path).unwrap();
+
+    let inputs: Vec<String> = (0..20).map(|i| sequence(i, 5 + i)).collect();
+    let inference = Inference::new(settings(&path));
+    let tokenizer = Tokenizer::new(4096, 512);
+    let embedded = inference.embed(tokenizer.encode(0, &inputs).unwrap()).await.unwrap();
+    assert_eq!((embedded.model.as_str(), embedded.device.as_str()), ("mean.pt", "cpu"));
+    let expected = direct(&path, &inputs);
+    assert_eq!(embedded.vectors.len(), inputs.len());
+    for (got, want) in embedded.vectors.iter().zip(&expected) {
+        assert_eq!(got.len(), 8);
+        assert!(max_difference(got, want) <= 1e-6, "{got:?} vs {want:?}");
+    }
+}
+
+/// A corrupt model, a missing one, and one answering the wrong shape are errors with their
+/// own codes, never a panic; the actor goes on answering.
+#[actix_rt::test]
+async fn models_that_cannot_serve_answer_with_their_codes() {
+    let models = Models::new();
+    let tokenizer = Tokenizer::new(4096, 512);
+    let tokens = || tokenizer.encode(0, &["MKV", "AAAA"]).unwrap();
+
+    let corrupt = Inference::new(settings(&models.file("corrupt.pt", b"PK\x03\x04 not a model at all")));
+    let err = corrupt.embed(tokens()).await.unwrap_err();
+    assert_eq!(err.code(), "ModelUnavailable", "{err}");
+    assert_eq!(corrupt.embed(tokens()).await.unwrap_err().code(), "ModelUnavailable");
+
+    let missing = Inference::new(settings(&models.path("absent.pt")));
+    let err = missing.embed(tokens()).await.unwrap_err();
+    assert!(err.code() == "ModelUnavailable" && err.to_string().contains("does not exist"), "{err}");
+
+    let path = models.path("flat.pt");
+    let mut flat = |inputs: &[Tensor]| {
+        vec![inputs[0].to_kind(Kind::Float).sum_dim_intlist([1_i64].as_slice(), false, Kind::Float)]
+    };
+    let example = Tensor::from_slice(&[1_i64, 2, 0, 3]).reshape([2, 2]);
+    CModule::create_by_tracing("flat", "forward", &[example], &mut flat).unwrap().save(&path).unwrap();
+    let err = Inference::new(settings(&path)).embed(tokens()).await.unwrap_err();
+    assert_eq!(err.code(), "ModelShapeMismatch", "{err}");
+}
+
+/// The mailbox is bounded: with one batch accepted, the next is refused at once as busy.
+#[actix_rt::test]
+async fn a_full_actor_answers_busy_at_once() {
+    let models = Models::new();
+    let inference = Inference::new(InferenceSettings { mailbox: 1, ..settings(&models.default_model()) });
+    let tokenizer = Tokenizer::new(4096, 512);
+    let long: Vec<String> = (0..64).map(|i| sequence(i, 500)).collect();
+    let first = inference.embed(tokenizer.encode(0, &long).unwrap());
+    let second = async {
+        // The first request holds the only place from its first poll on.
+        tokio::task::yield_now().await;
+        inference.embed(tokenizer.encode(0, &["MKV"]).unwrap()).await
+    };
+    let (first, second) = futures_util::future::join(first, second).await;
+    assert!(first.is_ok());
+    assert_eq!(second.unwrap_err().code(), "InferenceBusy");
+    // Once the first is answered, the place is free again.
+    assert!(inference.embed(tokenizer.encode(0, &["MKV"]).unwrap()).await.is_ok());
+}
+
+/// 1,000 inputs: the coordinator ends SUCCEEDED with exact progress, one stored vector per
+/// input, each the model's own answer for that input.
+async fn compute_embeddings_stores_a_vector_per_input(backend: Backend) {
+    let models = Models::new();
+    let model = models.default_model();
+    let app = TestApp::spawn_with(backend, inference_options(settings(&model))).await;
+    let inputs: Vec<String> = (0..1000).map(|i| sequence(i, 20 + i % 40)).collect();
+    let body = json!({ "operation": "compute_embeddings", "payload": { "set": "proteins", "inputs": inputs } });
+    let (code, job) = app.submit(body).await;
+    assert_eq!(code, 201, "{job}");
+    let id = job["id"].as_str().unwrap();
+    let done = wait_for_end(&app, id, Duration::from_secs(120)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let batches = 1000_u64.div_ceil(64) as i64;
+    assert_eq!((done["progress_current"].as_i64(), done["progress_total"].as_i64()), (Some(batches), Some(batches)));
+    let result = &done["result"];
+    assert_eq!(
+        (result["set"].as_str(), result["count"].as_u64(), result["dims"].as_u64()),
+        (Some("proteins"), Some(1000), Some(128))
+    );
+    assert_eq!((result["model"].as_str(), result["device"].as_str()), (Some("default.pt"), Some("cpu")));
+    assert_eq!(app.count("SELECT COUNT(*) FROM embedding WHERE set_name = 'proteins'").await, 1000);
+
+    let items = stored_items(&app, "proteins", 300).await;
+    assert_eq!(items.len(), 1000);
+    for (at, item) in items.iter().enumerate() {
+        assert_eq!((item["item"].as_i64(), item["input"].as_str()), (Some(at as i64), Some(inputs[at].as_str())));
+    }
+    let sample: Vec<usize> = vec![0, 1, 63, 64, 500, 999];
+    let expected = direct(&model, &sample.iter().map(|&at| inputs[at].clone()).collect::<Vec<_>>());
+    for (at, want) in sample.iter().zip(&expected) {
+        let got = vector(&items[*at]["vector"]);
+        assert!(max_difference(&got, want) <= 1e-5, "item {at}: differs by {}", max_difference(&got, want));
+    }
+    let (code, page) = app.get("/embeddings/proteins?limit=1").await;
+    assert_eq!((code, page["job_status"].as_str(), page["inputs"].as_i64()), (200, Some("succeeded"), Some(1000)));
+}
+
+/// Nearest neighbours of a constructed set: an input's own text finds itself first with
+/// similarity 1, and the ranking is the brute-force ranking of the stored vectors.
+async fn nearest_neighbours_finds_the_known_nearest(backend: Backend) {
+    let models = Models::new();
+    let model = models.default_model();
+    let app = TestApp::spawn_with(backend, inference_options(settings(&model))).await;
+    let inputs: Vec<String> = (0..200).map(|i| sequence(i, 30)).collect();
+    let (_, job) =
+        app.submit(json!({ "operation": "compute_embeddings", "payload": { "set": "known", "inputs": inputs } })).await;
+    let embedded = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(embedded["status"], "succeeded", "{embedded}");
+
+    let queries = vec![inputs[17].clone(), inputs[150].clone(), "MKVLAAGIVGLLLAQ".to_owned()];
+    let body = json!({ "operation": "nearest_neighbours", "payload": { "set": "known", "queries": queries, "k": 5 } });
+    let (code, job) = app.submit(body).await;
+    assert_eq!(code, 201, "{job}");
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let answers = done["result"]["queries"].as_array().unwrap();
+    assert_eq!(answers.len(), 3);
+    for (at, own) in [(0, 17), (1, 150)] {
+        let first = &answers[at]["neighbours"][0];
+        assert_eq!(first["item"], own, "{}", answers[at]);
+        assert!((first["score"].as_f64().unwrap() - 1.0).abs() < 1e-4, "{first}");
+    }
+    // Brute force over the stored vectors, for the query that is in no set.
+    let stored = stored_items(&app, "known", 500).await;
+    let query = direct(&model, &queries[2..]).remove(0);
+    let mut ranked: Vec<(f32, i64)> = stored
+        .iter()
+        .map(|item| {
+            let v = vector(&item["vector"]);
+            let dot: f32 = v.iter().zip(&query).map(|(a, b)| a * b).sum();
+            let norms = v.iter().map(|x| x * x).sum::<f32>().sqrt() * query.iter().map(|x| x * x).sum::<f32>().sqrt();
+            (dot / norms, item["item"].as_i64().unwrap())
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.0.partial_cmp(&a.0).unwrap().then(a.1.cmp(&b.1)));
+    let expected: Vec<i64> = ranked.iter().take(5).map(|(_, item)| *item).collect();
+    let got: Vec<i64> =
+        answers[2]["neighbours"].as_array().unwrap().iter().map(|n| n["item"].as_i64().unwrap()).collect();
+    assert_eq!(got, expected);
+}
+
+/// Two embedding jobs at once through an actor that takes one batch at a time: batches
+/// that find it full wait (RetryLater, `inference.busy` in the log) and both jobs finish.
+async fn two_jobs_share_a_full_actor_through_retry_later(backend: Backend) {
+    let models = Models::new();
+    let inference =
+        InferenceSettings { mailbox: 1, batch_size: 8, retry_after_ms: 20, ..settings(&models.default_model()) };
+    let app = TestApp::spawn_with(backend, inference_options(inference)).await;
+    let mut ids = Vec::new();
+    for set in ["first", "second"] {
+        let inputs: Vec<String> = (0..64).map(|i| sequence(i, 200)).collect();
+        let (code, job) =
+            app.submit(json!({ "operation": "compute_embeddings", "payload": { "set": set, "inputs": inputs } })).await;
+        assert_eq!(code, 201, "{job}");
+        ids.push(job["id"].as_str().unwrap().to_owned());
+    }
+    let mut busy = 0;
+    for id in &ids {
+        let done = wait_for_end(&app, id, Duration::from_secs(120)).await;
+        assert_eq!(
+            (done["status"].as_str(), done["result"]["count"].as_u64()),
+            (Some("succeeded"), Some(64)),
+            "{done}"
+        );
+        busy += app.event_names(id).await.iter().filter(|name| *name == "inference.busy").count();
+    }
+    assert!(busy > 0, "no batch ever found the actor full");
+    assert_eq!(app.count("SELECT COUNT(*) FROM embedding").await, 128);
+}
+
+/// A corrupt model fails the job with the model's code, and the service goes on serving.
+async fn a_corrupt_model_fails_the_job_and_the_service_goes_on(backend: Backend) {
+    let models = Models::new();
+    let corrupt = models.file("corrupt.pt", &[0x50, 0x4b, 0x03, 0x04, 0xde, 0xad, 0xbe, 0xef]);
+    let app = TestApp::spawn_with(backend, inference_options(settings(&corrupt))).await;
+    let (_, job) =
+        app.submit(json!({ "operation": "compute_embeddings", "payload": { "inputs": ["MKV", "AAA"] } })).await;
+    let id = job["id"].as_str().unwrap();
+    let failed = wait_for_end(&app, id, Duration::from_secs(60)).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(failed["error_message"].as_str().unwrap().contains("ModelUnavailable"), "{failed}");
+    let events = app.events(id).await;
+    let child = events.iter().find(|event| event["event"] == "child.failed").expect("child.failed");
+    assert_eq!(child["fields"]["error_code"], "ModelUnavailable", "{child}");
+
+    let (code, _) = app.get("/healthz").await;
+    assert_eq!(code, 200);
+    let (_, ping) = app.submit(json!({ "operation": "ping" })).await;
+    app.wait_for_status(ping["id"].as_str().unwrap(), "succeeded").await;
+}
+
+/// Inputs the tokeniser refuses, and a set another job owns, fail the coordinator with
+/// their own codes before any batch is sent.
+async fn refused_inputs_and_taken_sets_fail_with_their_codes(backend: Backend) {
+    let models = Models::new();
+    let app = TestApp::spawn_with(backend, inference_options(settings(&models.default_model()))).await;
+    let too_long = "A".repeat(513);
+    for (inputs, needle) in [(json!(["MKV", ""]), "input 1 is empty"), (json!([too_long]), "513 characters")] {
+        let (_, job) = app.submit(json!({ "operation": "compute_embeddings", "payload": { "inputs": inputs } })).await;
+        let failed = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+        assert_eq!(failed["error_code"], "InvalidInput", "{failed}");
+        assert!(failed["error_message"].as_str().unwrap().contains(needle), "{failed}");
+        assert_eq!(failed["progress_total"], Value::Null, "no batch was sent: {failed}");
+    }
+    let (_, first) =
+        app.submit(json!({ "operation": "compute_embeddings", "payload": { "set": "mine", "inputs": ["MKV"] } })).await;
+    assert_eq!(wait_for_end(&app, first["id"].as_str().unwrap(), Duration::from_secs(30)).await["status"], "succeeded");
+    let (_, second) =
+        app.submit(json!({ "operation": "compute_embeddings", "payload": { "set": "mine", "inputs": ["AAA"] } })).await;
+    let taken = wait_for_end(&app, second["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+    assert_eq!(taken["error_code"], "SetTaken", "{taken}");
+    // The first job's set is untouched.
+    let items = stored_items(&app, "mine", 10).await;
+    assert_eq!((items.len(), items[0]["input"].as_str()), (1, Some("MKV")));
+    // Neighbours of a set that does not exist.
+    let body = json!({ "operation": "nearest_neighbours", "payload": { "set": "nowhere", "queries": ["MKV"] } });
+    let (_, job) = app.submit(body).await;
+    assert_eq!(
+        wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await["error_code"],
+        "UnknownSet"
+    );
+}
+
+/// Hostile requests to the new endpoint and payloads: clear problems, nothing written.
+async fn hostile_input_gets_clear_problems(backend: Backend) {
+    let models = Models::new();
+    let app = TestApp::spawn_with(backend, inference_options(settings(&models.default_model()))).await;
+    for (path, code, problem) in [
+        ("/embeddings/nowhere", 404, "set_not_found"),
+        ("/embeddings/bad%00name", 400, "invalid_set_name"),
+        ("/embeddings/a%2Fb", 400, "invalid_set_name"),
+        ("/embeddings/%40global", 400, "invalid_set_name"),
+        (&format!("/embeddings/{}", "x".repeat(201)), 400, "invalid_set_name"),
+        ("/embeddings/nowhere?limit=0", 400, "invalid_query"),
+        ("/embeddings/nowhere?after=abc", 400, "invalid_query"),
+        ("/embeddings/nowhere?limit=99999999", 400, "invalid_query"),
+        ("/embeddings/nowhere?cursor=1", 400, "invalid_query"),
+    ] {
+        let (status, body) = app.get(path).await;
+        assert_eq!((status, body["code"].as_str()), (code, Some(problem)), "{path}: {body}");
+    }
+    for payload in [
+        json!({}),
+        json!({ "inputs": [] }),
+        json!({ "inputs": "MKV" }),
+        json!({ "inputs": [1, 2] }),
+        json!({ "inputs": ["a"], "from_set": "b" }),
+        json!({ "inputs": ["a"], "set": "no/slash" }),
+        json!({ "inputs": ["a"], "set": "" }),
+        json!({ "inputs": ["a"], "extra": true }),
+    ] {
+        let (status, body) = app.submit(json!({ "operation": "compute_embeddings", "payload": payload })).await;
+        assert_eq!((status, body["code"].as_str()), (422, Some("invalid_payload")), "{payload}: {body}");
+    }
+    for payload in [
+        json!({ "set": "s", "queries": [] }),
+        json!({ "set": "s", "queries": ["a"], "k": 0 }),
+        json!({ "set": "s", "queries": ["a"], "k": 51 }),
+    ] {
+        let (status, body) = app.submit(json!({ "operation": "nearest_neighbours", "payload": payload })).await;
+        assert_eq!((status, body["code"].as_str()), (422, Some("invalid_payload")), "{payload}: {body}");
+    }
+    let (status, body) =
+        app.submit(json!({ "operation": "compute_embeddings", "payload": { "inputs": ["a\u{0000}b"] } })).await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("nul_character")), "{body}");
+    assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 0);
+    assert_eq!(app.count("SELECT COUNT(*) FROM embedding_set").await, 0);
+}
+
+on_both_backends!(
+    compute_embeddings_stores_a_vector_per_input,
+    nearest_neighbours_finds_the_known_nearest,
+    two_jobs_share_a_full_actor_through_retry_later,
+    a_corrupt_model_fails_the_job_and_the_service_goes_on,
+    refused_inputs_and_taken_sets_fail_with_their_codes,
+    hostile_input_gets_clear_problems,
+);
