@@ -182,7 +182,7 @@ async fn a_broker_restart_mid_run_loses_no_job() {
     assert_eq!(app.count("SELECT COUNT(*) FROM job WHERE attempts <> 1").await, 0);
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 

@@ -433,3 +433,129 @@ on_both_backends!(
     refused_inputs_and_taken_sets_fail_with_their_codes,
     hostile_input_gets_clear_problems,
 );
+
+/// Production's shape: an API process, a worker for jobs and writes, and the batch worker
+/// that holds the model in a process of its own, over PostgreSQL and RabbitMQ.
+mod amqp {
+    use std::time::{Duration, Instant};
+
+    use sea_orm::Database;
+    use serde_json::{json, Value};
+
+    use super::{sequence, Models};
+    use crate::amqp_processes::{count, free_port, wait_for_count, Deployment, Process};
+    use crate::helpers::{Backend, TestDatabase};
+
+    struct Fleet {
+        deployment: Deployment,
+        bind: String,
+        env: Vec<(&'static str, String)>,
+        _api: Process,
+        _jobs: Process,
+    }
+
+    impl Fleet {
+        async fn start(url: &str, model: &std::path::Path, batch_size: usize) -> Fleet {
+            let deployment = Deployment::new(url);
+            let bind = format!("127.0.0.1:{}", free_port());
+            let env = vec![
+                ("YARDMASTER__INFERENCE__MODEL", model.display().to_string()),
+                ("YARDMASTER__INFERENCE__BATCH_SIZE", batch_size.to_string()),
+            ];
+            let extra: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+            let api = deployment.spawn(&["serve", "--no-workers", "--bind", &bind], &extra);
+            let client = reqwest::Client::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while client.get(format!("http://{bind}/healthz")).send().await.is_err() {
+                assert!(Instant::now() < deadline, "the API never came up");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let jobs = deployment.spawn(&["worker", "--queue", "default", "--queue", "batch_writes"], &extra);
+            Fleet { deployment, bind, env, _api: api, _jobs: jobs }
+        }
+
+        /// A worker of the inference queue only: the process that loads the model.
+        fn batch_worker(&self, id: &str) -> Process {
+            let mut extra: Vec<(&str, &str)> = self.env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+            extra.push(("YARDMASTER__WORKER__ID", id));
+            self.deployment.spawn(&["worker", "--queue", "inference"], &extra)
+        }
+
+        async fn submit(&self, body: Value) -> Value {
+            let response = reqwest::Client::new().post(format!("http://{}/jobs", self.bind)).json(&body).send().await;
+            let (code, job) = crate::helpers::read(response.unwrap()).await;
+            assert_eq!(code, 201, "{job}");
+            job
+        }
+
+        async fn get(&self, path: &str) -> Value {
+            let response = reqwest::get(format!("http://{}{path}", self.bind)).await.unwrap();
+            crate::helpers::read(response).await.1
+        }
+    }
+
+    /// 1,000 inputs, the batches run by a worker process of their own.
+    #[actix_rt::test]
+    async fn a_batch_worker_in_another_process_embeds_a_thousand_inputs() {
+        let models = Models::new();
+        let model = models.default_model();
+        let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+        let fleet = Fleet::start(&url, &model, 64).await;
+        let _gpu = fleet.batch_worker("gpu");
+        let inputs: Vec<String> = (0..1000).map(|i| sequence(i, 20 + i % 40)).collect();
+        let job = fleet
+            .submit(json!({ "operation": "compute_embeddings", "payload": { "set": "far", "inputs": inputs } }))
+            .await;
+        let db = Database::connect(&url).await.unwrap();
+        wait_for_count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", 1, Duration::from_secs(120)).await;
+        let done = fleet.get(&format!("/jobs/{}", job["id"].as_str().unwrap())).await;
+        assert_eq!(
+            (done["progress_current"].as_i64(), done["progress_total"].as_i64()),
+            (Some(16), Some(16)),
+            "{done}"
+        );
+        assert_eq!(done["result"]["count"], 1000, "{done}");
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM embedding WHERE set_name = 'far'").await, 1000);
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM embedding WHERE length(vector) <> 512").await, 0);
+    }
+
+    /// The batch worker is killed (SIGKILL) with batches in flight; another takes over.
+    /// Every input ends stored once, every batch counted once, the job SUCCEEDED.
+    #[actix_rt::test]
+    async fn a_batch_worker_killed_mid_run_loses_nothing_and_writes_nothing_twice() {
+        let models = Models::new();
+        let model = models.default_model();
+        let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+        let fleet = Fleet::start(&url, &model, 10).await;
+        let mut first = fleet.batch_worker("first");
+        // Long inputs: each batch of 10 takes a noticeable forward pass.
+        let inputs: Vec<String> = (0..200).map(|i| sequence(i, 500)).collect();
+        let job = fleet
+            .submit(json!({ "operation": "compute_embeddings", "payload": { "set": "killed", "inputs": inputs } }))
+            .await;
+        let db = Database::connect(&url).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while count(&db, "SELECT COUNT(*) FROM embedding").await == 0 {
+            assert!(Instant::now() < deadline, "no batch was ever stored");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        first.0.kill().unwrap();
+        first.0.wait().unwrap();
+        let stored_at_kill = count(&db, "SELECT COUNT(*) FROM embedding").await;
+        assert!(stored_at_kill < 200, "the run finished before the kill: nothing was tested");
+
+        let _second = fleet.batch_worker("second");
+        wait_for_count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", 1, Duration::from_secs(120)).await;
+        let id = job["id"].as_str().unwrap();
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM embedding WHERE set_name = 'killed'").await, 200);
+        assert_eq!(count(&db, "SELECT COUNT(DISTINCT item) FROM embedding WHERE set_name = 'killed'").await, 200);
+        let batches = format!("SELECT COUNT(*) FROM job_batch WHERE parent_job_id = '{id}'");
+        assert_eq!(count(&db, &batches).await, 20);
+        let done = fleet.get(&format!("/jobs/{id}")).await;
+        assert_eq!(
+            (done["progress_current"].as_i64(), done["result"]["count"].as_i64()),
+            (Some(20), Some(200)),
+            "{done}"
+        );
+    }
+}
