@@ -3,17 +3,21 @@
 //! (the machine's limit), all measured in this one run: end-to-end no-op jobs/s with the CPU
 //! per job of every process involved, fan-out against flat jobs, HTTP submissions, submit →
 //! start latency at a fixed offered load, memory per in-flight job, and throughput again with
-//! a large history of finished jobs in the tables. Each ratio is between figures of one kind.
+//! a large history of finished jobs in the tables, and embeddings/s of the inference operations
+//! against the same model run directly. Each ratio is between figures of one kind.
 //!
 //! `BENCH_JOBS` sets the jobs per throughput case (default 50,000), `BENCH_LATENCY_JOBS` the
 //! jobs of each latency case (default 5,000), `BENCH_HISTORY` the finished jobs of the history
-//! cases (default 1,000,000; 0 skips them), `BENCH_ONLY` the groups to run
-//! (`throughput,groupcommit,fanout,http,latency,history,memory`; default all but
+//! cases (default 1,000,000; 0 skips them), `BENCH_EMBED_INPUTS` the inputs of the inference
+//! cases (default 16,384), `BENCH_ONLY` the groups to run
+//! (`throughput,groupcommit,fanout,http,latency,history,memory,inference`; default all but
 //! `groupcommit`). Needs the local PostgreSQL and RabbitMQ (`scripts/bench.sh` starts them,
 //! installs the peer, builds in release and keeps the output in `bench/results/`).
 
 #[path = "support/cpu.rs"]
 mod cpu;
+#[path = "support/inference.rs"]
+mod inference;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -74,6 +78,7 @@ fn main() {
     let number = |name: &str, default: usize| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
     let sizes = Sizes {
         jobs: number("BENCH_JOBS", 50_000),
+        embed_inputs: number("BENCH_EMBED_INPUTS", 16_384),
         history: number("BENCH_HISTORY", 1_000_000),
         latency_jobs: number("BENCH_LATENCY_JOBS", 5_000),
     };
@@ -93,6 +98,8 @@ fn sampler() -> &'static Sampler {
 
 struct Sizes {
     jobs: usize,
+    /// Inputs of the inference cases.
+    embed_inputs: usize,
     history: usize,
     latency_jobs: usize,
 }
@@ -106,6 +113,8 @@ enum Kind {
     FanOut,
     /// HTTP submissions, req/s or jobs/s: against the target.
     Http,
+    /// Embeddings computed, inputs/s: ratio to the same model run directly with tch.
+    Inference,
 }
 
 /// One measured figure.
@@ -212,6 +221,9 @@ async fn run(sizes: Sizes) {
     if wanted("memory") {
         memory = self::memory().await;
     }
+    if wanted("inference") {
+        figures.extend(inference::figures(sizes.embed_inputs).await);
+    }
     report(&figures, &latencies, &history, &memory, sizes.latency_jobs);
 }
 
@@ -236,7 +248,7 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
         "{:<72} {:>8} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8}",
         "case", "total", "bench", "yardmaster", "pg conns", "pg own", "broker", "peer"
     );
-    for figure in figures {
+    for figure in figures.iter().filter(|figure| figure.kind != Kind::Inference) {
         let Some((usage, jobs)) = &figure.cpu else { continue };
         let per_job = |seconds: f64| format!("{:.1}", seconds * 1e6 / *jobs as f64);
         let [bench, yardmaster, postgres, background, broker, node] = Role::ALL.map(|role| per_job(usage.get(role)));
@@ -301,6 +313,28 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
             println!(
                 "{:<66} p50 {:>6.1} ms  p99 {:>6.1} ms  p99.9 {:>7.1} ms  {ratio}",
                 latency.name, latency.p50, latency.p99, latency.p999
+            );
+        }
+    }
+    let embeddings: Vec<&Figure> = figures.iter().filter(|figure| figure.kind == Kind::Inference).collect();
+    if let Some(direct) = embeddings.iter().find(|figure| figure.name.starts_with("tch directly")) {
+        println!();
+        println!("== inference: embeddings/s on CPU, default model (ratio: to the model run directly with tch; target ≥ 0.8×) ==");
+        for figure in &embeddings {
+            let ratio = format!("{:>6.2}×", figure.value / direct.value);
+            println!("{:<72} {:>9.1} {:<3} {ratio}  {}", figure.name, figure.value, figure.unit, figure.note);
+        }
+        println!("{:<72} {:>8} {:>8} {:>10}", "CPU per embedding, µs", "total", "bench", "pg+broker");
+        for figure in &embeddings {
+            let Some((usage, items)) = &figure.cpu else { continue };
+            let per = |seconds: f64| format!("{:.0}", seconds * 1e6 / *items as f64);
+            let others = usage.total() - usage.get(Role::Bench);
+            println!(
+                "{:<72} {:>8} {:>8} {:>10}",
+                figure.name,
+                per(usage.total()),
+                per(usage.get(Role::Bench)),
+                per(others)
             );
         }
     }

@@ -228,4 +228,15 @@ mod tests {
         assert_eq!(nested.pointer.as_deref(), Some("/jobs/3/payload/a"));
         assert_eq!(nested.detail, "/jobs/3/payload/a: a NUL");
     }
+
+    #[test]
+    fn an_operation_left_out_of_the_build_is_unavailable_not_unknown() {
+        let registry = crate::ops::OperationRegistry::builtin().without("compute_embeddings", "built without libtorch");
+        let refused = ApiError::from(registry.validate("compute_embeddings", &serde_json::json!({})).unwrap_err());
+        assert_eq!((refused.code, refused.code.status().as_u16()), (Code::OperationUnavailable, 422));
+        assert!(refused.detail.contains("built without libtorch"), "{}", refused.detail);
+        // An operation the registry has is never shadowed by `without`.
+        let registry = crate::ops::OperationRegistry::builtin().without("ping", "never");
+        assert_eq!(registry.validate("ping", &serde_json::json!({})), Ok(()));
+    }
 }

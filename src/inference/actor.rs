@@ -153,6 +153,25 @@ fn first_line(text: &str) -> &str {
     text.lines().find(|line| !line.trim().is_empty()).unwrap_or(text).trim()
 }
 
+/// The error under a TorchScript traceback (its last `…Error: …` line), else the first line.
+fn cause(text: &str) -> &str {
+    let raised = text
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|line| line.split_once(": ").is_some_and(|(kind, _)| kind.ends_with("Error") && !kind.contains(' ')));
+    raised.unwrap_or_else(|| first_line(text))
+}
+
+/// Whether libtorch's message says the input does not fit the model (shape, type, or a
+/// token id past the model's vocabulary), as opposed to a failure while running it.
+fn refuses_input(reason: &str) -> bool {
+    let reason = reason.to_ascii_lowercase();
+    ["shape", "size", "dimension", "expected", "scalar type", "dtype", "index out of range", "must match"]
+        .iter()
+        .any(|sign| reason.contains(sign))
+}
+
 impl Handler<Embed> for InferenceActor {
     type Result = Result<Embedded, InferenceError>;
 
@@ -175,8 +194,14 @@ fn forward(model: &Loaded, tokens: &Tokens) -> Result<Vec<Vec<f32>>, InferenceEr
         .and_then(|ids| ids.f_to_device(model.device))
         .map_err(failed)?;
     let output = model.module.forward_ts(&[input]).map_err(|err| {
-        let reason = first_line(&err.to_string()).to_owned();
-        InferenceError::ShapeMismatch(format!("the model refused int64 [{rows}, {columns}] token ids: {reason}"))
+        let text = err.to_string();
+        tracing::warn!(model = %model.name, error = %text, "forward pass failed");
+        let reason = cause(&text);
+        if refuses_input(reason) {
+            InferenceError::ShapeMismatch(format!("the model refused int64 [{rows}, {columns}] token ids: {reason}"))
+        } else {
+            InferenceError::Failed(format!("the forward pass failed: {reason}"))
+        }
     })?;
     let size = output.size();
     if size.len() != 2 || size[0] != rows || size[1] < 1 {
@@ -239,5 +264,21 @@ impl Inference {
             .send(Embed(tokens))
             .await
             .map_err(|err| InferenceError::Failed(format!("the inference actor is gone: {err}")))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cause_under_a_torchscript_traceback_is_reported() {
+        let text = "Internal torch error: The following operation failed in the TorchScript interpreter.\n\
+                    Traceback of TorchScript (most recent call last):\n  graph(%x):\n    ~~~ <--- HERE\n\
+                    RuntimeError: index out of range in self\n";
+        assert_eq!(cause(text), "RuntimeError: index out of range in self");
+        assert!(refuses_input(cause(text)));
+        assert_eq!(cause("plain failure\nException raised from x"), "plain failure");
+        assert!(!refuses_input("RuntimeError: could not create a primitive"));
     }
 }

@@ -1,0 +1,100 @@
+//! The inference cases: embeddings/s of `compute_embeddings` on the embedded default (batches
+//! through the in-process inference queue and the actor, vectors stored in SQLite by the
+//! write queue), against the same default model run directly with tch in one loop, both in
+//! this run on the same inputs.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tch::{CModule, Device, Kind as TensorKind, Tensor};
+use yardmaster::config::InferenceSettings;
+use yardmaster::dispatch::Dispatcher;
+use yardmaster::domain::NewJob;
+use yardmaster::inference::tokenizer::Tokenizer;
+use yardmaster::{Application, Settings};
+
+use super::{bench_settings, sampler, wait_for_success, Figure, Kind, Scratch, Store};
+
+/// A protein-like sequence of `len` residues, the same for the same `seed`.
+fn sequence(seed: usize, len: usize) -> String {
+    const RESIDUES: &[u8] = b"ACDEFGHIKLMNPQRSTVWY";
+    let mut state = (seed as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            RESIDUES[(state % RESIDUES.len() as u64) as usize] as char
+        })
+        .collect()
+}
+
+pub async fn figures(inputs: usize) -> Vec<Figure> {
+    let dir = std::env::temp_dir().join(format!("yardmaster-bench-model-{}", uuid::Uuid::new_v4().simple()));
+    let model = dir.join("default.pt");
+    let settings = InferenceSettings { model: model.display().to_string(), device: "cpu".into(), ..Default::default() };
+    yardmaster::inference::model::write_default(&model, settings.vocab).unwrap();
+    // Lengths 50 to 249, as short protein domains.
+    let texts: Vec<String> = (0..inputs).map(|i| sequence(i, 50 + (i * 37) % 200)).collect();
+    let direct = direct(&model, &texts, &settings);
+    let embedded = embedded(&texts, &settings).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    vec![direct, embedded]
+}
+
+/// The model loaded once, then every batch tokenised, run and copied out, one after another.
+fn direct(model: &Path, texts: &[String], settings: &InferenceSettings) -> Figure {
+    let module = CModule::load_on_device(model, Device::Cpu).unwrap();
+    let tokenizer = Tokenizer::new(settings.vocab, settings.max_tokens);
+    let run = |chunk: &[String]| -> Vec<Vec<f32>> {
+        let tokens = tokenizer.encode(0, chunk).unwrap();
+        let ids = Tensor::from_slice(&tokens.ids).reshape([tokens.rows as i64, tokens.columns as i64]);
+        let out = tch::no_grad(|| module.forward_ts(&[ids]).unwrap());
+        let dims = out.size()[1] as usize;
+        let flat = Vec::<f32>::try_from(&out.to_kind(TensorKind::Float).flatten(0, -1)).unwrap();
+        flat.chunks(dims).map(<[f32]>::to_vec).collect()
+    };
+    run(&texts[..1]);
+    let before = sampler().snapshot();
+    let start = Instant::now();
+    let mut vectors = 0;
+    for chunk in texts.chunks(settings.batch_size) {
+        vectors += run(chunk).len();
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let usage = sampler().since(&before);
+    assert_eq!(vectors, texts.len());
+    let name = format!("tch directly: tokenise, forward, copy out; batches of {}", settings.batch_size);
+    Figure::rate(name, texts.len() as f64 / seconds, format!("{} inputs, {seconds:.1} s", texts.len()))
+        .of_kind(Kind::Inference)
+        .with_cpu(usage, texts.len())
+}
+
+/// One `compute_embeddings` job of every input on the embedded default, after a one-input
+/// job has loaded the model.
+async fn embedded(texts: &[String], inference: &InferenceSettings) -> Figure {
+    let scratch = Scratch::create(Store::Sqlite).await;
+    let mut settings = bench_settings(&scratch.url);
+    settings.queues.extend(Settings::default().queues.into_iter().filter(|(name, _)| name != "default"));
+    settings.inference = inference.clone();
+    let app = Application::builder(settings).without_api().build().await.unwrap();
+    let (db, dispatcher) = (app.db(), Dispatcher::new(app.store(), app.transport()));
+    let job = |set: &str, inputs: &[String]| NewJob {
+        payload: json!({ "set": set, "inputs": inputs }),
+        ..NewJob::new("compute_embeddings")
+    };
+    let warm = dispatcher.submit(job("warm-up", &texts[..1])).await.unwrap().job.id;
+    wait_for_success(&db, warm).await;
+    let before = sampler().snapshot();
+    let start = Instant::now();
+    let id = dispatcher.submit(job("bench", texts)).await.unwrap().job.id;
+    let seconds = wait_for_success(&db, id).await.duration_since(start).as_secs_f64();
+    let usage = sampler().since(&before);
+    drop(app);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    scratch.remove().await;
+    let name = "yardmaster embedded: compute_embeddings, SQLite, in-process queues";
+    let note = format!("{} inputs, {seconds:.1} s; vectors stored, parent counted", texts.len());
+    Figure::rate(name, texts.len() as f64 / seconds, note).of_kind(Kind::Inference).with_cpu(usage, texts.len())
+}
