@@ -317,13 +317,23 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
         }
     }
     let embeddings: Vec<&Figure> = figures.iter().filter(|figure| figure.kind == Kind::Inference).collect();
-    if let Some(direct) = embeddings.iter().find(|figure| figure.name.starts_with("tch directly")) {
+    if !embeddings.is_empty() {
         println!();
-        println!("== inference: embeddings/s on CPU, default model (ratio: to the model run directly with tch; target ≥ 0.8×) ==");
-        for figure in &embeddings {
-            let ratio = format!("{:>6.2}×", figure.value / direct.value);
-            println!("{:<72} {:>9.1} {:<3} {ratio}  {}", figure.name, figure.value, figure.unit, figure.note);
+        println!(
+            "== inference: embeddings/s on CPU, default model, {} rounds (ratio: to the model run directly with tch in the same round; target ≥ 0.8×) ==",
+            inference::ROUNDS
+        );
+        let mut ratios = Vec::new();
+        for (round, pair) in embeddings.chunks(2).enumerate() {
+            let [direct, yardmaster] = pair else { continue };
+            ratios.push(yardmaster.value / direct.value);
+            for figure in pair {
+                let ratio = format!("{:>6.2}×", figure.value / direct.value);
+                let name = format!("{} #{}", figure.name, round + 1);
+                println!("{name:<72} {:>9.1} {:<3} {ratio}  {}", figure.value, figure.unit, figure.note);
+            }
         }
+        println!("median ratio {:.2}× (spread {:.2}–{:.2})", median(&ratios), min(&ratios), max(&ratios));
         println!("{:<72} {:>8} {:>8} {:>10}", "CPU per embedding, µs", "total", "bench", "pg+broker");
         for figure in &embeddings {
             let Some((usage, items)) = &figure.cpu else { continue };

@@ -37,11 +37,18 @@ pub async fn figures(inputs: usize) -> Vec<Figure> {
     yardmaster::inference::model::write_default(&model, settings.vocab).unwrap();
     // Lengths 50 to 249, as short protein domains.
     let texts: Vec<String> = (0..inputs).map(|i| sequence(i, 50 + (i * 37) % 200)).collect();
-    let direct = direct(&model, &texts, &settings);
-    let embedded = embedded(&texts, &settings).await;
+    // Alternated, so a slow spell of the machine falls on both sides alike.
+    let mut figures = Vec::new();
+    for _ in 0..ROUNDS {
+        figures.push(direct(&model, &texts, &settings));
+        figures.push(embedded(&texts, &settings).await);
+    }
     let _ = std::fs::remove_dir_all(&dir);
-    vec![direct, embedded]
+    figures
 }
+
+/// Rounds of the two cases, each round a direct run then a yardmaster one.
+pub const ROUNDS: usize = 3;
 
 /// The model loaded once, then every batch tokenised, run and copied out, one after another.
 fn direct(model: &Path, texts: &[String], settings: &InferenceSettings) -> Figure {
@@ -78,6 +85,14 @@ async fn embedded(texts: &[String], inference: &InferenceSettings) -> Figure {
     let mut settings = bench_settings(&scratch.url);
     settings.queues.extend(Settings::default().queues.into_iter().filter(|(name, _)| name != "default"));
     settings.inference = inference.clone();
+    // `BENCH_INFERENCE_SLOTS` batches in flight (the queue's concurrency and the actor's
+    // mailbox); default: the shipped configuration's.
+    if let Some(slots) = std::env::var("BENCH_INFERENCE_SLOTS").ok().and_then(|n| n.parse().ok()) {
+        settings.inference.mailbox = slots;
+        if let Some(queue) = settings.queues.get_mut(&settings.inference.queue) {
+            queue.concurrency = slots;
+        }
+    }
     let app = Application::builder(settings).without_api().build().await.unwrap();
     let (db, dispatcher) = (app.db(), Dispatcher::new(app.store(), app.transport()));
     let job = |set: &str, inputs: &[String]| NewJob {

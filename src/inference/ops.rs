@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -112,12 +114,20 @@ impl Operation for ComputeEmbeddings {
     }
 
     fn batch_rows(&self, _parent: RunRef, output: &Value) -> Result<BatchRows, String> {
-        let output: BatchOutput = serde_json::from_value(output.clone()).map_err(|err| err.to_string())?;
+        let output = BatchOutput::deserialize(output).map_err(|err| err.to_string())?;
         if output.inputs.len() != output.vectors.len() {
             return Err(format!("{} inputs but {} vectors", output.inputs.len(), output.vectors.len()));
         }
-        let insert = sets::insert_rows(&output.set, output.first, &output.inputs, &output.vectors);
-        let dims = output.vectors.first().map_or(0, Vec::len);
+        let vectors = output
+            .vectors
+            .iter()
+            .map(|vector| BASE64.decode(vector).map_err(|err| format!("a vector is not base64: {err}")))
+            .collect::<Result<Vec<Vec<u8>>, String>>()?;
+        let dims = vectors.first().map_or(0, |bytes| bytes.len() / 4);
+        if vectors.iter().any(|bytes| bytes.len() != dims * 4 || dims == 0) {
+            return Err("the vectors of a batch must all hold the same number of floats".into());
+        }
+        let insert = sets::insert_rows(&output.set, output.first, &output.inputs, vectors);
         let kept = json!({
             "set": output.set, "count": output.inputs.len(), "dims": dims,
             "model": output.model, "device": output.device,
@@ -180,13 +190,15 @@ async fn stored_inputs(ctx: &JobContext, name: &str) -> Result<Vec<String>, Oper
     Ok(items.into_iter().map(|item| item.input).collect())
 }
 
-/// What a batch of `compute_embeddings` answers, on its way to the write queue.
+/// What a batch of `compute_embeddings` answers, on its way to the write queue: each vector
+/// as base64 of its little-endian float32s (as stored), not a JSON array of numbers, which
+/// would be formatted and parsed float by float on the way.
 #[derive(Debug, Deserialize)]
 struct BatchOutput {
     set: String,
     first: i64,
     inputs: Vec<String>,
-    vectors: Vec<Vec<f32>>,
+    vectors: Vec<String>,
     #[serde(default)]
     model: Value,
     #[serde(default)]
@@ -243,8 +255,9 @@ impl Operation for EmbedBatch {
         let batch: EmbedBatchPayload = parse_payload(&payload).map_err(invalid)?;
         let set = ctx.snapshot()["set"].as_str().unwrap_or_default().to_owned();
         let embedded = embed(&ctx, &self.inference, &self.tokenizer, batch.first, &batch.inputs).await?;
+        let vectors: Vec<String> = embedded.vectors.iter().map(|vector| BASE64.encode(sets::encode(vector))).collect();
         Ok(json!({
-            "set": set, "first": batch.first, "inputs": batch.inputs, "vectors": embedded.vectors,
+            "set": set, "first": batch.first, "inputs": batch.inputs, "vectors": vectors,
             "model": embedded.model, "device": embedded.device,
         }))
     }
