@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 
 use chrono::Utc;
-use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::sea_query::{Expr, ExprTrait, Query};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, PaginatorTrait, QueryFilter,
-    QueryOrder, QuerySelect, TryInsertResult, UpdateMany,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, IdenStatic,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait, TryInsertResult, UpdateMany,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -141,13 +141,10 @@ impl SeaStore {
         // Locks the parent row until the commit, so outcomes of one parent queue up here.
         let locked = running(parent)
             .filter(job::Column::FanOut.eq(FanOutForm::Batches.as_str()))
-            .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent))
-            .exec_with_returning(txn)
-            .await?;
-        if locked.is_empty() {
+            .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent));
+        let Some(Counters { operation, .. }) = counters(txn, locked).await? else {
             return Ok(outcomes.iter().map(|_| BatchRecorded::ParentGone).collect());
-        }
-        let operation = locked.into_iter().next().map(|row| row.operation).unwrap_or_default();
+        };
         let now = clock::now();
         let mut answers = Vec::with_capacity(outcomes.len());
         let (mut succeeded, mut failure) = (Vec::new(), None);
@@ -200,11 +197,9 @@ impl SeaStore {
         reduce: &dyn Reduce,
     ) -> Result<Option<JobStatus>, StoreError> {
         let count = batches.len() as i64;
-        let moved = running(parent)
-            .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent).add(count))
-            .exec_with_returning(txn)
-            .await?;
-        let Some(row) = moved.into_iter().next() else { return Ok(None) };
+        let moved =
+            running(parent).col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent).add(count));
+        let Some(row) = counters(txn, moved).await? else { return Ok(None) };
         let fields = json!({ "batches": batches, "_progress_current": row.progress_current });
         append_event(txn, parent.id, &NewEvent::new(EventName::BATCHES_SUCCEEDED).fields(fields)).await?;
         let total = row.progress_total.unwrap_or(i64::MAX);
@@ -255,10 +250,8 @@ pub(super) async fn children_ended<'a>(
             .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent).add(succeeded))
             .filter(job::Column::Id.eq(parent))
             .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
-            .filter(job::Column::FanOut.eq(FanOutForm::Children.as_str()))
-            .exec_with_returning(txn)
-            .await?;
-        let Some(row) = locked.into_iter().next() else { continue };
+            .filter(job::Column::FanOut.eq(FanOutForm::Children.as_str()));
+        let Some(row) = counters(txn, locked).await? else { continue };
         let run = RunRef { id: parent, attempt: row.attempts };
         if let Some(child) = ended.iter().find(|child| child.status != JobStatus::Succeeded.as_str()) {
             let error_code = child.error_code.clone().unwrap_or_else(|| child.status.clone());
@@ -311,6 +304,35 @@ async fn fail_parent(
         Some(job) => Ok(Some(job.status)),
         None => Err(StoreError::Corrupt(format!("locked parent {} was not its run's", run.id))),
     }
+}
+
+/// What the fan-in path reads back from a parent it updates: not the whole row, whose
+/// payload can be megabytes (a coordinator's inputs) and would be read and parsed again for
+/// every batch counted.
+struct Counters {
+    operation: String,
+    attempts: i32,
+    progress_current: i64,
+    progress_total: Option<i64>,
+}
+
+/// Runs `update` (a compare-and-set on one job row), returning the row's [`Counters`] if it
+/// matched.
+async fn counters(txn: &DatabaseTransaction, update: UpdateMany<job::Entity>) -> Result<Option<Counters>, DbErr> {
+    let mut statement = update.into_query();
+    statement.returning(Query::returning().columns([
+        job::Column::Operation,
+        job::Column::Attempts,
+        job::Column::ProgressCurrent,
+        job::Column::ProgressTotal,
+    ]));
+    let Some(row) = txn.query_one(&statement).await? else { return Ok(None) };
+    Ok(Some(Counters {
+        operation: row.try_get("", job::Column::Operation.as_str())?,
+        attempts: row.try_get("", job::Column::Attempts.as_str())?,
+        progress_current: row.try_get("", job::Column::ProgressCurrent.as_str())?,
+        progress_total: row.try_get("", job::Column::ProgressTotal.as_str())?,
+    }))
 }
 
 /// `UPDATE job … WHERE` this run is the job's RUNNING one.
