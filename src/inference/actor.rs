@@ -268,22 +268,6 @@ impl Inference {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_cause_under_a_torchscript_traceback_is_reported() {
-        let text = "Internal torch error: The following operation failed in the TorchScript interpreter.\n\
-                    Traceback of TorchScript (most recent call last):\n  graph(%x):\n    ~~~ <--- HERE\n\
-                    RuntimeError: index out of range in self\n";
-        assert_eq!(cause(text), "RuntimeError: index out of range in self");
-        assert!(refuses_input(cause(text)));
-        assert_eq!(cause("plain failure\nException raised from x"), "plain failure");
-        assert!(!refuses_input("RuntimeError: could not create a primitive"));
-    }
-}
-
 /// Lets freed tensor memory be reused instead of handed back to the kernel after every
 /// forward pass. A pass allocates and frees buffers of megabytes; by default glibc serves
 /// those of a thread other than the main one with fresh `mmap`s and returns them at once, so
@@ -301,4 +285,20 @@ pub fn keep_tensor_memory() {
             libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cause_under_a_torchscript_traceback_is_reported() {
+        let text = "Internal torch error: The following operation failed in the TorchScript interpreter.\n\
+                    Traceback of TorchScript (most recent call last):\n  graph(%x):\n    ~~~ <--- HERE\n\
+                    RuntimeError: index out of range in self\n";
+        assert_eq!(cause(text), "RuntimeError: index out of range in self");
+        assert!(refuses_input(cause(text)));
+        assert_eq!(cause("plain failure\nException raised from x"), "plain failure");
+        assert!(!refuses_input("RuntimeError: could not create a primitive"));
+    }
 }
