@@ -456,6 +456,15 @@ async fn a_worker_ten_minutes_ahead_times_out_no_job_and_stamps_database_time() 
         ("YARDMASTER__REAPER__STALL_SECONDS", "30"),
         ("YARDMASTER__REAPER__INTERVAL_MS", "200"),
     ];
+    // Each worker holds at most 3 of the 6 jobs, so the one that subscribes first cannot take
+    // them all before the other has started.
+    let reaper = [
+        reaper[0],
+        reaper[1],
+        reaper[2],
+        ("YARDMASTER__QUEUES__DEFAULT__CONCURRENCY", "3"),
+        ("YARDMASTER__QUEUES__DEFAULT__PREFETCH", "3"),
+    ];
     let args = ["worker", "--queue", "default"];
     let _on_time = deployment.spawn(&args, &[&reaper[..], &[("YARDMASTER__WORKER__ID", "on_time")]].concat());
     let _ahead =

@@ -425,7 +425,61 @@ async fn hostile_input_gets_clear_problems(backend: Backend) {
     assert_eq!(app.count("SELECT COUNT(*) FROM embedding_set").await, 0);
 }
 
+/// `from_set` embeds the inputs of a stored set again: the new set holds the same inputs in
+/// the same order, with the same model's vectors.
+async fn from_set_embeds_a_stored_set_again(backend: Backend) {
+    let models = Models::new();
+    let app = TestApp::spawn_with(backend, inference_options(settings(&models.default_model()))).await;
+    let inputs: Vec<String> = (0..70).map(|i| sequence(i, 10 + i)).collect();
+    let (_, job) = app
+        .submit(json!({ "operation": "compute_embeddings", "payload": { "set": "source", "inputs": inputs } }))
+        .await;
+    assert_eq!(wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await["status"], "succeeded");
+    let body = json!({ "operation": "compute_embeddings", "payload": { "set": "copy", "from_set": "source" } });
+    let (_, job) = app.submit(body).await;
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!((done["status"].as_str(), done["result"]["count"].as_u64()), (Some("succeeded"), Some(70)), "{done}");
+    let (source, copy) = (stored_items(&app, "source", 500).await, stored_items(&app, "copy", 500).await);
+    assert_eq!(source.len(), copy.len());
+    for (a, b) in source.iter().zip(&copy) {
+        assert_eq!((&a["item"], &a["input"]), (&b["item"], &b["input"]));
+        assert!(max_difference(&vector(&a["vector"]), &vector(&b["vector"])) <= 1e-6);
+    }
+    let body = json!({ "operation": "compute_embeddings", "payload": { "from_set": "nowhere" } });
+    let (_, job) = app.submit(body).await;
+    assert_eq!(
+        wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await["error_code"],
+        "UnknownSet"
+    );
+}
+
+/// `yardmaster model init` writes the default model once, leaves an existing file alone
+/// unless `--force`, and the file is one the actor loads.
+#[actix_rt::test]
+async fn model_init_writes_the_default_model_once() {
+    let models = Models::new();
+    let path = models.path("nested/dir/model.pt");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["model", "init", "--out", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_yardmaster")).args(&args).output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    assert!(run(&[]).contains("wrote the default model"));
+    let written = std::fs::read(&path).unwrap();
+    assert!(run(&[]).contains("already there"));
+    std::fs::write(&path, b"replaced").unwrap();
+    assert!(run(&[]).contains("already there"));
+    assert_eq!(std::fs::read(&path).unwrap(), b"replaced");
+    assert!(run(&["--force"]).contains("wrote the default model"));
+    assert_eq!(std::fs::read(&path).unwrap(), written, "the default model is the same file every time");
+    let embedded = Inference::new(settings(&path)).embed(Tokenizer::new(4096, 512).encode(0, &["MKV"]).unwrap()).await;
+    assert_eq!(embedded.unwrap().vectors[0].len(), 128);
+}
+
 on_both_backends!(
+    from_set_embeds_a_stored_set_again,
     compute_embeddings_stores_a_vector_per_input,
     nearest_neighbours_finds_the_known_nearest,
     two_jobs_share_a_full_actor_through_retry_later,
