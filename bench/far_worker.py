@@ -102,7 +102,8 @@ def main():
         "YARDMASTER__TRANSPORT__AMQP__QUEUE_PREFIX": prefix,
     }
     api_port = socket.create_server(("127.0.0.1", 0)).getsockname()[1]
-    api_env = {**common, "YARDMASTER__STORE__URL": near_db,
+    token = subprocess.check_output([args.bin, "token", "new"], text=True).strip()
+    api_env = {**common, "YARDMASTER__STORE__URL": near_db, "YARDMASTER__AUTH__BOOTSTRAP_TOKEN": token,
                "YARDMASTER__TRANSPORT__AMQP__URL": "amqp://127.0.0.1:5672/yardmaster_test"}
     subprocess.run([args.bin, "migrate"], env=api_env, check=True, capture_output=True)
     processes = [subprocess.Popen([args.bin, "serve", "--no-workers", "--bind", f"127.0.0.1:{api_port}"],
@@ -120,7 +121,8 @@ def main():
         processes.append(subprocess.Popen([args.bin, "worker", "--queue", "default"], env=far_env))
         body = json.dumps({"jobs": [{"operation": "ping"} for _ in range(args.jobs)]}).encode()
         request = urllib.request.Request(f"http://127.0.0.1:{api_port}/jobs:batch", data=body, method="POST",
-                                         headers={"content-type": "application/json"})
+                                         headers={"content-type": "application/json",
+                                                  "authorization": f"Bearer {token}"})
         deadline = time.time() + 30
         while True:
             try:

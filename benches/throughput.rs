@@ -633,8 +633,23 @@ async fn fill_history(url: &str, rows: usize) {
     db.close().await.ok();
 }
 
+/// The admin token of every instance the benchmark starts (its bootstrap token).
+fn bench_token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| yardmaster::auth::secret::issue().expect("random token").text)
+}
+
+/// A client that sends [`bench_token`] with every request.
+fn bench_client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", bench_token())).unwrap();
+    headers.insert(reqwest::header::AUTHORIZATION, bearer);
+    reqwest::Client::builder().default_headers(headers).build().unwrap()
+}
+
 fn bench_settings(url: &str) -> Settings {
     let mut settings = Settings::default();
+    settings.auth.bootstrap_token = Some(yardmaster::config::Secret::new(bench_token().to_owned()));
     settings.store.url = url.to_owned();
     settings.store.max_connections = 16;
     settings.server.bind = "127.0.0.1:0".into();
@@ -1045,7 +1060,7 @@ async fn embedded_latency(history: usize, jobs: usize) -> Latency {
     let url = format!("http://127.0.0.1:{}/jobs", app.port().unwrap());
     let db = app.db();
     actix_rt::spawn(app.run_until_stopped());
-    let client = reqwest::Client::new();
+    let client = bench_client();
     let sent = offer(jobs, || {
         let request = client.post(&url).json(&json!({ "operation": "ping" })).send();
         async move {
@@ -1112,7 +1127,7 @@ async fn http_batch_submit(jobs: usize, per_request: usize) -> Figure {
 /// and the CPU it cost (the client's included: it runs in this process).
 async fn post_many(path: &str, body: Value, requests: usize, connections: usize) -> (Vec<Duration>, f64, Usage) {
     let (url, scratch) = idle_api().await;
-    let client = reqwest::Client::new();
+    let client = bench_client();
     let before = sampler().snapshot();
     let start = Instant::now();
     let clients = (0..connections).map(|client_no| {
@@ -1167,13 +1182,14 @@ async fn memory() -> Vec<Figure> {
             // Heartbeats start when the first renewal is due: every job gets its actor
             // within two seconds, and the figures are read once all have renewed.
             .env("YARDMASTER__WORKER__HEARTBEAT_MS", "2000")
+            .env("YARDMASTER__AUTH__BOOTSTRAP_TOKEN", bench_token())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()
             .expect("the release binary is built"),
     );
     let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
+    let client = bench_client();
     let deadline = Instant::now() + Duration::from_secs(60);
     while !matches!(client.get(format!("{base}/readyz")).send().await, Ok(response) if response.status().is_success()) {
         assert!(Instant::now() < deadline, "yardmaster serve never became ready");

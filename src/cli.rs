@@ -1,4 +1,4 @@
-//! The command line: `serve`, `worker`, `reaper`, `migrate`, `model init`. SIGTERM or SIGINT stops a
+//! The command line: `serve`, `worker`, `reaper`, `migrate`, `model init`, `token …`. SIGTERM or SIGINT stops a
 //! process gracefully (see `actors::ShutdownGuard`); it then exits with 143. The `yardmaster` binary calls
 //! [`main_with`] with the built-in operations; an application with operations of its own
 //! calls it with its registry (see `examples/custom_operation.rs`).
@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::auth::commands::TokenCommand;
 use crate::ops::OperationRegistry;
 use crate::{store, telemetry, Application, Settings};
 
@@ -37,6 +38,9 @@ enum Command {
     /// The inference model.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// API tokens: create, list, revoke (on the store directly; no server needed).
+    #[command(subcommand)]
+    Token(TokenCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -137,6 +141,12 @@ async fn run(cli: Cli, registry: OperationRegistry) -> anyhow::Result<i32> {
         Command::Model(ModelCommand::Init(args)) => {
             let path = args.out.unwrap_or_else(|| PathBuf::from(&settings.inference.model));
             return model_init(&path, settings.inference.vocab, args.force);
+        }
+        Command::Token(TokenCommand::New) => return crate::auth::commands::print_new(),
+        Command::Token(command) => {
+            let db = store::connect(&settings.store).await?;
+            store::migrate(&db).await?;
+            return crate::auth::commands::run(&db, command).await;
         }
         Command::Migrate => {
             let db = store::connect(&settings.store).await?;

@@ -26,8 +26,45 @@ pub struct Settings {
     /// The libtorch inference actor and its operations (`compute_embeddings`,
     /// `nearest_neighbours`).
     pub inference: InferenceSettings,
+    /// API tokens.
+    pub auth: AuthSettings,
     /// Queues this process consumes, by name.
     pub queues: BTreeMap<String, QueueSettings>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    /// Seconds a verified token is trusted without reading its row again (a revocation made
+    /// by another process counts within this; one through this process's API at once).
+    pub cache_seconds: u64,
+    /// An admin token `serve` stores at start if it is not stored yet, for automated
+    /// deployments (`YARDMASTER__AUTH__BOOTSTRAP_TOKEN`; `yardmaster token new` makes one).
+    /// Without it, the first `serve` on a store with no token makes one and prints it once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_token: Option<Secret>,
+}
+
+/// A value that must never be printed: `Debug` shows `[redacted]`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Secret(value)
+    }
+
+    /// The value itself, for the one place that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -299,6 +336,7 @@ impl Default for Settings {
             },
             dispatch: DispatchSettings { enabled: true, interval_ms: 1000, grace_ms: 5000, batch: 1000 },
             inference: InferenceSettings::default(),
+            auth: AuthSettings { cache_seconds: 2, bootstrap_token: None },
             queues: BTreeMap::from([
                 (
                     QueueName::DEFAULT.to_owned(),

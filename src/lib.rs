@@ -10,10 +10,12 @@
 //! - [`worker`]: the two-session executor that claims, runs and records a job.
 //! - [`actors`]: the supervised queue consumers and the dispatch sweeper.
 //! - [`api`]: the HTTP API and its problem+json errors.
+//! - [`auth`]: API tokens, callers, rooms: who may read and write what.
 //! - [`config`], [`startup`], [`telemetry`], [`cli`]: settings, wiring, logs, the command line.
 
 pub mod actors;
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod dead_letters;

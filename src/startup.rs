@@ -17,6 +17,7 @@ use crate::actors::{
     ShutdownGuard, StopIntake, WriteConsumer, CLOCK_SYNC_INTERVAL,
 };
 use crate::api::{self, AppState};
+use crate::auth::{self, Authenticator, FirstToken};
 use crate::config::{QueueKind, Settings, StoreSettings, TransportKind};
 use crate::dispatch::Dispatcher;
 use crate::ops::{OperationRegistry, Services};
@@ -130,6 +131,7 @@ impl ApplicationBuilder {
         };
         let (port, server) = match self.api {
             true => {
+                first_admin_token(&db, &settings).await?;
                 let state = AppState {
                     store: store.clone(),
                     db: db.clone(),
@@ -139,6 +141,7 @@ impl ApplicationBuilder {
                     max_page_size: settings.server.max_page_size,
                     job_queues: settings.job_queues(),
                     outage: api::Outage::default(),
+                    auth: Authenticator::new(db.clone(), Duration::from_secs(settings.auth.cache_seconds)),
                 };
                 let (port, server) = serve_api(&settings, state)?;
                 (Some(port), Some(server))
@@ -156,6 +159,27 @@ impl ApplicationBuilder {
         info!(port, store = ?backend, transport = transport.kind(), consumers = consumers.len(), offset_ms, "started");
         Ok(Application { port, server, store, db, transport, consumers, sweeper, reaper, clock, stopped })
     }
+}
+
+/// Stores the deployment's bootstrap token, or on a store with no token makes an admin
+/// token and prints it, once, on standard output (never to the log: it is not stored in
+/// clear anywhere).
+async fn first_admin_token(db: &DatabaseConnection, settings: &Settings) -> anyhow::Result<()> {
+    let first =
+        auth::ensure_admin(db, settings.auth.bootstrap_token.as_ref()).await.context("the first admin token")?;
+    match first {
+        FirstToken::Existing => {}
+        FirstToken::Registered => info!("stored the bootstrap admin token"),
+        FirstToken::Created(token) => {
+            println!("yardmaster: this store had no API token; here is its admin token, shown this once:");
+            println!();
+            println!("    {}", token.expose());
+            println!();
+            println!("Send it as `Authorization: Bearer TOKEN`; make more with `yardmaster token create`.");
+            info!("made the first admin token and printed it on standard output");
+        }
+    }
+    Ok(())
 }
 
 fn build_transport(settings: &Settings) -> anyhow::Result<Arc<dyn Transport>> {

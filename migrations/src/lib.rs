@@ -12,6 +12,7 @@ mod m20261122_000004_add_retry_columns;
 mod m20261122_000005_fan_out;
 mod m20261123_000006_partial_indexes;
 mod m20261124_000007_embeddings;
+mod m20261125_000008_rooms_and_tokens;
 
 /// Lists every migration in the order it is applied.
 pub struct Migrator;
@@ -27,6 +28,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000005_fan_out::Migration),
             Box::new(m20261123_000006_partial_indexes::Migration),
             Box::new(m20261124_000007_embeddings::Migration),
+            Box::new(m20261125_000008_rooms_and_tokens::Migration),
         ]
     }
 }

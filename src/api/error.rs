@@ -53,6 +53,15 @@ codes! {
     ParentNotFound => ("parent_not_found", UNPROCESSABLE_ENTITY, "Parent job does not exist"),
     ParentIsCoordinator => ("parent_is_coordinator", CONFLICT, "Parent job is a coordinator and takes no other children"),
     JobNotFound => ("job_not_found", NOT_FOUND, "Job not found"),
+    Unauthorized => ("unauthorized", UNAUTHORIZED, "A valid bearer token is required"),
+    TokenInQuery => ("token_in_query", BAD_REQUEST, "Send the token in the Authorization header, not the URL"),
+    Forbidden => ("forbidden", FORBIDDEN, "This token's role may not use this endpoint"),
+    ReadOnlyToken => ("read_only_token", FORBIDDEN, "This token is read-only"),
+    RoomForbidden => ("room_forbidden", FORBIDDEN, "This token may not write to this room"),
+    InvalidRoomId => ("invalid_room_id", BAD_REQUEST, "Room id is invalid"),
+    RoomMismatch => ("room_mismatch", UNPROCESSABLE_ENTITY, "A child job belongs to its parent's room"),
+    InvalidToken => ("invalid_token_request", UNPROCESSABLE_ENTITY, "The token cannot be made as asked"),
+    TokenNotFound => ("token_not_found", NOT_FOUND, "Token not found"),
     NotFound => ("not_found", NOT_FOUND, "No such endpoint"),
     MethodNotAllowed => ("method_not_allowed", METHOD_NOT_ALLOWED, "Method not allowed here"),
     InvalidTransition => ("invalid_transition", CONFLICT, "The job cannot make this transition"),
@@ -107,11 +116,13 @@ pub struct ApiError {
     pub allow: Option<&'static str>,
     /// Seconds before trying again, for a 503's `Retry-After` header.
     pub retry_after: Option<u32>,
+    /// A 401's `WWW-Authenticate` challenge.
+    pub challenge: Option<&'static str>,
 }
 
 impl ApiError {
     pub fn new(code: Code, detail: impl Into<String>) -> Self {
-        ApiError { code, detail: capped(detail.into()), pointer: None, allow: None, retry_after: None }
+        ApiError { code, detail: capped(detail.into()), pointer: None, allow: None, retry_after: None, challenge: None }
     }
 
     /// The same error, located at `prefix` in the request body (before any pointer it had:
@@ -123,6 +134,17 @@ impl ApiError {
             None => self.detail.clone(),
         };
         ApiError { detail: capped(format!("{pointer}: {detail}")), pointer: Some(pointer), ..self }
+    }
+
+    /// A 401 for a request without a token (RFC 6750 §3: no error code).
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        ApiError { challenge: Some(r#"Bearer realm="yardmaster""#), ..ApiError::new(Code::Unauthorized, detail) }
+    }
+
+    /// A 401 for a token that is malformed, unknown or revoked.
+    pub fn invalid_token(detail: impl Into<String>) -> Self {
+        let challenge = r#"Bearer realm="yardmaster", error="invalid_token""#;
+        ApiError { challenge: Some(challenge), ..ApiError::new(Code::Unauthorized, detail) }
     }
 
     /// A 405 naming the methods the resource takes.
@@ -163,6 +185,9 @@ impl ResponseError for ApiError {
         response.insert_header((header::CONTENT_TYPE, "application/problem+json"));
         if let Some(allow) = self.allow {
             response.insert_header((header::ALLOW, allow));
+        }
+        if let Some(challenge) = self.challenge {
+            response.insert_header((header::WWW_AUTHENTICATE, challenge));
         }
         if let Some(seconds) = self.retry_after {
             response.insert_header((header::RETRY_AFTER, seconds.to_string()));

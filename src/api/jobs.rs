@@ -1,6 +1,6 @@
 //! The job endpoints: submit, read, list, cancel, retry, events.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -10,7 +10,8 @@ use uuid::Uuid;
 
 use super::error::{ApiError, Code};
 use super::AppState;
-use crate::domain::{nul_pointer, Job, JobEvent, JobStatus, JobSummary, NewJob, QueueName, RetryPolicy};
+use crate::auth::Caller;
+use crate::domain::{nul_pointer, Job, JobEvent, JobStatus, JobSummary, NewJob, QueueName, RetryPolicy, RoomId};
 use crate::ops::OperationRegistry;
 use crate::store::{JobFilter, Page, StoreError};
 
@@ -26,6 +27,10 @@ pub const MAX_BATCH: usize = 1000;
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     pub operation: String,
+    /// The room the job belongs to; default: the caller's first room (a child: its
+    /// parent's, and no other).
+    #[serde(default)]
+    pub room: Option<String>,
     #[serde(default)]
     pub queue: Option<String>,
     #[serde(default)]
@@ -45,6 +50,7 @@ pub struct SubmitRequest {
 
 pub async fn submit(
     state: web::Data<AppState>,
+    caller: Caller,
     req: HttpRequest,
     body: web::Json<SubmitRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -55,8 +61,10 @@ pub async fn submit(
         .transpose()
         .map_err(|_| ApiError::new(Code::InvalidRequest, "Idempotency-Key must be visible ASCII"))?;
     let body = body.into_inner();
-    check_parents(&state, body.parent_job_id).await?;
-    let new = validate_submission(&state.submissions(), body, header_key)?;
+    let parent = check_parent(&state, &caller, body.parent_job_id).await?;
+    let asked_room = body.room.is_some();
+    let mut new = validate_submission(&state.submissions(), body, header_key, &caller.default_room())?;
+    place(&caller, &mut new, asked_room, parent.as_ref())?;
     let submission = state.dispatcher.submit(new).await?;
     let location = format!("/jobs/{}", submission.job.id);
     let mut response = match submission.created {
@@ -90,6 +98,7 @@ pub struct BatchResponse {
 /// created, 200 when every one was an idempotent repeat.
 pub async fn submit_batch(
     state: web::Data<AppState>,
+    caller: Caller,
     req: HttpRequest,
     body: web::Json<BatchRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -102,17 +111,21 @@ pub async fn submit_batch(
         let detail = format!("jobs must hold 1-{MAX_BATCH} submissions, not {}", items.len());
         return Err(ApiError::new(Code::InvalidRequest, detail).at("/jobs"));
     }
-    let mut checked_parents = HashSet::new();
+    let mut parents: HashMap<Uuid, Job> = HashMap::new();
+    let default_room = caller.default_room();
     let mut jobs = Vec::with_capacity(items.len());
     for (at, item) in items.into_iter().enumerate() {
         let validated = async {
             let request: SubmitRequest =
                 serde_json::from_value(item).map_err(|err| ApiError::new(Code::InvalidRequest, err.to_string()))?;
-            if request.parent_job_id.is_some_and(|parent| !checked_parents.contains(&parent)) {
-                check_parents(&state, request.parent_job_id).await?;
-                checked_parents.extend(request.parent_job_id);
+            if let Some(id) = request.parent_job_id.filter(|id| !parents.contains_key(id)) {
+                parents.extend(check_parent(&state, &caller, Some(id)).await?.map(|parent| (id, parent)));
             }
-            validate_submission(&state.submissions(), request, None)
+            let parent = request.parent_job_id.and_then(|id| parents.get(&id));
+            let asked_room = request.room.is_some();
+            let mut new = validate_submission(&state.submissions(), request, None, &default_room)?;
+            place(&caller, &mut new, asked_room, parent)?;
+            Ok::<_, ApiError>(new)
         };
         jobs.push(validated.await.map_err(|err| err.at(format!("/jobs/{at}")))?);
     }
@@ -132,18 +145,33 @@ pub async fn submit_batch(
     Ok(response.json(BatchResponse { jobs: jobs.collect() }))
 }
 
-/// A parent must exist, and must not be a coordinator: its count is of the batches or
-/// children it makes itself, from its submission on (a `group` still QUEUED included).
-async fn check_parents(state: &AppState, parent: Option<Uuid>) -> Result<(), ApiError> {
-    let Some(parent) = parent else { return Ok(()) };
-    match state.store.get(parent).await? {
+/// A parent must exist for the caller (another room's job does not), and must not be a
+/// coordinator: its count is of the batches or children it makes itself, from its
+/// submission on (a `group` still QUEUED included).
+async fn check_parent(state: &AppState, caller: &Caller, parent: Option<Uuid>) -> Result<Option<Job>, ApiError> {
+    let Some(parent) = parent else { return Ok(None) };
+    match state.store.get(parent).await?.filter(|job| caller.can_read(&job.room)) {
         None => Err(ApiError::new(Code::ParentNotFound, format!("no job with id {parent}")).at("/parent_job_id")),
         Some(job) if job.fan_out.is_some() || state.registry.is_coordinator(&job.operation) => {
             let detail = format!("job {parent} is a {} coordinator; it counts only the work it makes", job.operation);
             Err(ApiError::new(Code::ParentIsCoordinator, detail).at("/parent_job_id"))
         }
-        Some(_) => Ok(()),
+        Some(job) => Ok(Some(job)),
     }
+}
+
+/// Puts a submission in its room: a child in its parent's (naming another is refused), any
+/// other job where it asked or in the caller's default room; the caller must be allowed to
+/// write there.
+fn place(caller: &Caller, new: &mut NewJob, asked_room: bool, parent: Option<&Job>) -> Result<(), ApiError> {
+    if let Some(parent) = parent {
+        if asked_room && new.room.as_str() != parent.room {
+            let detail = format!("a child belongs to its parent's room {:?}, not {:?}", parent.room, new.room.as_str());
+            return Err(ApiError::new(Code::RoomMismatch, detail).at("/room"));
+        }
+        new.room = RoomId::parse(&parent.room).map_err(|err| ApiError::new(Code::Internal, err))?;
+    }
+    caller.may_write(new.room.as_str()).map_err(|err| err.at("/room"))
 }
 
 /// Refuses a NUL character anywhere in a submission, naming where: PostgreSQL cannot
@@ -152,7 +180,11 @@ fn refuse_nul(body: &SubmitRequest, header_key: Option<&str>) -> Result<(), ApiE
     let nul = |pointer: &str| {
         Err(ApiError::new(Code::NulCharacter, "a NUL character (\\u0000) cannot be stored").at(pointer))
     };
-    let texts = [("/operation", Some(body.operation.as_str())), ("/queue", body.queue.as_deref())];
+    let texts = [
+        ("/operation", Some(body.operation.as_str())),
+        ("/queue", body.queue.as_deref()),
+        ("/room", body.room.as_deref()),
+    ];
     let keys = [("/idempotency_key", body.idempotency_key.as_deref()), ("/idempotency_key", header_key)];
     for (pointer, text) in texts.into_iter().chain(keys) {
         if text.is_some_and(|text| text.contains('\0')) {
@@ -207,15 +239,20 @@ impl AppState {
 pub fn parse_submission(rules: &Submissions, body: &[u8]) -> Result<NewJob, ApiError> {
     let request: SubmitRequest =
         serde_json::from_slice(body).map_err(|err| ApiError::new(Code::InvalidRequest, err.to_string()))?;
-    validate_submission(rules, request, None)
+    validate_submission(rules, request, None, &RoomId::default())
 }
 
 fn validate_submission(
     state: &Submissions,
     body: SubmitRequest,
     header_key: Option<String>,
+    default_room: &RoomId,
 ) -> Result<NewJob, ApiError> {
     refuse_nul(&body, header_key.as_deref())?;
+    let room = match body.room.as_deref() {
+        Some(room) => RoomId::parse(room).map_err(|err| ApiError::new(Code::InvalidRoomId, err).at("/room"))?,
+        None => default_room.clone(),
+    };
     let payload = body.payload.unwrap_or_else(|| Value::Object(Default::default()));
     state.registry.validate(&body.operation, &payload)?;
     for (at, nested) in state.registry.nested(&body.operation, &payload).into_iter().enumerate() {
@@ -238,6 +275,7 @@ fn validate_submission(
         return Err(ApiError::new(Code::InvalidRequest, detail).at("/max_retries"));
     }
     Ok(NewJob {
+        room,
         operation: body.operation,
         queue,
         payload,
@@ -249,18 +287,29 @@ fn validate_submission(
     })
 }
 
-pub async fn get(state: web::Data<AppState>, id: web::Path<Uuid>) -> Result<web::Json<Job>, ApiError> {
-    Ok(web::Json(find(&state, *id).await?))
+pub async fn get(state: web::Data<AppState>, caller: Caller, id: web::Path<Uuid>) -> Result<web::Json<Job>, ApiError> {
+    Ok(web::Json(find(&state, &caller, *id).await?))
 }
 
-async fn find(state: &AppState, id: Uuid) -> Result<Job, ApiError> {
-    state.store.get(id).await?.ok_or_else(|| ApiError::new(Code::JobNotFound, format!("no job with id {id}")))
+/// A job the caller may see; another room's job is answered exactly as a missing one.
+pub(crate) async fn find(state: &AppState, caller: &Caller, id: Uuid) -> Result<Job, ApiError> {
+    let job = state.store.get(id).await?.filter(|job| caller.can_read(&job.room));
+    job.ok_or_else(|| ApiError::new(Code::JobNotFound, format!("no job with id {id}")))
+}
+
+/// A job the caller may see and change (cancel, retry).
+async fn find_writable(state: &AppState, caller: &Caller, id: Uuid) -> Result<Job, ApiError> {
+    let job = find(state, caller, id).await?;
+    caller.may_write(&job.room)?;
+    Ok(job)
 }
 
 /// Query of `GET /jobs`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
+    /// Only this room's jobs; default: every room the caller can see.
+    pub room: Option<String>,
     pub status: Option<JobStatus>,
     pub operation: Option<String>,
     pub queue: Option<String>,
@@ -302,14 +351,29 @@ impl JobPage {
     }
 }
 
-pub async fn list(state: web::Data<AppState>, query: web::Query<ListQuery>) -> Result<web::Json<JobPage>, ApiError> {
+pub async fn list(
+    state: web::Data<AppState>,
+    caller: Caller,
+    query: web::Query<ListQuery>,
+) -> Result<web::Json<JobPage>, ApiError> {
     let query = query.into_inner();
+    let rooms = match query.room.as_deref() {
+        Some(room) => {
+            let room = RoomId::parse(room).map_err(|err| ApiError::new(Code::InvalidRoomId, err))?;
+            if !caller.can_read(room.as_str()) {
+                return Err(ApiError::new(Code::RoomForbidden, format!("this token cannot see room {room:?}")));
+            }
+            Some(vec![room.into()])
+        }
+        None => caller.visible_rooms(),
+    };
     for (name, value) in [("operation", &query.operation), ("queue", &query.queue)] {
         if value.as_deref().is_some_and(|value| value.contains('\0')) {
             return Err(ApiError::new(Code::InvalidQuery, format!("{name} holds a NUL character, which no job has")));
         }
     }
     let filter = JobFilter {
+        rooms,
         status: query.status,
         operation: query.operation,
         queue: query.queue,
@@ -332,12 +396,15 @@ pub struct ChildrenQuery {
 /// A job's children (jobs submitted with its id as `parent_job_id`), newest first.
 pub async fn children(
     state: web::Data<AppState>,
+    caller: Caller,
     id: web::Path<Uuid>,
     query: web::Query<ChildrenQuery>,
 ) -> Result<web::Json<JobPage>, ApiError> {
-    find(&state, *id).await?;
+    find(&state, &caller, *id).await?;
     let query = query.into_inner();
     let filter = JobFilter {
+        // Children are in their parent's room; the filter keeps it so whatever happens.
+        rooms: caller.visible_rooms(),
         status: query.status,
         parent_job_id: Some(*id),
         before: query.cursor,
@@ -356,13 +423,23 @@ pub(crate) fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiErro
 }
 
 /// Cancels a QUEUED or RUNNING job and its unfinished descendants; a no-op on finished jobs.
-pub async fn cancel(state: web::Data<AppState>, id: web::Path<Uuid>) -> Result<web::Json<Job>, ApiError> {
+pub async fn cancel(
+    state: web::Data<AppState>,
+    caller: Caller,
+    id: web::Path<Uuid>,
+) -> Result<web::Json<Job>, ApiError> {
+    find_writable(&state, &caller, *id).await?;
     let cancellation = state.store.cancel(*id).await?;
     Ok(web::Json(cancellation.job))
 }
 
 /// Re-queues a FAILED or CANCELLED job by hand; any other state is a 409.
-pub async fn retry(state: web::Data<AppState>, id: web::Path<Uuid>) -> Result<web::Json<Job>, ApiError> {
+pub async fn retry(
+    state: web::Data<AppState>,
+    caller: Caller,
+    id: web::Path<Uuid>,
+) -> Result<web::Json<Job>, ApiError> {
+    find_writable(&state, &caller, *id).await?;
     let job = state.store.retry(*id).await?;
     state.dispatcher.publish(&job).await;
     Ok(web::Json(job))
@@ -385,10 +462,11 @@ pub struct EventPage {
 
 pub async fn events(
     state: web::Data<AppState>,
+    caller: Caller,
     id: web::Path<Uuid>,
     query: web::Query<EventsQuery>,
 ) -> Result<web::Json<EventPage>, ApiError> {
-    find(&state, *id).await?;
+    find(&state, &caller, *id).await?;
     let limit = page_size(query.limit, state.max_page_size)?;
     let events = state.store.events(*id, query.after, limit).await?;
     let next_after = events.last().map(|event| event.id).or(query.after);

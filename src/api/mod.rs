@@ -10,16 +10,18 @@ pub mod fuzzing;
 mod health;
 pub(crate) mod jobs;
 mod outage;
+mod tokens;
 
 use std::sync::Arc;
 
-use actix_web::{guard, web, HttpResponse};
+use actix_web::{guard, middleware, web, HttpResponse};
 
 pub use body_guard::BodyGuard;
 pub use client_limit::ClientLimit;
 pub use error::{ApiError, Code};
 pub use outage::{fail_fast, Outage};
 
+use crate::auth::{self, Access, Authenticator};
 use crate::dispatch::Dispatcher;
 use crate::ops::OperationRegistry;
 use crate::store::JobStore;
@@ -38,34 +40,118 @@ pub struct AppState {
     pub job_queues: std::collections::BTreeSet<String>,
     /// Whether the store was found unreachable a moment ago (answer 503 at once).
     pub outage: Outage,
+    /// Verifies bearer tokens (cached).
+    pub auth: Arc<Authenticator>,
 }
 
-/// Registers every route and extractor setting. Every resource answers the methods it
-/// does not take with 405 and `Allow`; every GET also answers HEAD.
+/// One resource of the API: its path, the methods it takes, who may call it, and its
+/// handlers. [`ROUTES`] is the whole router: `configure` registers exactly these, each
+/// behind the guard its `access` names, and the tests walk the same table.
+pub struct Route {
+    pub path: &'static str,
+    /// The methods it takes (its 405's `Allow`).
+    pub allow: &'static str,
+    pub access: Access,
+    handlers: fn(actix_web::Resource) -> actix_web::Resource,
+}
+
+pub const ROUTES: &[Route] = &[
+    Route { path: "/healthz", allow: READ, access: Access::Public, handlers: |r| r.route(read().to(health::healthz)) },
+    Route { path: "/readyz", allow: READ, access: Access::Public, handlers: |r| r.route(read().to(health::readyz)) },
+    Route {
+        path: "/jobs",
+        allow: READ_WRITE,
+        access: Access::Member,
+        handlers: |r| r.route(web::post().to(jobs::submit)).route(read().to(jobs::list)),
+    },
+    Route {
+        path: "/jobs:batch",
+        allow: WRITE,
+        access: Access::Member,
+        handlers: |r| r.route(web::post().to(jobs::submit_batch)),
+    },
+    Route { path: "/jobs/{id}", allow: READ, access: Access::Member, handlers: |r| r.route(read().to(jobs::get)) },
+    Route {
+        path: "/jobs/{id}/cancel",
+        allow: WRITE,
+        access: Access::Member,
+        handlers: |r| r.route(web::post().to(jobs::cancel)),
+    },
+    Route {
+        path: "/jobs/{id}/retry",
+        allow: WRITE,
+        access: Access::Member,
+        handlers: |r| r.route(web::post().to(jobs::retry)),
+    },
+    Route {
+        path: "/jobs/{id}/children",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(jobs::children)),
+    },
+    Route {
+        path: "/jobs/{id}/events",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(jobs::events)),
+    },
+    Route {
+        path: "/embeddings/{set}",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(crate::inference::api::get)),
+    },
+    Route {
+        path: "/admin/dead-letters",
+        allow: READ,
+        access: Access::Admin,
+        handlers: |r| r.route(read().to(admin::summary)),
+    },
+    Route {
+        path: "/admin/dead-letters/replay",
+        allow: WRITE,
+        access: Access::Admin,
+        handlers: |r| r.route(web::post().to(admin::replay)),
+    },
+    Route {
+        path: "/admin/dead-letters/purge",
+        allow: WRITE,
+        access: Access::Admin,
+        handlers: |r| r.route(web::post().to(admin::purge)),
+    },
+    Route {
+        path: "/admin/tokens",
+        allow: READ_WRITE,
+        access: Access::Admin,
+        handlers: |r| r.route(web::post().to(tokens::create)).route(read().to(tokens::list)),
+    },
+    Route {
+        path: "/admin/tokens/{id}",
+        allow: DELETE,
+        access: Access::Admin,
+        handlers: |r| r.route(web::delete().to(tokens::revoke)),
+    },
+];
+
+/// Registers every route of [`ROUTES`] and the extractor settings. Every resource answers
+/// the methods it does not take with 405 and `Allow`; every GET also answers HEAD.
 pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
     cfg.app_data(extract::json_config(max_body_bytes))
         .app_data(web::PayloadConfig::default().limit(max_body_bytes))
         .app_data(extract::query_config())
-        .app_data(extract::path_config())
-        .service(resource("/healthz", READ).route(read().to(health::healthz)))
-        .service(resource("/readyz", READ).route(read().to(health::readyz)))
-        .service(resource("/jobs", READ_WRITE).route(web::post().to(jobs::submit)).route(read().to(jobs::list)))
-        .service(resource("/jobs:batch", WRITE).route(web::post().to(jobs::submit_batch)))
-        .service(resource("/jobs/{id}", READ).route(read().to(jobs::get)))
-        .service(resource("/jobs/{id}/cancel", WRITE).route(web::post().to(jobs::cancel)))
-        .service(resource("/jobs/{id}/retry", WRITE).route(web::post().to(jobs::retry)))
-        .service(resource("/jobs/{id}/children", READ).route(read().to(jobs::children)))
-        .service(resource("/jobs/{id}/events", READ).route(read().to(jobs::events)))
-        .service(resource("/embeddings/{set}", READ).route(read().to(crate::inference::api::get)))
-        .service(resource("/admin/dead-letters", READ).route(read().to(admin::summary)))
-        .service(resource("/admin/dead-letters/replay", WRITE).route(web::post().to(admin::replay)))
-        .service(resource("/admin/dead-letters/purge", WRITE).route(web::post().to(admin::purge)));
+        .app_data(extract::path_config());
+    for route in ROUTES {
+        let access = route.access;
+        let resource = (route.handlers)(resource(route.path, route.allow));
+        cfg.service(resource.wrap(middleware::from_fn(move |req, next| auth::authorize(access, req, next))));
+    }
 }
 
 /// The `Allow` values of the resources.
 const READ: &str = "GET, HEAD";
 const WRITE: &str = "POST";
 const READ_WRITE: &str = "GET, HEAD, POST";
+const DELETE: &str = "DELETE";
 
 /// A route for GET and HEAD (actix-web sends a HEAD answer's headers without its body).
 fn read() -> actix_web::Route {

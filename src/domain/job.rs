@@ -5,12 +5,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{EventLevel, JobStatus, RetryPolicy};
+use super::{EventLevel, JobStatus, RetryPolicy, RoomId};
 
 /// A job row, read from the store.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub id: Uuid,
+    /// The room (tenant) the job belongs to; its children belong to it too.
+    pub room: String,
     pub operation: String,
     pub queue: String,
     pub status: JobStatus,
@@ -58,6 +60,7 @@ pub struct Job {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSummary {
     pub id: Uuid,
+    pub room: String,
     pub operation: String,
     pub queue: String,
     pub status: JobStatus,
@@ -101,6 +104,8 @@ pub struct JobEvent {
 /// A validated submission, ready to insert.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
+    /// Checked against the submitter's grants by the API; a child's is its parent's.
+    pub room: RoomId,
     pub operation: String,
     pub queue: QueueName,
     pub payload: Value,
@@ -115,10 +120,11 @@ pub struct NewJob {
 }
 
 impl NewJob {
-    /// A submission of `operation` with an empty payload on the default queue, no retries
-    /// and no idempotency key.
+    /// A submission of `operation` in the default room with an empty payload on the default
+    /// queue, no retries and no idempotency key.
     pub fn new(operation: impl Into<String>) -> NewJob {
         NewJob {
+            room: RoomId::default(),
             operation: operation.into(),
             queue: QueueName::default(),
             payload: Value::Object(Default::default()),
@@ -141,6 +147,7 @@ impl NewJob {
     /// chooses counts, retries included.
     pub fn matches(&self, job: &Job) -> bool {
         let asked = Asked {
+            room: &job.room,
             operation: &job.operation,
             queue: &job.queue,
             payload: &job.payload,
@@ -155,6 +162,7 @@ impl NewJob {
 /// What a submission asks for, borrowed: the fields an idempotent repeat must match.
 #[derive(PartialEq)]
 struct Asked<'a> {
+    room: &'a str,
     operation: &'a str,
     queue: &'a str,
     payload: &'a Value,
@@ -166,6 +174,7 @@ struct Asked<'a> {
 impl<'a> Asked<'a> {
     fn of_new(new: &'a NewJob) -> Self {
         Asked {
+            room: new.room.as_str(),
             operation: &new.operation,
             queue: new.queue.as_str(),
             payload: &new.payload,

@@ -6,6 +6,7 @@ mod batch;
 mod event;
 mod job;
 mod retry;
+mod room;
 mod status;
 mod text;
 
@@ -13,5 +14,6 @@ pub use batch::{BatchAddress, BatchOutcome, BatchResult, FanOutForm};
 pub use event::{EventLevel, EventName, NewEvent};
 pub use job::{Job, JobEvent, JobSummary, NewJob, QueueName};
 pub use retry::{RetryPolicy, NEVER_RETRIED};
+pub use room::RoomId;
 pub use status::{InvalidTransition, JobStatus};
 pub use text::{nul_pointer, scrub_nul, scrub_nul_value};

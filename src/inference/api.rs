@@ -1,5 +1,5 @@
-//! `GET /embeddings/{set}`: a stored set, a page of its items at a time, with the state of
-//! the job that computes it.
+//! `GET /embeddings/{set}`: a stored set of a room, a page of its items at a time, with the
+//! state of the job that computes it. Another room's set is a 404, as a missing one.
 
 use actix_web::web;
 use serde::{Deserialize, Serialize};
@@ -7,12 +7,15 @@ use uuid::Uuid;
 
 use super::sets::{self, check_set_name, Item};
 use crate::api::{ApiError, AppState, Code};
-use crate::domain::JobStatus;
+use crate::auth::Caller;
+use crate::domain::{JobStatus, RoomId};
 use crate::store::StoreError;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ItemsQuery {
+    /// The set's room; default: the caller's default room.
+    pub room: Option<String>,
     /// Only items after this one (the `next_after` of the previous page).
     pub after: Option<i64>,
     pub limit: Option<u64>,
@@ -28,6 +31,7 @@ pub struct StoredItem {
 #[derive(Debug, Serialize)]
 pub struct SetPage {
     pub set: String,
+    pub room: String,
     /// The `compute_embeddings` job that computes the set, and its state: the set is whole
     /// once it SUCCEEDED.
     pub job_id: Uuid,
@@ -42,18 +46,35 @@ pub struct SetPage {
 /// One page of a set's items, in item order.
 pub async fn get(
     state: web::Data<AppState>,
+    caller: Caller,
     name: web::Path<String>,
     query: web::Query<ItemsQuery>,
 ) -> Result<web::Json<SetPage>, ApiError> {
     check_set_name(&name).map_err(|err| ApiError::new(Code::InvalidSetName, err))?;
+    let room = match query.room.as_deref() {
+        Some(room) => RoomId::parse(room).map_err(|err| ApiError::new(Code::InvalidRoomId, err))?,
+        None => caller.default_room(),
+    };
     let limit = crate::api::jobs::page_size(query.limit, state.max_page_size)?;
     let db = &state.db;
-    let Some(set) = sets::find(db, &name).await.map_err(StoreError::from)? else {
-        return Err(ApiError::new(Code::SetNotFound, format!("no embedding set {:?}", name.as_str())));
-    };
+    let key = sets::key(room.as_str(), &name);
+    let missing = || ApiError::new(Code::SetNotFound, format!("no embedding set {:?} in room {room}", name.as_str()));
+    if !caller.can_read(room.as_str()) {
+        return Err(missing());
+    }
+    let Some(set) = sets::find(db, &key).await.map_err(StoreError::from)? else { return Err(missing()) };
     let job_status = state.store.get(set.job_id).await?.map(|job| job.status);
-    let items = sets::page(db, &name, query.after, limit).await.map_err(StoreError::from)?;
+    let items = sets::page(db, &key, query.after, limit).await.map_err(StoreError::from)?;
     let next_after = (items.len() as u64 == limit).then(|| items.last().map(|item| item.item)).flatten();
     let items = items.into_iter().map(|Item { item, input, vector }| StoredItem { item, input, vector }).collect();
-    Ok(web::Json(SetPage { set: set.name, job_id: set.job_id, job_status, inputs: set.inputs, items, next_after }))
+    let set_name = sets::name_of(&set.name).to_owned();
+    Ok(web::Json(SetPage {
+        set: set_name,
+        room: room.into(),
+        job_id: set.job_id,
+        job_status,
+        inputs: set.inputs,
+        items,
+        next_after,
+    }))
 }

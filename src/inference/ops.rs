@@ -129,7 +129,7 @@ impl Operation for ComputeEmbeddings {
         }
         let insert = sets::insert_rows(&output.set, output.first, &output.inputs, vectors);
         let kept = json!({
-            "set": output.set, "count": output.inputs.len(), "dims": dims,
+            "set": sets::name_of(&output.set), "count": output.inputs.len(), "dims": dims,
             "model": output.model, "device": output.device,
         });
         Ok(BatchRows { kept, insert: Some(insert) })
@@ -138,18 +138,20 @@ impl Operation for ComputeEmbeddings {
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let payload = EmbeddingsPayload::parse(&payload).map_err(invalid)?;
         let job_id = ctx.job().map(|job| job.id).unwrap_or_default();
+        let room = ctx.job().map(|job| job.room.clone()).unwrap_or_default();
         let set = payload.set.unwrap_or_else(|| job_id.to_string());
         let inputs = match (payload.inputs, payload.from_set) {
             (Some(inputs), _) => inputs,
-            (None, Some(from)) => stored_inputs(&ctx, &from).await?,
+            (None, Some(from)) => stored_inputs(&ctx, &room, &from).await?,
             (None, None) => return Err(invalid("give either inputs or from_set")),
         };
         for (index, input) in inputs.iter().enumerate() {
             self.tokenizer.check(index, input).map_err(|err| OperationError::new(INVALID_INPUT, err.to_string()))?;
         }
-        match sets::claim(ctx.db(), &set, job_id, inputs.len() as i64).await {
+        match sets::claim(ctx.db(), &sets::key(&room, &set), job_id, inputs.len() as i64).await {
             Ok(()) => {}
             Err(ClaimError::Taken { name, owner }) => {
+                let name = sets::name_of(&name);
                 let message = format!("set {name:?} was computed by job {owner}; choose another name");
                 return Err(OperationError::new(SET_TAKEN, message));
             }
@@ -164,7 +166,7 @@ impl Operation for ComputeEmbeddings {
             operation: EMBED_BATCH.into(),
             queue: self.queue.clone(),
             write_queue: self.write_queue.clone(),
-            snapshot: json!({ "set": set }),
+            snapshot: json!({ "set": sets::key(&room, &set) }),
             batches,
             max_retries: 2,
         })
@@ -173,15 +175,16 @@ impl Operation for ComputeEmbeddings {
     }
 }
 
-/// The inputs of a stored set, in item order.
-async fn stored_inputs(ctx: &JobContext, name: &str) -> Result<Vec<String>, OperationError> {
-    let Some(set) = sets::find(ctx.db(), name).await.map_err(database)? else {
+/// The inputs of a stored set of `room`, in item order.
+async fn stored_inputs(ctx: &JobContext, room: &str, name: &str) -> Result<Vec<String>, OperationError> {
+    let key = sets::key(room, name);
+    let Some(set) = sets::find(ctx.db(), &key).await.map_err(database)? else {
         return Err(OperationError::new(UNKNOWN_SET, format!("no embedding set {name:?}")));
     };
     if set.inputs as usize > MAX_INPUTS {
         return Err(invalid(format!("set {name:?} has more than {MAX_INPUTS} inputs")));
     }
-    let items = sets::page(ctx.db(), name, None, set.inputs.max(0) as u64).await.map_err(database)?;
+    let items = sets::page(ctx.db(), &key, None, set.inputs.max(0) as u64).await.map_err(database)?;
     if items.len() as i64 != set.inputs {
         let message =
             format!("set {name:?} holds {} of its {} inputs: its job has not finished", items.len(), set.inputs);
@@ -326,11 +329,13 @@ impl Operation for NearestNeighbours {
         for (index, query) in payload.queries.iter().enumerate() {
             self.tokenizer.check(index, query).map_err(|err| OperationError::new(INVALID_INPUT, err.to_string()))?;
         }
-        // The set must be whole: every input stored, its job over.
-        let Some(set) = sets::find(ctx.db(), &payload.set).await.map_err(database)? else {
+        // The set must be whole: every input stored, its job over. It is a set of this job's room.
+        let room = ctx.job().map(|job| job.room.clone()).unwrap_or_default();
+        let key = sets::key(&room, &payload.set);
+        let Some(set) = sets::find(ctx.db(), &key).await.map_err(database)? else {
             return Err(OperationError::new(UNKNOWN_SET, format!("no embedding set {:?}", payload.set)));
         };
-        let stored = sets::stored(ctx.db(), &payload.set).await.map_err(database)?;
+        let stored = sets::stored(ctx.db(), &key).await.map_err(database)?;
         if stored as i64 != set.inputs || set.inputs == 0 {
             let message =
                 format!("set {:?} holds {stored} of its {} inputs: its job has not finished", payload.set, set.inputs);
@@ -342,7 +347,7 @@ impl Operation for NearestNeighbours {
             .enumerate()
             .map(|(at, chunk)| json!({ "first": at * self.batch_size, "queries": chunk }))
             .collect();
-        let snapshot = json!({ "set": payload.set, "k": payload.k, "inputs": set.inputs, "job_id": set.job_id });
+        let snapshot = json!({ "set": key, "k": payload.k, "inputs": set.inputs, "job_id": set.job_id });
         ctx.fan_out(FanOut {
             operation: NEIGHBOURS_BATCH.into(),
             queue: self.queue.clone(),
@@ -404,6 +409,7 @@ impl Operation for NeighboursBatch {
                 Ok(json!({ "query": query, "neighbours": found }))
             })
             .collect::<Result<_, OperationError>>()?;
+        let name = sets::name_of(name);
         Ok(json!({ "set": name, "k": k, "model": embedded.model, "first": batch.first, "queries": queries }))
     }
 }

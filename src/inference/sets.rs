@@ -1,7 +1,8 @@
 //! Stored embedding sets: a set is claimed by the job that computes it, its rows arrive
 //! batch by batch from the write queue (each batch once), and it is read back by page or
 //! whole for nearest-neighbour search. Needs no libtorch: a build without inference still
-//! serves the sets stored by one with it.
+//! serves the sets stored by one with it. Every function here takes a set's stored [`key`]
+//! (room and name), never a bare name.
 
 use sea_orm::sea_query::{InsertStatement, OnConflict, Query};
 use sea_orm::{
@@ -23,6 +24,17 @@ pub fn check_set_name(name: &str) -> Result<(), String> {
         return Err(format!("a set name is 1 to {MAX_SET_NAME} of the characters A-Z a-z 0-9 . _ -"));
     }
     Ok(())
+}
+
+/// The stored key of set `name` in `room`: sets are per room, so one tenant's name never
+/// meets another's. Unambiguous, since a room id holds no `:`.
+pub fn key(room: &str, name: &str) -> String {
+    format!("{room}:{name}")
+}
+
+/// The set's name in a stored key (what users see).
+pub fn name_of(key: &str) -> &str {
+    key.split_once(':').map_or(key, |(_, name)| name)
 }
 
 /// One stored input and its vector.

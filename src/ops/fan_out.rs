@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::{JobContext, OperationError};
-use crate::domain::{BatchAddress, EventLevel, EventName, FanOutForm, Job, NewEvent, NewJob};
+use crate::domain::{BatchAddress, EventLevel, EventName, FanOutForm, Job, NewEvent, NewJob, RoomId};
 use crate::store::RunRef;
 
 /// Batch messages published at once, their confirms in flight together.
@@ -172,10 +172,13 @@ impl JobContext {
         if self.store.fan_out(run, total, FanOutForm::Children).await.map_err(store_failed)?.is_none() {
             return Err(OperationError::new(FAN_OUT_FAILED, "the run is no longer current"));
         }
+        let room = RoomId::parse(&job.room).map_err(|err| OperationError::new(FAN_OUT_FAILED, err))?;
         let children = children
             .into_iter()
             .enumerate()
             .map(|(index, child)| NewJob {
+                // A child is always in its parent's room, whatever it asked.
+                room: room.clone(),
                 parent_job_id: Some(run.id),
                 idempotency_key: Some(format!("{}:child:{index}", run.id)),
                 ..child

@@ -273,6 +273,8 @@ pub struct ExpiredLease {
 /// Filters for [`JobStore::list`].
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
+    /// Only jobs of these rooms; `None`: every room.
+    pub rooms: Option<Vec<String>>,
     pub status: Option<JobStatus>,
     pub operation: Option<String>,
     pub queue: Option<String>,

@@ -30,6 +30,8 @@ const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 pub struct Deployment {
     store_url: String,
     pub prefix: String,
+    /// The admin token every API process of the deployment stores at start.
+    pub token: String,
 }
 
 impl Deployment {
@@ -37,7 +39,13 @@ impl Deployment {
         Deployment {
             store_url: store_url.to_owned(),
             prefix: format!("p{}.", &Uuid::new_v4().simple().to_string()[..12]),
+            token: crate::helpers::new_token(),
         }
+    }
+
+    /// A client that sends the deployment's admin token.
+    pub fn client(&self) -> reqwest::Client {
+        crate::helpers::client_with(&self.token)
     }
 
     pub fn spawn(&self, args: &[&str], extra: &[(&str, &str)]) -> Process {
@@ -74,6 +82,7 @@ impl Deployment {
             .env("YARDMASTER__DISPATCH__GRACE_MS", "500")
             .env("YARDMASTER__QUEUES__DEFAULT__CONCURRENCY", "4")
             .env("YARDMASTER__QUEUES__DEFAULT__PREFETCH", "8")
+            .env("YARDMASTER__AUTH__BOOTSTRAP_TOKEN", &self.token)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -196,7 +205,7 @@ async fn a_crash_between_commit_and_publish_loses_no_job() {
         &["serve", "--no-workers", "--bind", &bind],
         &[("YARDMASTER_FAILPOINT", "submit.after_commit"), ("YARDMASTER__DISPATCH__ENABLED", "false")],
     );
-    let client = reqwest::Client::new();
+    let client = deployment.client();
     let deadline = Instant::now() + Duration::from_secs(60);
     while client.get(format!("http://{bind}/healthz")).send().await.is_err() {
         assert!(Instant::now() < deadline, "the API never came up");

@@ -177,7 +177,10 @@ impl Default for TestOptions {
 
 pub struct TestApp {
     pub address: String,
+    /// Sends the admin token with every request.
     pub client: reqwest::Client,
+    /// The app's admin token (its bootstrap token).
+    pub admin_token: String,
     pub db: DatabaseConnection,
     pub store: Arc<dyn JobStore>,
     pub transport: Arc<dyn Transport>,
@@ -212,6 +215,8 @@ impl TestApp {
         settings.dispatch.interval_ms = 100;
         settings.dispatch.grace_ms = 500;
         settings.worker.grace_seconds = 1;
+        let admin_token = new_token();
+        settings.auth.bootstrap_token = Some(yardmaster::config::Secret::new(admin_token.clone()));
         if let Some(inference) = options.inference {
             settings.inference = inference;
         }
@@ -267,7 +272,8 @@ impl TestApp {
         let address = format!("http://127.0.0.1:{}", app.port().expect("the API is served"));
         let (db, store) = (app.db(), app.store());
         let stopped = actix_rt::spawn(app.run_until_stopped());
-        TestApp { address, client: reqwest::Client::new(), db, store, transport, seeded, stopped, _database: database }
+        let client = client_with(&admin_token);
+        TestApp { address, client, admin_token, db, store, transport, seeded, stopped, _database: database }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -304,9 +310,9 @@ impl TestApp {
         }
     }
 
-    /// The events of a job, in order.
+    /// The events of a job, in order (up to 500: the largest page).
     pub async fn events(&self, id: &str) -> Vec<Value> {
-        let (code, body) = self.get(&format!("/jobs/{id}/events")).await;
+        let (code, body) = self.get(&format!("/jobs/{id}/events?limit=500")).await;
         assert_eq!(code, 200, "{body}");
         body["events"].as_array().unwrap().clone()
     }
@@ -336,6 +342,19 @@ impl TestApp {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// A fresh token's text (not stored anywhere yet).
+pub fn new_token() -> String {
+    yardmaster::auth::secret::issue().unwrap().text
+}
+
+/// A client that sends `token` with every request.
+pub fn client_with(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
+    headers.insert(reqwest::header::AUTHORIZATION, bearer);
+    reqwest::Client::builder().default_headers(headers).build().unwrap()
 }
 
 /// Migrates, creates `execution_log`, and inserts `jobs` QUEUED jobs of `operation` on

@@ -45,9 +45,11 @@ fn read_to_close(mut stream: TcpStream) -> String {
 }
 
 /// A chunked body of 300 KiB sent to an endpoint that reads none.
-fn unread_chunked_body(address: &str, path: &str) -> String {
+fn unread_chunked_body(address: &str, path: &str, token: &str) -> String {
     let mut stream = connect(address);
-    let head = format!("GET {path} HTTP/1.1\r\nhost: test\r\ntransfer-encoding: chunked\r\n\r\n");
+    let head = format!(
+        "GET {path} HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {token}\r\ntransfer-encoding: chunked\r\n\r\n"
+    );
     stream.write_all(head.as_bytes()).unwrap();
     let chunk = vec![b'x'; 30 * 1024];
     for _ in 0..10 {
@@ -68,8 +70,8 @@ async fn an_unread_chunked_body_leaks_no_connection(backend: Backend) {
     // No earlier request: any server-side connection left afterwards is one of these.
     let path = format!("/jobs/{}", uuid::Uuid::now_v7());
     let requests = (0..20).map(|_| {
-        let (path, address) = (path.clone(), app.address.clone());
-        actix_rt::task::spawn_blocking(move || unread_chunked_body(&address, &path))
+        let (path, address, token) = (path.clone(), app.address.clone(), app.admin_token.clone());
+        actix_rt::task::spawn_blocking(move || unread_chunked_body(&address, &path, &token))
     });
     for answer in futures_util::future::join_all(requests).await {
         let answer = answer.unwrap();
@@ -86,12 +88,14 @@ async fn an_unread_chunked_body_leaks_no_connection(backend: Backend) {
 
 async fn a_stalled_body_is_cut_off(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let address = app.address.clone();
+    let (address, token) = (app.address.clone(), app.admin_token.clone());
     let started = Instant::now();
     let answer = actix_rt::task::spawn_blocking(move || {
         let mut stream = connect(&address);
-        let head =
-            "POST /jobs HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n";
+        let head = format!(
+            "POST /jobs HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {token}\r\n\
+             content-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+        );
         stream.write_all(head.as_bytes()).unwrap();
         stream.write_all(b"{\"operation\":").unwrap();
         read_to_close(stream)

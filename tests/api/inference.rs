@@ -236,7 +236,7 @@ async fn compute_embeddings_stores_a_vector_per_input(backend: Backend) {
         (Some("proteins"), Some(1000), Some(128))
     );
     assert_eq!((result["model"].as_str(), result["device"].as_str()), (Some("default.pt"), Some("cpu")));
-    assert_eq!(app.count("SELECT COUNT(*) FROM embedding WHERE set_name = 'proteins'").await, 1000);
+    assert_eq!(app.count("SELECT COUNT(*) FROM embedding WHERE set_name = 'default:proteins'").await, 1000);
 
     let items = stored_items(&app, "proteins", 300).await;
     assert_eq!(items.len(), 1000);
@@ -518,7 +518,7 @@ mod amqp {
             ];
             let extra: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
             let api = deployment.spawn(&["serve", "--no-workers", "--bind", &bind], &extra);
-            let client = reqwest::Client::new();
+            let client = deployment.client();
             let deadline = Instant::now() + Duration::from_secs(60);
             while client.get(format!("http://{bind}/healthz")).send().await.is_err() {
                 assert!(Instant::now() < deadline, "the API never came up");
@@ -536,14 +536,14 @@ mod amqp {
         }
 
         async fn submit(&self, body: Value) -> Value {
-            let response = reqwest::Client::new().post(format!("http://{}/jobs", self.bind)).json(&body).send().await;
+            let response = self.deployment.client().post(format!("http://{}/jobs", self.bind)).json(&body).send().await;
             let (code, job) = crate::helpers::read(response.unwrap()).await;
             assert_eq!(code, 201, "{job}");
             job
         }
 
         async fn get(&self, path: &str) -> Value {
-            let response = reqwest::get(format!("http://{}{path}", self.bind)).await.unwrap();
+            let response = self.deployment.client().get(format!("http://{}{path}", self.bind)).send().await.unwrap();
             crate::helpers::read(response).await.1
         }
     }
@@ -569,7 +569,7 @@ mod amqp {
             "{done}"
         );
         assert_eq!(done["result"]["count"], 1000, "{done}");
-        assert_eq!(count(&db, "SELECT COUNT(*) FROM embedding WHERE set_name = 'far'").await, 1000);
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM embedding WHERE set_name = 'default:far'").await, 1000);
         assert_eq!(count(&db, "SELECT COUNT(*) FROM embedding WHERE length(vector) <> 512").await, 0);
     }
 
@@ -601,8 +601,11 @@ mod amqp {
         let _second = fleet.batch_worker("second");
         wait_for_count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", 1, Duration::from_secs(120)).await;
         let id = job["id"].as_str().unwrap();
-        assert_eq!(count(&db, "SELECT COUNT(*) FROM embedding WHERE set_name = 'killed'").await, 200);
-        assert_eq!(count(&db, "SELECT COUNT(DISTINCT item) FROM embedding WHERE set_name = 'killed'").await, 200);
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM embedding WHERE set_name = 'default:killed'").await, 200);
+        assert_eq!(
+            count(&db, "SELECT COUNT(DISTINCT item) FROM embedding WHERE set_name = 'default:killed'").await,
+            200
+        );
         let batches = format!("SELECT COUNT(*) FROM job_batch WHERE parent_job_id = '{id}'");
         assert_eq!(count(&db, &batches).await, 20);
         let done = fleet.get(&format!("/jobs/{id}")).await;

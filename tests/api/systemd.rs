@@ -104,6 +104,8 @@ async fn systemd_hears_watchdog_pings_while_serving() {
 struct Served {
     child: std::process::Child,
     port: u16,
+    /// Its admin token (the bootstrap token it was started with).
+    token: String,
     log: std::sync::mpsc::Receiver<String>,
     dir: std::path::PathBuf,
 }
@@ -118,11 +120,13 @@ impl Served {
     /// As [`Served::start`], on the store already in `dir` (a restart).
     fn start_in(dir: std::path::PathBuf, args: &[&str], env: &[(&str, &str)]) -> Served {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let token = crate::helpers::new_token();
         let mut child = Command::new(env!("CARGO_BIN_EXE_yardmaster"))
             .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
             .args(args)
             .env("YARDMASTER__STORE__URL", format!("sqlite://{}?mode=rwc", dir.join("ym.db").display()))
             .env("YARDMASTER__WORKER__GRACE_SECONDS", "1")
+            .env("YARDMASTER__AUTH__BOOTSTRAP_TOKEN", &token)
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
@@ -137,8 +141,8 @@ impl Served {
                 let _ = lines.send(line);
             }
         });
-        let served = Served { child, port, log, dir };
-        served.wait_for_log("started");
+        let served = Served { child, port, token, log, dir };
+        served.wait_for_log("started port");
         served
     }
 
@@ -182,7 +186,7 @@ impl Served {
 #[actix_rt::test]
 async fn sigterm_answers_the_request_under_way_before_exiting() {
     let served = Served::start(&["--no-workers"], &[("RUST_LOG", "info,yardmaster::api=trace")]);
-    let port = served.port;
+    let (port, token) = (served.port, served.token.clone());
     let (served, answer) = actix_rt::task::spawn_blocking(move || {
         use std::io::{Read as _, Write as _};
         let body = br#"{"operation": "ping"}"#;
@@ -198,7 +202,8 @@ async fn sigterm_answers_the_request_under_way_before_exiting() {
             first.extend_from_slice(&buffer[..n]);
         }
         let head = format!(
-            "POST /jobs HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            "POST /jobs HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {token}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n",
             body.len()
         );
         stream.write_all(head.as_bytes()).unwrap();
@@ -232,7 +237,7 @@ async fn sigterm_answers_the_request_under_way_before_exiting() {
 #[actix_rt::test]
 async fn sigterm_stops_the_runs_it_requeues_and_exits_cleanly() {
     let served = Served::start(&[], &[]);
-    let client = reqwest::Client::new();
+    let client = crate::helpers::client_with(&served.token);
     let url = format!("http://127.0.0.1:{}/jobs", served.port);
     let job: serde_json::Value = client
         .post(&url)
@@ -266,7 +271,7 @@ async fn sigterm_stops_the_runs_it_requeues_and_exits_cleanly() {
 #[actix_rt::test]
 async fn a_killed_embedded_service_reruns_the_coordinator_whose_batches_it_held() {
     let served = Served::start(&[], &[]);
-    let client = reqwest::Client::new();
+    let client = crate::helpers::client_with(&served.token);
     let base = format!("http://127.0.0.1:{}", served.port);
     let payload = serde_json::json!({ "start": 1, "end": 40, "batch_size": 1, "batch_delay_ms": 100 });
     let job: serde_json::Value = client

@@ -224,6 +224,8 @@ class Fleet:
     def __init__(self, bin_dir, pg, rabbit, root):
         self.binary = os.path.join(bin_dir, "examples", "custom_operation")
         self.api_port = free_port()
+        # The API processes store it at start; the submitters send it.
+        self.token = subprocess.check_output([self.binary, "token", "new"], text=True).strip()
         self.cut = Cut(rabbit.port)
         self.base = {
             "YARDMASTER__STORE__URL": pg.url(),
@@ -240,6 +242,7 @@ class Fleet:
             "YARDMASTER__DISPATCH__INTERVAL_MS": "300",
             "YARDMASTER__DISPATCH__GRACE_MS": "1000",
             "YARDMASTER__QUEUES__DEFAULT__CONCURRENCY": "8",
+            "YARDMASTER__AUTH__BOOTSTRAP_TOKEN": self.token,
             "RUST_LOG": "warn",
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         }
@@ -307,7 +310,7 @@ class Fleet:
         return codes
 
 
-def submit_all(port, keys, accepted, pace, deadline):
+def submit_all(port, token, keys, accepted, pace, deadline):
     """Submits each key until the API accepts it (2xx), one every `pace` seconds at most,
     so submissions go on while faults happen; idempotency makes retries safe."""
     for key in keys:
@@ -321,7 +324,8 @@ def submit_all(port, keys, accepted, pace, deadline):
         }).encode()
         while time.time() < deadline:
             request = urllib.request.Request(f"http://127.0.0.1:{port}/jobs", data=body, method="POST",
-                                             headers={"content-type": "application/json"})
+                                             headers={"content-type": "application/json",
+                                                      "authorization": f"Bearer {token}"})
             try:
                 with urllib.request.urlopen(request, timeout=5) as response:
                     if response.status in (200, 201):
@@ -433,7 +437,7 @@ def main():
         started = time.time()
         submit_deadline = started + profile["chaos_seconds"] + 600
         pace = profile["chaos_seconds"] / (len(keys) / 4)
-        submitters = [threading.Thread(target=submit_all, args=(fleet.api_port, keys[n::4], accepted, pace,
+        submitters = [threading.Thread(target=submit_all, args=(fleet.api_port, fleet.token, keys[n::4], accepted, pace,
                                                                  submit_deadline)) for n in range(4)]
         for submitter in submitters:
             submitter.start()

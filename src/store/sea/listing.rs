@@ -14,6 +14,7 @@ use crate::store::{JobFilter, Page, StoreError};
 #[derive(Debug, FromQueryResult)]
 struct SummaryRow {
     id: Uuid,
+    room: String,
     operation: String,
     queue: String,
     status: String,
@@ -41,6 +42,7 @@ impl SeaStore {
         use job::Column as C;
         let plain = [
             C::Id,
+            C::Room,
             C::Operation,
             C::Queue,
             C::Status,
@@ -64,6 +66,9 @@ impl SeaStore {
         // SUBSTR counts characters on both engines.
         let message = Expr::cust(format!("SUBSTR(error_message, 1, {})", JobSummary::MESSAGE_CHARS));
         let mut query = job::Entity::find().select_only().columns(plain).column_as(message, "error_message");
+        if let Some(rooms) = &filter.rooms {
+            query = query.filter(C::Room.is_in(rooms.iter().map(String::as_str)));
+        }
         if let Some(status) = filter.status {
             query = query.filter(C::Status.eq(status.as_str()));
         }
@@ -96,6 +101,7 @@ fn to_summary(row: SummaryRow) -> Result<JobSummary, StoreError> {
     let status = row.status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
     Ok(JobSummary {
         id: row.id,
+        room: row.room,
         operation: row.operation,
         queue: row.queue,
         status,

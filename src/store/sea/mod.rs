@@ -82,8 +82,11 @@ impl SeaStore {
         job::Entity::find_by_id(id).one(&self.db).await?.map(to_job).transpose()
     }
 
-    async fn find_by_key(&self, key: &str) -> Result<Option<Job>, StoreError> {
-        let row = job::Entity::find().filter(job::Column::IdempotencyKey.eq(key)).one(&self.db).await?;
+    /// The job holding an idempotency key in a room (keys are per room: one tenant's key
+    /// never answers with, or conflicts with, another's job).
+    async fn find_by_key(&self, room: &str, key: &str) -> Result<Option<Job>, StoreError> {
+        let keyed = job::Column::IdempotencyKey.eq(key);
+        let row = job::Entity::find().filter(job::Column::Room.eq(room)).filter(keyed).one(&self.db).await?;
         row.map(to_job).transpose()
     }
 
@@ -390,37 +393,38 @@ impl SeaStore {
     async fn submit_many_once(&self, jobs: &[NewJob]) -> Result<Vec<Submission>, StoreError> {
         let txn = self.write_txn().await?;
         let keys: Vec<&str> = jobs.iter().filter_map(|new| new.idempotency_key.as_deref()).collect();
-        let mut known: HashMap<String, Job> = HashMap::new();
+        // Keyed by (room, key): keys are per room. Rows of other rooms read here are ignored.
+        let mut known: HashMap<(String, String), Job> = HashMap::new();
         for chunk in keys.chunks(INSERT_CHUNK) {
             let rows =
                 job::Entity::find().filter(job::Column::IdempotencyKey.is_in(chunk.iter().copied())).all(&txn).await?;
             for row in rows {
                 let job = to_job(row)?;
-                known.insert(job.idempotency_key.clone().unwrap_or_default(), job);
+                known.insert((job.room.clone(), job.idempotency_key.clone().unwrap_or_default()), job);
             }
         }
         // Which submissions insert a row; the others name the job that answers them.
         let mut fresh: Vec<&NewJob> = Vec::new();
         let mut answers: Vec<Answer> = Vec::with_capacity(jobs.len());
-        let mut first_with_key: HashMap<&str, usize> = HashMap::new();
+        let mut first_with_key: HashMap<(&str, &str), usize> = HashMap::new();
         for new in jobs {
             let Some(key) = new.idempotency_key.as_deref() else {
                 answers.push(Answer::Inserted(fresh.len()));
                 fresh.push(new);
                 continue;
             };
-            if let Some(job) = known.get(key) {
+            if let Some(job) = known.get(&(new.room.as_str().to_owned(), key.to_owned())) {
                 if !new.matches(job) {
                     return Err(StoreError::IdempotencyConflict(key.to_owned()));
                 }
                 answers.push(Answer::Existing(Box::new(job.clone())));
-            } else if let Some(&first) = first_with_key.get(key) {
+            } else if let Some(&first) = first_with_key.get(&(new.room.as_str(), key)) {
                 if !new.matches_new(fresh[first]) {
                     return Err(StoreError::IdempotencyConflict(key.to_owned()));
                 }
                 answers.push(Answer::Repeat(first));
             } else {
-                first_with_key.insert(key, fresh.len());
+                first_with_key.insert((new.room.as_str(), key), fresh.len());
                 answers.push(Answer::Inserted(fresh.len()));
                 fresh.push(new);
             }
@@ -441,7 +445,7 @@ impl SeaStore {
     /// An idempotency key seen before: the same submission gets the same job back; a
     /// different one under the same key is a conflict, never a silent overwrite.
     async fn resolve_duplicate(&self, new: &NewJob, key: &str) -> Result<Submission, StoreError> {
-        match self.find_by_key(key).await? {
+        match self.find_by_key(new.room.as_str(), key).await? {
             Some(job) if new.matches(&job) => Ok(Submission { job, created: false }),
             Some(_) => Err(StoreError::IdempotencyConflict(key.to_owned())),
             // The holder of the key was deleted between the insert and this read.
@@ -551,7 +555,7 @@ async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent
 }
 
 /// Rows per multi-row `INSERT`: keeps the bind parameters far below SQLite's and
-/// PostgreSQL's limits (32,766 and 65,535) for the widest row (the job's 23 columns).
+/// PostgreSQL's limits (32,766 and 65,535) for the widest row (the job's 26 columns).
 const INSERT_CHUNK: usize = 1000;
 
 /// Appends many events in multi-row inserts, in order.

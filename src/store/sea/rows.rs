@@ -43,6 +43,7 @@ pub(super) fn to_chrono(duration: Duration) -> chrono::Duration {
 pub(super) fn new_row(new: &NewJob) -> job::Model {
     job::Model {
         id: Uuid::now_v7(),
+        room: new.room.as_str().to_owned(),
         operation: new.operation.clone(),
         queue: new.queue.as_str().to_owned(),
         payload: new.payload.clone(),
@@ -74,6 +75,7 @@ pub(super) fn to_job(row: job::Model) -> Result<Job, StoreError> {
     let status = row.status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
     Ok(Job {
         id: row.id,
+        room: row.room,
         operation: row.operation,
         queue: row.queue,
         status,

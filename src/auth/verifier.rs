@@ -1,0 +1,101 @@
+//! Verifying a bearer token on every request without a database round trip on the hot path:
+//! a verified token's identity is kept for `auth.cache_seconds`, its secret still checked
+//! against the stored digest each time. A revocation through this process's API forgets the
+//! token at once; one made elsewhere (the CLI, another API process) counts within
+//! `cache_seconds`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use sea_orm::DatabaseConnection;
+use uuid::Uuid;
+
+use super::caller::Caller;
+use super::secret::{self, Presented};
+use super::tokens::{self, TokenError};
+
+/// Tokens remembered at most; past it the cache starts afresh (a flood of made-up ids cannot
+/// grow it without bound).
+const MAX_CACHED: usize = 10_000;
+
+/// Why a request was not authenticated.
+#[derive(Debug, thiserror::Error)]
+pub enum Rejected {
+    #[error("no bearer token: send Authorization: Bearer TOKEN")]
+    Missing,
+    #[error("the Authorization header is not a bearer token of this server")]
+    Malformed,
+    #[error("the token is unknown or revoked")]
+    Refused,
+    #[error(transparent)]
+    Store(#[from] TokenError),
+}
+
+pub struct Authenticator {
+    db: DatabaseConnection,
+    ttl: Duration,
+    cache: RwLock<HashMap<Uuid, Cached>>,
+}
+
+/// What the store said of a token id, and when.
+struct Cached {
+    /// The stored digest and the caller it stands for; `None`: unknown or revoked.
+    verified: Option<(String, Caller)>,
+    fetched: Instant,
+}
+
+impl Authenticator {
+    pub fn new(db: DatabaseConnection, ttl: Duration) -> Arc<Self> {
+        Arc::new(Authenticator { db, ttl, cache: RwLock::new(HashMap::new()) })
+    }
+
+    /// The caller an `Authorization` header value stands for.
+    pub async fn authenticate(&self, header: Option<&[u8]>) -> Result<Caller, Rejected> {
+        let header = header.ok_or(Rejected::Missing)?;
+        let text = std::str::from_utf8(header).map_err(|_| Rejected::Malformed)?;
+        let (scheme, token) = text.split_once(' ').ok_or(Rejected::Malformed)?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(Rejected::Malformed);
+        }
+        let presented = secret::parse(token.trim()).ok_or(Rejected::Malformed)?;
+        if let Some(answer) = self.cached(&presented) {
+            return answer;
+        }
+        // The row is cached whatever the presented secret: a wrong guess at a known id must
+        // not lock its owner out.
+        let verified = tokens::active(&self.db, presented.id).await?;
+        let verified = verified.map(|(digest, identity)| (digest, Caller::new(identity)));
+        let answer = match &verified {
+            Some((digest, caller)) if presented.matches(digest) => Ok(caller.clone()),
+            _ => Err(Rejected::Refused),
+        };
+        self.remember(presented.id, verified);
+        answer
+    }
+
+    /// Forgets a token at once (it was revoked here).
+    pub fn forget(&self, id: Uuid) {
+        if let Ok(mut cache) = self.cache.write() {
+            cache.remove(&id);
+        }
+    }
+
+    fn cached(&self, presented: &Presented) -> Option<Result<Caller, Rejected>> {
+        let cache = self.cache.read().ok()?;
+        let entry = cache.get(&presented.id).filter(|entry| entry.fetched.elapsed() < self.ttl)?;
+        Some(match &entry.verified {
+            Some((digest, caller)) if presented.matches(digest) => Ok(caller.clone()),
+            _ => Err(Rejected::Refused),
+        })
+    }
+
+    fn remember(&self, id: Uuid, verified: Option<(String, Caller)>) {
+        if let Ok(mut cache) = self.cache.write() {
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+            cache.insert(id, Cached { verified, fetched: Instant::now() });
+        }
+    }
+}

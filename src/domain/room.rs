@@ -1,0 +1,104 @@
+//! Rooms: the tenants jobs belong to. A room id is checked once, here; `auth/` decides who
+//! may read or write which room.
+
+use serde::{Deserialize, Serialize};
+
+/// A room id: `@global`, `@internal`, or 1-64 characters with no `@`, no `:` and no control
+/// character (`:` separates a room from the names inside it, `@` marks the reserved rooms).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RoomId(String);
+
+impl RoomId {
+    /// Visible to every room; only admins submit to it.
+    pub const GLOBAL: &'static str = "@global";
+    /// The server's own work: nobody submits to it over the API; admins read it.
+    pub const INTERNAL: &'static str = "@internal";
+    /// The room of jobs submitted before rooms existed, and an admin's default.
+    pub const DEFAULT: &'static str = "default";
+    pub const MAX_LEN: usize = 64;
+
+    pub fn parse(id: &str) -> Result<Self, String> {
+        if id == Self::GLOBAL || id == Self::INTERNAL {
+            return Ok(RoomId(id.to_owned()));
+        }
+        let allowed = |c: char| c != '@' && c != ':' && !c.is_control();
+        if id.is_empty() || id.len() > Self::MAX_LEN || !id.chars().all(allowed) {
+            let max = Self::MAX_LEN;
+            return Err(format!(
+                "room id {id:?} must be @global, @internal, or 1-{max} bytes with no '@', ':' or control character"
+            ));
+        }
+        Ok(RoomId(id.to_owned()))
+    }
+
+    pub fn global() -> Self {
+        RoomId(Self::GLOBAL.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `@global` or `@internal`: never granted to a member.
+    pub fn is_reserved(&self) -> bool {
+        self.0.starts_with('@')
+    }
+
+    pub fn is_global(&self) -> bool {
+        self.0 == Self::GLOBAL
+    }
+
+    pub fn is_internal(&self) -> bool {
+        self.0 == Self::INTERNAL
+    }
+
+    /// `room:name`: a name scoped to this room (a stored set, say), never ambiguous since
+    /// a room id holds no `:`.
+    pub fn scope(&self, name: &str) -> String {
+        format!("{}:{name}", self.0)
+    }
+}
+
+impl Default for RoomId {
+    fn default() -> Self {
+        RoomId(Self::DEFAULT.to_owned())
+    }
+}
+
+impl TryFrom<String> for RoomId {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        RoomId::parse(&value)
+    }
+}
+
+impl From<RoomId> for String {
+    fn from(value: RoomId) -> Self {
+        value.0
+    }
+}
+
+impl std::fmt::Display for RoomId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RoomId;
+
+    #[test]
+    fn room_ids_follow_the_rules() {
+        for good in ["@global", "@internal", "default", "room_42", "team a", "é"] {
+            assert!(RoomId::parse(good).is_ok(), "{good:?}");
+        }
+        for bad in ["", "@", "@globalx", "a@b", "a:b", "x\0", "tab\t", &"r".repeat(65)] {
+            assert!(RoomId::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(RoomId::global().is_reserved() && !RoomId::default().is_reserved());
+        assert_eq!(RoomId::default().scope("set"), "default:set");
+    }
+}
