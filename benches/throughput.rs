@@ -204,7 +204,9 @@ async fn run(sizes: Sizes) {
         figures.push(fan_out_rabbitmq(jobs, 2).await);
     }
     if wanted("http") {
-        figures.push(http_submit(jobs, 64).await);
+        // Without token checks first, then with: the ratio prices the check.
+        figures.push(http_submit(jobs, 64, false).await);
+        figures.push(http_submit(jobs, 64, true).await);
         figures.push(http_batch_submit(jobs.max(20_000), 500).await);
     }
     if wanted("rabbitmq-latency") {
@@ -283,8 +285,12 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
     if !http.is_empty() {
         println!();
         println!("== HTTP submissions (target: POST /jobs ≥ 15,000 req/s, p99 ≤ 10 ms) ==");
-        for figure in http {
+        for figure in &http {
             println!("{:<72} {:>9.0} {:<5} {}", figure.name, figure.value, figure.unit, figure.note);
+        }
+        let rate = |needle: &str| http.iter().find(|figure| figure.name.contains(needle)).map(|figure| figure.value);
+        if let (Some(checked), Some(baseline)) = (rate("a token checked"), rate("no token check")) {
+            println!("POST /jobs with a token checked: {:.2}× the rate without (target ≥ 0.90×)", checked / baseline);
         }
     }
     if !history.is_empty() {
@@ -1104,9 +1110,11 @@ async fn rabbitmq_latency(history: usize, jobs: usize) -> Latency {
 }
 
 /// `POST /jobs` against the embedded default (SQLite), `connections` clients, workers off.
-async fn http_submit(jobs: usize, connections: usize) -> Figure {
-    let (latencies, seconds, usage) = post_many("/jobs", json!({ "operation": "ping" }), jobs, connections).await;
-    let name = format!("yardmaster HTTP POST /jobs: embedded, {connections} connections");
+async fn http_submit(jobs: usize, connections: usize, check_tokens: bool) -> Figure {
+    let body = json!({ "operation": "ping" });
+    let (latencies, seconds, usage) = post_many_checked("/jobs", body, jobs, connections, check_tokens).await;
+    let tokens = if check_tokens { "a token checked" } else { "no token check (baseline)" };
+    let name = format!("yardmaster HTTP POST /jobs: embedded, {connections} connections, {tokens}");
     let figure = Figure { unit: "req/s", ..Figure::rate(name, jobs as f64 / seconds, percentiles(latencies)) };
     figure.of_kind(Kind::Http).with_cpu(usage, jobs)
 }
@@ -1126,7 +1134,18 @@ async fn http_batch_submit(jobs: usize, per_request: usize) -> Figure {
 /// clients, each expecting 201; returns every request's latency, the seconds it all took
 /// and the CPU it cost (the client's included: it runs in this process).
 async fn post_many(path: &str, body: Value, requests: usize, connections: usize) -> (Vec<Duration>, f64, Usage) {
-    let (url, scratch) = idle_api().await;
+    post_many_checked(path, body, requests, connections, true).await
+}
+
+/// As [`post_many`], with the API's token checks on or off.
+async fn post_many_checked(
+    path: &str,
+    body: Value,
+    requests: usize,
+    connections: usize,
+    check_tokens: bool,
+) -> (Vec<Duration>, f64, Usage) {
+    let (url, scratch) = idle_api(check_tokens).await;
     let client = bench_client();
     let before = sampler().snapshot();
     let start = Instant::now();
@@ -1151,11 +1170,15 @@ async fn post_many(path: &str, body: Value, requests: usize, connections: usize)
 }
 
 /// The embedded API with workers off: its base URL and its database.
-async fn idle_api() -> (String, Scratch) {
+async fn idle_api(check_tokens: bool) -> (String, Scratch) {
     let scratch = Scratch::create(Store::Sqlite).await;
     let mut settings = bench_settings(&scratch.url);
     settings.worker.enabled = false;
-    let app = Application::builder(settings).build().await.unwrap();
+    let mut builder = Application::builder(settings);
+    if !check_tokens {
+        builder = builder.without_token_checks_for_benchmarks();
+    }
+    let app = builder.build().await.unwrap();
     let url = format!("http://127.0.0.1:{}", app.port().unwrap());
     actix_rt::spawn(app.run_until_stopped());
     (url, scratch)

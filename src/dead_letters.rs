@@ -12,7 +12,7 @@ const SAMPLE_BYTES: usize = 200;
 const SAMPLES: usize = 10;
 
 /// What `GET /admin/dead-letters` reports.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Summary {
     pub queue: String,
     /// Dead letters seen (at most the requested limit).
@@ -21,7 +21,7 @@ pub struct Summary {
     pub samples: Vec<Sample>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Sample {
     pub reason: String,
     pub bytes: usize,
@@ -30,7 +30,7 @@ pub struct Sample {
 }
 
 /// What a replay or purge did.
-#[derive(Debug, Serialize, PartialEq, Eq)]
+#[derive(Debug, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct Settled {
     pub queue: String,
     pub matched: usize,

@@ -3,7 +3,7 @@
 use actix_web::web;
 use serde::Deserialize;
 
-use super::error::{ApiError, Code};
+use super::error::{ApiError, Code, Problem};
 use super::AppState;
 use crate::dead_letters::{self, Selection, Settled, Summary};
 use crate::domain::QueueName;
@@ -12,27 +12,43 @@ use crate::domain::QueueName;
 const MAX_LIMIT: usize = 10_000;
 const DEFAULT_LIMIT: usize = 1_000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct SummaryQuery {
+    /// The queue whose dead letters to read.
+    #[param(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub queue: String,
+    /// Dead letters read at most; default 1000.
+    #[param(minimum = 1, maximum = 10000)]
     pub limit: Option<usize>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SettleRequest {
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub queue: String,
     /// Only dead letters with this reason (`not_a_job_id`, `unknown_job`, `oversized`, …).
     #[serde(default)]
     pub reason: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::extract::whole_number")]
+    #[schema(minimum = 1, maximum = 10000)]
     pub limit: Option<usize>,
     /// Report what would happen, change nothing.
     #[serde(default)]
     pub dry_run: bool,
 }
 
+/// A queue's dead letters: how many, why, and samples.
+#[utoipa::path(
+    get, path = "/admin/dead-letters", tag = "admin", operation_id = "dead_letter_summary",
+    params(SummaryQuery),
+    responses(
+        (status = 200, description = "The summary", body = Summary),
+        (status = 503, description = "`not_ready`: the transport does not answer; `store_unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn summary(
     state: web::Data<AppState>,
     query: web::Query<SummaryQuery>,
@@ -46,6 +62,16 @@ pub async fn summary(
     Ok(web::Json(summary))
 }
 
+/// Publishes matching dead letters back onto their queue.
+#[utoipa::path(
+    post, path = "/admin/dead-letters/replay", tag = "admin", operation_id = "replay_dead_letters",
+    request_body = SettleRequest,
+    responses(
+        (status = 200, description = "What was replayed", body = Settled),
+        (status = 422, description = "`invalid_queue`, `invalid_request`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`not_ready`: the transport does not answer; `store_unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn replay(
     state: web::Data<AppState>,
     body: web::Json<SettleRequest>,
@@ -56,6 +82,16 @@ pub async fn replay(
     Ok(web::Json(settled))
 }
 
+/// Deletes matching dead letters.
+#[utoipa::path(
+    post, path = "/admin/dead-letters/purge", tag = "admin", operation_id = "purge_dead_letters",
+    request_body = SettleRequest,
+    responses(
+        (status = 200, description = "What was deleted", body = Settled),
+        (status = 422, description = "`invalid_queue`, `invalid_request`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`not_ready`: the transport does not answer; `store_unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn purge(state: web::Data<AppState>, body: web::Json<SettleRequest>) -> Result<web::Json<Settled>, ApiError> {
     let (queue, selection) = selection(body.into_inner())?;
     let settled =

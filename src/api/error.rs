@@ -153,15 +153,18 @@ impl ApiError {
     }
 }
 
-/// The body of every error response.
-#[derive(Debug, Serialize)]
-struct Problem<'a> {
+/// The body of every error response (RFC 9457).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Problem<'a> {
+    /// `urn:yardmaster:problem:CODE`.
     #[serde(rename = "type")]
     kind: String,
     title: &'a str,
     status: u16,
     detail: &'a str,
+    /// Stable: clients may match on it.
     code: &'a str,
+    /// A JSON pointer to the part of the request at fault.
     #[serde(skip_serializing_if = "Option::is_none")]
     pointer: Option<&'a str>,
 }

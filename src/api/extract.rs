@@ -39,3 +39,43 @@ fn json_error(err: JsonPayloadError, _req: &HttpRequest) -> Error {
     };
     api_error.into()
 }
+
+/// Reads an optional whole number written either way JSON allows (`7` or `7.0`: JSON Schema
+/// counts both as integers), refusing fractions and anything out of `T`'s range.
+pub fn whole_number<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    use serde::de::{Deserialize as _, Error as _};
+    let Some(number) = Option::<serde_json::Number>::deserialize(deserializer)? else { return Ok(None) };
+    let whole = match (number.as_i64(), number.as_f64()) {
+        (Some(whole), _) => whole,
+        (None, Some(float)) if float.fract() == 0.0 && float.abs() < 9.0e15 => float as i64,
+        _ => return Err(D::Error::custom(format!("{number} is not a whole number in range"))),
+    };
+    T::try_from(whole).map(Some).map_err(|_| D::Error::custom(format!("{whole} is out of range")))
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, serde::Deserialize)]
+    struct Limit {
+        #[serde(default, deserialize_with = "super::whole_number")]
+        limit: Option<u16>,
+    }
+
+    #[test]
+    fn whole_numbers_are_read_either_way_and_fractions_refused() {
+        let read = |json: &str| serde_json::from_str::<Limit>(json).map(|limit| limit.limit);
+        assert_eq!(read(r#"{"limit": 7}"#).unwrap(), Some(7));
+        assert_eq!(read(r#"{"limit": 7900.0}"#).unwrap(), Some(7900));
+        assert_eq!(read(r#"{"limit": null}"#).unwrap(), None);
+        assert_eq!(read("{}").unwrap(), None);
+        for bad in
+            [r#"{"limit": 7.5}"#, r#"{"limit": -1}"#, r#"{"limit": 70000}"#, r#"{"limit": "7"}"#, r#"{"limit": 1e300}"#]
+        {
+            assert!(read(bad).is_err(), "{bad}");
+        }
+    }
+}

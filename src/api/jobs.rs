@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::error::{ApiError, Code};
+use super::error::{ApiError, Code, Problem};
 use super::AppState;
 use crate::auth::Caller;
 use crate::domain::{nul_pointer, Job, JobEvent, JobStatus, JobSummary, NewJob, QueueName, RetryPolicy, RoomId};
@@ -23,23 +23,35 @@ const DEFAULT_PAGE: u64 = 50;
 pub const MAX_BATCH: usize = 1000;
 
 /// Body of `POST /jobs`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"operation": "sleep", "payload": {"seconds": 2, "steps": 4}}))]
 pub struct SubmitRequest {
+    /// A registered operation (the contract served lists this server's); an unknown one is
+    /// 422 `unknown_operation`.
+    #[schema(pattern = r"^[^\u0000]*$")]
     pub operation: String,
     /// The room the job belongs to; default: the caller's first room (a child: its
-    /// parent's, and no other).
+    /// parent's, and no other). `@global` (admins) or 1-64 characters without `@`, `:` or
+    /// control characters.
     #[serde(default)]
+    #[schema(pattern = r"^(@global|@internal|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$")]
     pub room: Option<String>,
+    /// A `jobs` queue of this deployment (the contract served lists them); default
+    /// `default`.
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub queue: Option<String>,
+    /// The operation's input; default `{}`.
     #[serde(default)]
     pub payload: Option<Value>,
-    /// The same key returns the same job instead of creating another.
+    /// The same key (in the same room) returns the same job instead of creating another.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 255, pattern = r"^[^\u0000]*$")]
     pub idempotency_key: Option<String>,
     /// Retries after a failure; default: the operation's.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::extract::whole_number")]
+    #[schema(minimum = 0, maximum = 100)]
     pub max_retries: Option<i32>,
     /// Backoff and error classes for those retries; default: the operation's.
     #[serde(default)]
@@ -48,6 +60,23 @@ pub struct SubmitRequest {
     pub parent_job_id: Option<Uuid>,
 }
 
+/// Submits a job.
+#[utoipa::path(
+    post, path = "/jobs", tag = "jobs", operation_id = "submit_job",
+    request_body = SubmitRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Same as `idempotency_key` in the body",
+        pattern = r"^[\t -~]{1,255}$")),
+    responses(
+        (status = 201, description = "Created", body = Job,
+         headers(("Location" = String, description = "The job's URL"))),
+        (status = 200, description = "An earlier submission with the same idempotency key made this job", body = Job,
+         headers(("Location" = String, description = "The job's URL"))),
+        (status = 403, description = "`room_forbidden`, `read_only_token`, `forbidden`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency_conflict`, `parent_is_coordinator`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`, `unknown_operation`, `invalid_payload`, `operation_unavailable`, \
+            `unknown_queue`, `invalid_queue`, `parent_not_found`, `room_mismatch`, `nul_character`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn submit(
     state: web::Data<AppState>,
     caller: Caller,
@@ -75,20 +104,23 @@ pub async fn submit(
 }
 
 /// Body of `POST /jobs:batch`; each item is read on its own, so a bad one is named.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
+    /// 1-1000 submissions of the `POST /jobs` shape.
+    #[schema(value_type = Vec<SubmitRequest>, min_items = 1, max_items = 1000)]
     pub jobs: Vec<Value>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BatchItem {
+    /// False when an earlier submission with the same key made the job.
     pub created: bool,
     #[serde(flatten)]
     pub job: Job,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BatchResponse {
     pub jobs: Vec<BatchItem>,
 }
@@ -96,6 +128,18 @@ pub struct BatchResponse {
 /// Submits up to [`MAX_BATCH`] jobs in one transaction: all are accepted or none is. An
 /// invalid item is a problem whose `pointer` names it (`/jobs/3`). 201 when any job was
 /// created, 200 when every one was an idempotent repeat.
+#[utoipa::path(
+    post, path = "/jobs:batch", tag = "jobs", operation_id = "submit_jobs",
+    request_body = BatchRequest,
+    responses(
+        (status = 201, description = "At least one job was created", body = BatchResponse),
+        (status = 200, description = "Every submission was an idempotent repeat", body = BatchResponse),
+        (status = 403, description = "`room_forbidden`, `read_only_token`, `forbidden`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency_conflict`, `parent_is_coordinator`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "An item is invalid: its problem, with a `pointer` such as `/jobs/3`; \
+            `invalid_request` for an `Idempotency-Key` header", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn submit_batch(
     state: web::Data<AppState>,
     caller: Caller,
@@ -264,8 +308,9 @@ fn validate_submission(
     let queue = known_job_queue(state, body.queue.as_deref()).map_err(|err| err.at("/queue"))?;
     let idempotency_key = body.idempotency_key.or(header_key);
     if let Some(key) = &idempotency_key {
-        if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
-            let detail = format!("idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY} bytes");
+        // Characters, as the `varchar(255)` column counts them.
+        if key.is_empty() || key.chars().count() > MAX_IDEMPOTENCY_KEY {
+            let detail = format!("idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY} characters");
             return Err(ApiError::new(Code::InvalidRequest, detail).at("/idempotency_key"));
         }
     }
@@ -287,6 +332,15 @@ fn validate_submission(
     })
 }
 
+/// A job, payload and result included.
+#[utoipa::path(
+    get, path = "/jobs/{id}", tag = "jobs", operation_id = "get_job",
+    params(("id" = Uuid, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "The job", body = Job),
+        (status = 404, description = "`job_not_found`: no such job in the caller's rooms", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn get(state: web::Data<AppState>, caller: Caller, id: web::Path<Uuid>) -> Result<web::Json<Job>, ApiError> {
     Ok(web::Json(find(&state, &caller, *id).await?))
 }
@@ -305,22 +359,28 @@ async fn find_writable(state: &AppState, caller: &Caller, id: Uuid) -> Result<Jo
 }
 
 /// Query of `GET /jobs`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Only this room's jobs; default: every room the caller can see.
+    #[param(pattern = r"^(@global|@internal|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$")]
     pub room: Option<String>,
     pub status: Option<JobStatus>,
+    #[param(pattern = r"^[^\u0000]*$")]
     pub operation: Option<String>,
+    #[param(pattern = r"^[^\u0000]*$")]
     pub queue: Option<String>,
     pub parent_job_id: Option<Uuid>,
+    /// Jobs per page (at most `server.max_page_size`); default 50.
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u64>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<Uuid>,
 }
 
 /// A page of job summaries (`GET /jobs/{id}` has a job's payload and result).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct JobPage {
     pub jobs: Vec<JobSummary>,
     pub next_cursor: Option<Uuid>,
@@ -351,6 +411,15 @@ impl JobPage {
     }
 }
 
+/// Job summaries, newest first.
+#[utoipa::path(
+    get, path = "/jobs", tag = "jobs", operation_id = "list_jobs",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of summaries", body = JobPage),
+        (status = 403, description = "`room_forbidden`: the token has no grant for `room`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list(
     state: web::Data<AppState>,
     caller: Caller,
@@ -385,15 +454,26 @@ pub async fn list(
 }
 
 /// Query of `GET /jobs/{id}/children`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ChildrenQuery {
     pub status: Option<JobStatus>,
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u64>,
     pub cursor: Option<Uuid>,
 }
 
 /// A job's children (jobs submitted with its id as `parent_job_id`), newest first.
+/// A job's children, newest first.
+#[utoipa::path(
+    get, path = "/jobs/{id}/children", tag = "jobs", operation_id = "list_children",
+    params(("id" = Uuid, Path, description = "The parent's id"), ChildrenQuery),
+    responses(
+        (status = 200, description = "A page of summaries", body = JobPage),
+        (status = 404, description = "`job_not_found`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn children(
     state: web::Data<AppState>,
     caller: Caller,
@@ -423,6 +503,15 @@ pub(crate) fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiErro
 }
 
 /// Cancels a QUEUED or RUNNING job and its unfinished descendants; a no-op on finished jobs.
+#[utoipa::path(
+    post, path = "/jobs/{id}/cancel", tag = "jobs", operation_id = "cancel_job",
+    params(("id" = Uuid, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "The job, CANCELLED (or as it was, if it had finished)", body = Job),
+        (status = 403, description = "`room_forbidden` (`@global` for a member), `read_only_token`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`job_not_found`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn cancel(
     state: web::Data<AppState>,
     caller: Caller,
@@ -434,6 +523,16 @@ pub async fn cancel(
 }
 
 /// Re-queues a FAILED or CANCELLED job by hand; any other state is a 409.
+#[utoipa::path(
+    post, path = "/jobs/{id}/retry", tag = "jobs", operation_id = "retry_job",
+    params(("id" = Uuid, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "The job, QUEUED again", body = Job),
+        (status = 403, description = "`room_forbidden` (`@global` for a member), `read_only_token`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`job_not_found`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`invalid_transition`: the job is not FAILED or CANCELLED", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn retry(
     state: web::Data<AppState>,
     caller: Caller,
@@ -445,21 +544,32 @@ pub async fn retry(
     Ok(web::Json(job))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// Only events with a larger id (the `next_after` of the previous call).
     pub after: Option<i64>,
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EventPage {
     pub events: Vec<JobEvent>,
     /// Pass as `after` to read on; unchanged when there is nothing new.
     pub next_after: Option<i64>,
 }
 
+/// A job's event log, in order.
+#[utoipa::path(
+    get, path = "/jobs/{id}/events", tag = "jobs", operation_id = "list_events",
+    params(("id" = Uuid, Path, description = "The job's id"), EventsQuery),
+    responses(
+        (status = 200, description = "Events after `after`", body = EventPage),
+        (status = 404, description = "`job_not_found`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn events(
     state: web::Data<AppState>,
     caller: Caller,

@@ -9,6 +9,7 @@ mod extract;
 pub mod fuzzing;
 mod health;
 pub(crate) mod jobs;
+pub mod openapi;
 mod outage;
 mod tokens;
 
@@ -18,7 +19,7 @@ use actix_web::{guard, middleware, web, HttpResponse};
 
 pub use body_guard::BodyGuard;
 pub use client_limit::ClientLimit;
-pub use error::{ApiError, Code};
+pub use error::{ApiError, Code, Problem};
 pub use outage::{fail_fast, Outage};
 
 use crate::auth::{self, Access, Authenticator};
@@ -58,6 +59,19 @@ pub struct Route {
 pub const ROUTES: &[Route] = &[
     Route { path: "/healthz", allow: READ, access: Access::Public, handlers: |r| r.route(read().to(health::healthz)) },
     Route { path: "/readyz", allow: READ, access: Access::Public, handlers: |r| r.route(read().to(health::readyz)) },
+    Route {
+        path: "/openapi.json",
+        allow: READ,
+        access: Access::Public,
+        handlers: |r| r.route(read().to(openapi::spec)),
+    },
+    Route { path: "/docs", allow: READ, access: Access::Public, handlers: |r| r.route(read().to(openapi::docs_root)) },
+    Route {
+        path: "/docs/{file:.*}",
+        allow: READ,
+        access: Access::Public,
+        handlers: |r| r.route(read().to(openapi::docs)),
+    },
     Route {
         path: "/jobs",
         allow: READ_WRITE,
@@ -135,8 +149,9 @@ pub const ROUTES: &[Route] = &[
 
 /// Registers every route of [`ROUTES`] and the extractor settings. Every resource answers
 /// the methods it does not take with 405 and `Allow`; every GET also answers HEAD.
-pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
-    cfg.app_data(extract::json_config(max_body_bytes))
+pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize, document: Arc<String>) {
+    cfg.app_data(web::Data::new(document))
+        .app_data(extract::json_config(max_body_bytes))
         .app_data(web::PayloadConfig::default().limit(max_body_bytes))
         .app_data(extract::query_config())
         .app_data(extract::path_config());

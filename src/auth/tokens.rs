@@ -34,12 +34,14 @@ impl NewToken {
     /// A member needs a room to act in; nobody is granted `@global` or `@internal` (admins
     /// reach them by role); names are short printable text.
     pub fn check(&self) -> Result<(), String> {
-        let printable = |text: &str| !text.is_empty() && text.len() <= MAX_NAME && !text.chars().any(char::is_control);
+        // Characters, as the `varchar(128)` columns count them.
+        let printable =
+            |text: &str| !text.is_empty() && text.chars().count() <= MAX_NAME && !text.chars().any(char::is_control);
         if !printable(&self.user) {
-            return Err(format!("user must be 1-{MAX_NAME} bytes of printable text"));
+            return Err(format!("user must be 1-{MAX_NAME} characters with no control character"));
         }
         if self.label.as_deref().is_some_and(|label| !printable(label)) {
-            return Err(format!("label must be 1-{MAX_NAME} bytes of printable text"));
+            return Err(format!("label must be 1-{MAX_NAME} characters with no control character"));
         }
         if let Some(reserved) = self.rooms.iter().find(|room| room.is_reserved()) {
             return Err(format!("{reserved} is not granted to tokens: admins write it, every member reads @global"));
@@ -55,20 +57,21 @@ impl NewToken {
 }
 
 /// A token as listed: everything but its secret, which is never stored.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct TokenInfo {
     pub id: Uuid,
     pub user: String,
     pub label: Option<String>,
     pub role: Role,
     pub read_only: bool,
+    #[schema(value_type = Vec<String>)]
     pub rooms: Vec<RoomId>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
 /// A token just made: its text is shown this once.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct CreatedToken {
     pub token: String,
     #[serde(flatten)]

@@ -42,7 +42,7 @@ impl EventName {
 }
 
 /// Severity of an event, as shown on a timeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EventLevel {
     #[default]

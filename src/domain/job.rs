@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::{EventLevel, JobStatus, RetryPolicy, RoomId};
 
 /// A job row, read from the store.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Job {
     pub id: Uuid,
     /// The room (tenant) the job belongs to; its children belong to it too.
@@ -57,7 +57,7 @@ pub struct Job {
 /// A job as a list shows it: everything but the payload, the result and the retry policy
 /// (`GET /jobs/{id}` has them), and the error message cut to [`JobSummary::MESSAGE_CHARS`],
 /// so a page's size does not depend on what clients submitted.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobSummary {
     pub id: Uuid,
     pub room: String,
@@ -90,7 +90,7 @@ impl JobSummary {
 }
 
 /// One entry in a job's event log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobEvent {
     pub id: i64,
     pub job_id: Uuid,

@@ -9,12 +9,15 @@ use serde::{Deserialize, Serialize};
 pub const NEVER_RETRIED: [&str; 3] = ["UnknownOperation", "InvalidPayload", "WorkerShutdown"];
 
 /// How a job's failures are retried. `max_retries` lives on the job row; the rest here.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetryPolicy {
-    /// Delay before the first retry; doubles with each further failure.
+    /// Delay before the first retry; doubles with each further failure. At most
+    /// `cap_seconds`.
+    #[schema(minimum = 0, maximum = 86400)]
     pub base_seconds: f64,
     /// Longest delay between attempts.
+    #[schema(minimum = 0, maximum = 86400)]
     pub cap_seconds: f64,
     /// Only these error classes are retried; empty means every class not excluded.
     pub retry_on: Vec<String>,

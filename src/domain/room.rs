@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// A room id: `@global`, `@internal`, or 1-64 characters with no `@`, no `:` and no control
 /// character (`:` separates a room from the names inside it, `@` marks the reserved rooms).
+/// Characters, not bytes: the column is `varchar(64)`, which counts characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct RoomId(String);
@@ -17,16 +18,20 @@ impl RoomId {
     /// The room of jobs submitted before rooms existed, and an admin's default.
     pub const DEFAULT: &'static str = "default";
     pub const MAX_LEN: usize = 64;
+    /// [`RoomId::parse`]'s rule as a regular expression, for the API's contract.
+    pub const PATTERN: &'static str = r"^(@global|@internal|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$";
+    /// A room a token may be granted: not `@global` or `@internal`.
+    pub const GRANTABLE: &'static str = r"^[^@:\u0000-\u001f\u007f-\u009f]{1,64}$";
 
     pub fn parse(id: &str) -> Result<Self, String> {
         if id == Self::GLOBAL || id == Self::INTERNAL {
             return Ok(RoomId(id.to_owned()));
         }
         let allowed = |c: char| c != '@' && c != ':' && !c.is_control();
-        if id.is_empty() || id.len() > Self::MAX_LEN || !id.chars().all(allowed) {
+        if id.is_empty() || id.chars().count() > Self::MAX_LEN || !id.chars().all(allowed) {
             let max = Self::MAX_LEN;
             return Err(format!(
-                "room id {id:?} must be @global, @internal, or 1-{max} bytes with no '@', ':' or control character"
+                "room id {id:?} must be @global, @internal, or 1-{max} characters with no '@', ':' or control character"
             ));
         }
         Ok(RoomId(id.to_owned()))
@@ -95,7 +100,8 @@ mod tests {
         for good in ["@global", "@internal", "default", "room_42", "team a", "é"] {
             assert!(RoomId::parse(good).is_ok(), "{good:?}");
         }
-        for bad in ["", "@", "@globalx", "a@b", "a:b", "x\0", "tab\t", &"r".repeat(65)] {
+        assert!(RoomId::parse(&"é".repeat(64)).is_ok(), "64 characters of two bytes each");
+        for bad in ["", "@", "@globalx", "a@b", "a:b", "x\0", "tab\t", "\u{85}", &"r".repeat(65)] {
             assert!(RoomId::parse(bad).is_err(), "{bad:?}");
         }
         assert!(RoomId::global().is_reserved() && !RoomId::default().is_reserved());

@@ -6,29 +6,32 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::sets::{self, check_set_name, Item};
-use crate::api::{ApiError, AppState, Code};
+use crate::api::{ApiError, AppState, Code, Problem};
 use crate::auth::Caller;
 use crate::domain::{JobStatus, RoomId};
 use crate::store::StoreError;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ItemsQuery {
     /// The set's room; default: the caller's default room.
+    #[param(pattern = r"^(@global|@internal|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$")]
     pub room: Option<String>,
     /// Only items after this one (the `next_after` of the previous page).
     pub after: Option<i64>,
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct StoredItem {
     pub item: i64,
     pub input: String,
     pub vector: Vec<f32>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SetPage {
     pub set: String,
     pub room: String,
@@ -44,6 +47,16 @@ pub struct SetPage {
 }
 
 /// One page of a set's items, in item order.
+#[utoipa::path(
+    get, path = "/embeddings/{set}", tag = "inference", operation_id = "get_embedding_set",
+    params(("set" = String, Path, description = "The set's name: 1-200 of `A-Z a-z 0-9 . _ -`",
+        pattern = "^[A-Za-z0-9._-]{1,200}$"), ItemsQuery),
+    responses(
+        (status = 200, description = "A page of the set's items", body = SetPage),
+        (status = 400, description = "`invalid_set_name`, `invalid_room_id`, `invalid_query`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`set_not_found`: no such set in that room, or a room the caller cannot see", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn get(
     state: web::Data<AppState>,
     caller: Caller,

@@ -164,6 +164,11 @@ impl OperationRegistry {
         self
     }
 
+    /// The names of the operations this registry runs (not those it knows it cannot).
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.operations.keys().copied()
+    }
+
     pub fn get(&self, name: &str) -> Option<Arc<dyn Operation>> {
         self.operations.get(name).cloned()
     }
