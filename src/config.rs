@@ -84,6 +84,8 @@ pub struct ServerSettings {
     pub max_connections: usize,
     /// Open connections per client address at most; past it, new ones are closed at once.
     pub max_connections_per_client: usize,
+    /// The longest `Prefer: wait=N` a request may hold (`GET /jobs/{id}`).
+    pub max_wait_seconds: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -299,6 +301,7 @@ impl Default for Settings {
                 body_timeout_seconds: 30,
                 max_connections: 512,
                 max_connections_per_client: 256,
+                max_wait_seconds: 60,
             },
             store: StoreSettings {
                 url: "sqlite://yardmaster.db?mode=rwc".into(),

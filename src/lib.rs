@@ -11,6 +11,7 @@
 //! - [`actors`]: the supervised queue consumers and the dispatch sweeper.
 //! - [`api`]: the HTTP API and its problem+json errors.
 //! - [`auth`]: API tokens, callers, rooms: who may read and write what.
+//! - [`live`]: the notification path that wakes long-polls and event streams.
 //! - [`config`], [`startup`], [`telemetry`], [`cli`]: settings, wiring, logs, the command line.
 
 pub mod actors;
@@ -23,6 +24,7 @@ pub mod dispatch;
 pub mod domain;
 pub mod failpoint;
 pub mod inference;
+pub mod live;
 pub mod ops;
 pub mod startup;
 pub mod store;

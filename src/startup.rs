@@ -20,6 +20,7 @@ use crate::api::{self, AppState};
 use crate::auth::{self, Authenticator, FirstToken};
 use crate::config::{QueueKind, Settings, StoreSettings, TransportKind};
 use crate::dispatch::Dispatcher;
+use crate::live::{self, JobWaiters, NotifyingStore};
 use crate::ops::{OperationRegistry, Services};
 use crate::store::{self, JobStore, SeaStore};
 use crate::transport::{AmqpTransport, InProcessTransport, Transport};
@@ -122,6 +123,9 @@ impl ApplicationBuilder {
         if let Some(wrap) = self.wrap_store {
             store = wrap(store);
         }
+        // Every write through the store wakes whatever waits for the jobs it changed.
+        let waiters = JobWaiters::new();
+        store = Arc::new(NotifyingStore::new(store, waiters.clone()));
         let transport = match self.transport {
             Some(transport) => transport,
             None => build_transport(&settings)?,
@@ -142,6 +146,7 @@ impl ApplicationBuilder {
         let (port, server) = match self.api {
             true => {
                 first_admin_token(&db, &settings).await?;
+                live::listen(&settings.store.url, waiters.clone()).context("starting the listener")?;
                 let state = AppState {
                     store: store.clone(),
                     db: db.clone(),
@@ -151,6 +156,8 @@ impl ApplicationBuilder {
                     max_page_size: settings.server.max_page_size,
                     job_queues: settings.job_queues(),
                     outage: api::Outage::default(),
+                    waiters,
+                    max_wait: Duration::from_secs(settings.server.max_wait_seconds),
                     auth: match self.check_tokens {
                         true => Authenticator::new(db.clone(), Duration::from_secs(settings.auth.cache_seconds)),
                         false => Authenticator::trusting(db.clone(), auth::Caller::admin_for_benchmarks()),

@@ -13,17 +13,17 @@ pub struct Migration;
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let db = manager.get_connection();
+        if manager.get_database_backend() == DbBackend::Postgres {
+            // Room (64) + ':' + set name (200), before the names move under their room.
+            db.execute_unprepared("ALTER TABLE embedding_set ALTER COLUMN name TYPE varchar(265)").await?;
+            db.execute_unprepared("ALTER TABLE embedding ALTER COLUMN set_name TYPE varchar(265)").await?;
+        }
         if !manager.has_column("job", "room").await? {
             let room = ColumnDef::new(Alias::new("room")).string_len(64).not_null().default("default").to_owned();
             manager.alter_table(Table::alter().table(Alias::new("job")).add_column(room).to_owned()).await?;
             // Set names move under their room in the same step that adds rooms, once.
             db.execute_unprepared("UPDATE embedding_set SET name = 'default:' || name").await?;
             db.execute_unprepared("UPDATE embedding SET set_name = 'default:' || set_name").await?;
-        }
-        if manager.get_database_backend() == DbBackend::Postgres {
-            // Room (64) + ':' + set name (200).
-            db.execute_unprepared("ALTER TABLE embedding_set ALTER COLUMN name TYPE varchar(265)").await?;
-            db.execute_unprepared("ALTER TABLE embedding ALTER COLUMN set_name TYPE varchar(265)").await?;
         }
         for sql in [
             "CREATE INDEX IF NOT EXISTS ix_job_room_id ON job (room, id)",

@@ -332,17 +332,43 @@ fn validate_submission(
     })
 }
 
-/// A job, payload and result included.
+/// A job, payload and result included. With `Prefer: wait=N` (RFC 7240), the answer waits
+/// until the job has ended or N seconds (at most `server.max_wait_seconds`) have passed,
+/// and says what it applied in `Preference-Applied`; waiting holds no database connection.
 #[utoipa::path(
     get, path = "/jobs/{id}", tag = "jobs", operation_id = "get_job",
-    params(("id" = Uuid, Path, description = "The job's id")),
+    params(
+        ("id" = Uuid, Path, description = "The job's id"),
+        ("Prefer" = Option<String>, Header, description = "`wait=N`: answer once the job has ended, or after N \
+            seconds (capped by `server.max_wait_seconds`)"),
+    ),
     responses(
-        (status = 200, description = "The job", body = Job),
+        (status = 200, description = "The job", body = Job,
+         headers(("Preference-Applied" = String, description = "`wait=N`, the wait applied, when one was asked"))),
         (status = 404, description = "`job_not_found`: no such job in the caller's rooms", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn get(state: web::Data<AppState>, caller: Caller, id: web::Path<Uuid>) -> Result<web::Json<Job>, ApiError> {
-    Ok(web::Json(find(&state, &caller, *id).await?))
+pub async fn get(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    id: web::Path<Uuid>,
+) -> Result<HttpResponse, ApiError> {
+    let Some(wait) = super::prefer::wait(req.headers()).map(|asked| asked.min(state.max_wait)) else {
+        return Ok(HttpResponse::Ok().json(find(&state, &caller, *id).await?));
+    };
+    // Watching starts before the first read, so an ending between the two is not missed.
+    let mut watch = state.waiters.watch(*id);
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut job = find(&state, &caller, *id).await?;
+    while !job.status.is_terminal() {
+        tokio::select! {
+            () = watch.changed() => job = find(&state, &caller, *id).await?,
+            () = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    let applied = format!("wait={}", wait.as_secs());
+    Ok(HttpResponse::Ok().insert_header(("Preference-Applied", applied)).json(job))
 }
 
 /// A job the caller may see; another room's job is answered exactly as a missing one.
@@ -465,7 +491,6 @@ pub struct ChildrenQuery {
 }
 
 /// A job's children (jobs submitted with its id as `parent_job_id`), newest first.
-/// A job's children, newest first.
 #[utoipa::path(
     get, path = "/jobs/{id}/children", tag = "jobs", operation_id = "list_children",
     params(("id" = Uuid, Path, description = "The parent's id"), ChildrenQuery),

@@ -11,6 +11,8 @@ mod health;
 pub(crate) mod jobs;
 pub mod openapi;
 mod outage;
+mod prefer;
+mod stream;
 mod tokens;
 
 use std::sync::Arc;
@@ -43,6 +45,10 @@ pub struct AppState {
     pub outage: Outage,
     /// Verifies bearer tokens (cached).
     pub auth: Arc<Authenticator>,
+    /// Wakes long-polls and event streams when their job changes.
+    pub waiters: Arc<crate::live::JobWaiters>,
+    /// The longest `Prefer: wait` honoured (`server.max_wait_seconds`).
+    pub max_wait: std::time::Duration,
 }
 
 /// One resource of the API: its path, the methods it takes, who may call it, and its
@@ -108,6 +114,12 @@ pub const ROUTES: &[Route] = &[
         allow: READ,
         access: Access::Member,
         handlers: |r| r.route(read().to(jobs::events)),
+    },
+    Route {
+        path: "/jobs/{id}/events/stream",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(stream::job_events)),
     },
     Route {
         path: "/embeddings/{set}",

@@ -37,6 +37,7 @@ use super::{admin, health, jobs, tokens, Access, ROUTES};
         jobs::retry,
         jobs::children,
         jobs::events,
+        super::stream::job_events,
         crate::inference::api::get,
         admin::summary,
         admin::replay,
@@ -121,7 +122,8 @@ pub async fn docs_root() -> HttpResponse {
 
 /// `GET /docs/{file}`: the Swagger UI's files, pointed at `/openapi.json`.
 pub async fn docs(file: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    let config = Arc::new(utoipa_swagger_ui::Config::from("/openapi.json").persist_authorization(true));
+    // The token typed into "Authorize" stays in the page, never in the browser's storage.
+    let config = Arc::new(utoipa_swagger_ui::Config::from("/openapi.json"));
     let served = utoipa_swagger_ui::serve(&file, config)
         .map_err(|err| ApiError::new(Code::Internal, format!("the docs page failed: {err}")))?;
     let file = served.ok_or_else(|| ApiError::new(Code::NotFound, "no such file of the docs page"))?;

@@ -70,12 +70,18 @@ pub struct TokenInfo {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
-/// A token just made: its text is shown this once.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+/// A token just made: its text is shown this once (and never by `Debug`).
+#[derive(Clone, Serialize, utoipa::ToSchema)]
 pub struct CreatedToken {
     pub token: String,
     #[serde(flatten)]
     pub info: TokenInfo,
+}
+
+impl std::fmt::Debug for CreatedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreatedToken").field("token", &"[redacted]").field("info", &self.info).finish()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,19 +108,33 @@ pub async fn create(db: &impl ConnectionTrait, new: NewToken) -> Result<CreatedT
 /// already. Err when that id is stored with another secret.
 pub async fn register(db: &impl ConnectionTrait, presented: &Presented, new: NewToken) -> Result<bool, TokenError> {
     new.check().map_err(TokenError::Invalid)?;
-    if let Some(row) = api_token::Entity::find_by_id(presented.id).one(db).await? {
-        if !presented.matches(&row.secret_sha256) {
-            return Err(TokenError::Invalid(format!("token {} is stored with another secret", presented.id)));
-        }
-        return Ok(false);
+    // Insert-if-absent, then compare: servers starting together all end with the one row.
+    let inserted = insert_new(db, presented.id, presented.digest(), &new).await?;
+    let Some(row) = api_token::Entity::find_by_id(presented.id).one(db).await? else {
+        return Err(TokenError::Invalid(format!("token {} vanished as it was registered", presented.id)));
+    };
+    if !presented.matches(&row.secret_sha256) {
+        return Err(TokenError::Invalid(format!("token {} is stored with another secret", presented.id)));
     }
-    insert(db, presented.id, presented.digest(), &new).await?;
-    Ok(true)
+    Ok(inserted)
 }
 
 async fn insert(db: &impl ConnectionTrait, id: Uuid, digest: String, new: &NewToken) -> Result<Model, TokenError> {
+    Ok(api_token::Entity::insert(row(id, digest, new)).exec_with_returning(db).await?)
+}
+
+/// Inserts unless a token with this id exists; whether it did.
+async fn insert_new(db: &impl ConnectionTrait, id: Uuid, digest: String, new: &NewToken) -> Result<bool, TokenError> {
+    let inserted = api_token::Entity::insert(row(id, digest, new))
+        .on_conflict_do_nothing_on([api_token::Column::Id])
+        .exec_without_returning(db)
+        .await?;
+    Ok(matches!(inserted, sea_orm::TryInsertResult::Inserted(1)))
+}
+
+fn row(id: Uuid, digest: String, new: &NewToken) -> api_token::ActiveModel {
     let rooms: Vec<&str> = new.rooms.iter().map(RoomId::as_str).collect();
-    let row = api_token::ActiveModel {
+    api_token::ActiveModel {
         id: Set(id),
         secret_sha256: Set(digest),
         user_name: Set(new.user.clone()),
@@ -124,8 +144,7 @@ async fn insert(db: &impl ConnectionTrait, id: Uuid, digest: String, new: &NewTo
         rooms: Set(serde_json::json!(rooms)),
         created_at: Set(clock::now()),
         revoked_at: Set(None),
-    };
-    Ok(api_token::Entity::insert(row).exec_with_returning(db).await?)
+    }
 }
 
 /// Every token, newest first (revoked ones too: they say when).

@@ -15,8 +15,9 @@ use super::caller::Caller;
 use super::secret::{self, Presented};
 use super::tokens::{self, TokenError};
 
-/// Tokens remembered at most; past it the cache starts afresh (a flood of made-up ids cannot
-/// grow it without bound).
+/// Tokens remembered at most; past it the entries of unknown, revoked and expired tokens go
+/// first (a flood of made-up ids can neither grow the cache without bound nor push the real
+/// tokens out).
 const MAX_CACHED: usize = 10_000;
 
 /// Why a request was not authenticated.
@@ -41,10 +42,12 @@ pub struct Authenticator {
     trusted: Option<Caller>,
 }
 
-/// What the store said of a token id, and when.
+/// What the store said of a token id, and as of when.
 struct Cached {
     /// The stored digest and the caller it stands for; `None`: unknown or revoked.
     verified: Option<(String, Caller)>,
+    /// When the read that found it began (a revocation here counts as a read): an older
+    /// read never replaces a newer answer.
     fetched: Instant,
 }
 
@@ -77,21 +80,22 @@ impl Authenticator {
         }
         // The row is cached whatever the presented secret: a wrong guess at a known id must
         // not lock its owner out.
+        let started = Instant::now();
         let verified = tokens::active(&self.db, presented.id).await?;
         let verified = verified.map(|(digest, identity)| (digest, Caller::new(identity)));
         let answer = match &verified {
             Some((digest, caller)) if presented.matches(digest) => Ok(caller.clone()),
             _ => Err(Rejected::Refused),
         };
-        self.remember(presented.id, verified);
+        self.remember(presented.id, Cached { verified, fetched: started });
         answer
     }
 
-    /// Forgets a token at once (it was revoked here).
+    /// Refuses a token from now on (it was revoked here): a read of its row that began
+    /// before cannot bring it back.
     pub fn forget(&self, id: Uuid) {
-        if let Ok(mut cache) = self.cache.write() {
-            cache.remove(&id);
-        }
+        let mut cache = self.cache.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        cache.insert(id, Cached { verified: None, fetched: Instant::now() });
     }
 
     fn cached(&self, presented: &Presented) -> Option<Result<Caller, Rejected>> {
@@ -103,12 +107,18 @@ impl Authenticator {
         })
     }
 
-    fn remember(&self, id: Uuid, verified: Option<(String, Caller)>) {
-        if let Ok(mut cache) = self.cache.write() {
+    fn remember(&self, id: Uuid, entry: Cached) {
+        let mut cache = self.cache.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if cache.get(&id).is_some_and(|known| known.fetched >= entry.fetched) {
+            return;
+        }
+        if cache.len() >= MAX_CACHED {
+            let ttl = self.ttl;
+            cache.retain(|_, cached| cached.verified.is_some() && cached.fetched.elapsed() < ttl);
             if cache.len() >= MAX_CACHED {
                 cache.clear();
             }
-            cache.insert(id, Cached { verified, fetched: Instant::now() });
         }
+        cache.insert(id, entry);
     }
 }

@@ -18,10 +18,6 @@ impl RoomId {
     /// The room of jobs submitted before rooms existed, and an admin's default.
     pub const DEFAULT: &'static str = "default";
     pub const MAX_LEN: usize = 64;
-    /// [`RoomId::parse`]'s rule as a regular expression, for the API's contract.
-    pub const PATTERN: &'static str = r"^(@global|@internal|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$";
-    /// A room a token may be granted: not `@global` or `@internal`.
-    pub const GRANTABLE: &'static str = r"^[^@:\u0000-\u001f\u007f-\u009f]{1,64}$";
 
     pub fn parse(id: &str) -> Result<Self, String> {
         if id == Self::GLOBAL || id == Self::INTERNAL {
@@ -37,10 +33,6 @@ impl RoomId {
         Ok(RoomId(id.to_owned()))
     }
 
-    pub fn global() -> Self {
-        RoomId(Self::GLOBAL.to_owned())
-    }
-
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -48,20 +40,6 @@ impl RoomId {
     /// `@global` or `@internal`: never granted to a member.
     pub fn is_reserved(&self) -> bool {
         self.0.starts_with('@')
-    }
-
-    pub fn is_global(&self) -> bool {
-        self.0 == Self::GLOBAL
-    }
-
-    pub fn is_internal(&self) -> bool {
-        self.0 == Self::INTERNAL
-    }
-
-    /// `room:name`: a name scoped to this room (a stored set, say), never ambiguous since
-    /// a room id holds no `:`.
-    pub fn scope(&self, name: &str) -> String {
-        format!("{}:{name}", self.0)
     }
 }
 
@@ -104,7 +82,6 @@ mod tests {
         for bad in ["", "@", "@globalx", "a@b", "a:b", "x\0", "tab\t", "\u{85}", &"r".repeat(65)] {
             assert!(RoomId::parse(bad).is_err(), "{bad:?}");
         }
-        assert!(RoomId::global().is_reserved() && !RoomId::default().is_reserved());
-        assert_eq!(RoomId::default().scope("set"), "default:set");
+        assert!(RoomId::parse("@global").unwrap().is_reserved() && !RoomId::default().is_reserved());
     }
 }

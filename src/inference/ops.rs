@@ -21,7 +21,7 @@ use super::actor::{Inference, InferenceError};
 use super::neighbours::{nearest, Neighbour, SetCache};
 use super::sets::{self, check_set_name, ClaimError};
 use super::tokenizer::Tokenizer;
-use crate::domain::EventLevel;
+use crate::domain::{EventLevel, RoomId};
 use crate::ops::{parse_payload, FanOut, JobContext, Operation, OperationError};
 use crate::store::{BatchRows, RunRef};
 
@@ -138,7 +138,7 @@ impl Operation for ComputeEmbeddings {
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let payload = EmbeddingsPayload::parse(&payload).map_err(invalid)?;
         let job_id = ctx.job().map(|job| job.id).unwrap_or_default();
-        let room = ctx.job().map(|job| job.room.clone()).unwrap_or_default();
+        let room = ctx.job().map_or_else(|| RoomId::DEFAULT.to_owned(), |job| job.room.clone());
         let set = payload.set.unwrap_or_else(|| job_id.to_string());
         let inputs = match (payload.inputs, payload.from_set) {
             (Some(inputs), _) => inputs,
@@ -330,7 +330,7 @@ impl Operation for NearestNeighbours {
             self.tokenizer.check(index, query).map_err(|err| OperationError::new(INVALID_INPUT, err.to_string()))?;
         }
         // The set must be whole: every input stored, its job over. It is a set of this job's room.
-        let room = ctx.job().map(|job| job.room.clone()).unwrap_or_default();
+        let room = ctx.job().map_or_else(|| RoomId::DEFAULT.to_owned(), |job| job.room.clone());
         let key = sets::key(&room, &payload.set);
         let Some(set) = sets::find(ctx.db(), &key).await.map_err(database)? else {
             return Err(OperationError::new(UNKNOWN_SET, format!("no embedding set {:?}", payload.set)));

@@ -199,7 +199,8 @@ pub struct Cancellation {
     pub job: Job,
     /// False when the job was already terminal (a no-op).
     pub changed: bool,
-    pub children_cancelled: u64,
+    /// The descendants cancelled with it.
+    pub descendants: Vec<Uuid>,
 }
 
 /// One claimed run of a job: its id and the `attempts` value its claim set. Every write a

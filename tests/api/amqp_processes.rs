@@ -501,3 +501,34 @@ async fn a_worker_ten_minutes_ahead_times_out_no_job_and_stamps_database_time() 
     );
     assert_eq!(count(&db, &future_events).await, 0);
 }
+
+/// A long-poll and an event stream on the API process are woken by a worker process: the
+/// job's events reach the API through PostgreSQL's `NOTIFY`, not a polling loop.
+#[actix_rt::test]
+async fn a_waiter_on_the_api_is_woken_by_a_worker_in_another_process() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    let deployment = Deployment::new(&url);
+    let bind = format!("127.0.0.1:{}", free_port());
+    let _api = deployment.spawn(&["serve", "--no-workers", "--bind", &bind], &[]);
+    let client = deployment.client();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while client.get(format!("http://{bind}/readyz")).send().await.is_err() {
+        assert!(Instant::now() < deadline, "the API never came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _worker = deployment.spawn(&["worker", "--queue", "default"], &[]);
+    for _ in 0..3 {
+        let body = json!({ "operation": "sleep", "payload": { "seconds": 0.5, "steps": 2 } });
+        let response = client.post(format!("http://{bind}/jobs")).json(&body).send().await.unwrap();
+        let (status, job) = crate::helpers::read(response).await;
+        assert_eq!(status, 201, "{job}");
+        let id = job["id"].as_str().unwrap();
+        let response = client.get(format!("http://{bind}/jobs/{id}")).header("prefer", "wait=30").send().await.unwrap();
+        let answered = chrono::Utc::now();
+        let (_, done) = crate::helpers::read(response).await;
+        assert_eq!(done["status"], "succeeded", "{done}");
+        let finished: chrono::DateTime<chrono::Utc> = done["finished_at"].as_str().unwrap().parse().unwrap();
+        let late = answered - finished;
+        assert!(late < chrono::Duration::milliseconds(100), "answered {late} after another process ended the job");
+    }
+}

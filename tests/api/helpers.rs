@@ -154,6 +154,8 @@ pub struct TestOptions {
     pub ids_per_message: usize,
     /// `[inference]`: the defaults (a model file that does not exist) unless a test sets it.
     pub inference: Option<yardmaster::config::InferenceSettings>,
+    /// `server.max_wait_seconds`: the cap on `Prefer: wait`.
+    pub max_wait_seconds: u64,
 }
 
 impl Default for TestOptions {
@@ -171,6 +173,7 @@ impl Default for TestOptions {
             handle_signals: false,
             ids_per_message: 1,
             inference: None,
+            max_wait_seconds: 60,
         }
     }
 }
@@ -204,6 +207,7 @@ impl TestApp {
         settings.server.max_body_bytes = options.max_body_bytes;
         settings.server.body_timeout_seconds = BODY_TIMEOUT_SECONDS;
         settings.server.max_connections_per_client = options.max_connections_per_client;
+        settings.server.max_wait_seconds = options.max_wait_seconds;
         settings.store.url = url;
         settings.store.max_connections = 16;
         settings.store.group_commit_max = options.group_commit_max;

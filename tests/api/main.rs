@@ -19,6 +19,7 @@ mod http_limits;
 #[cfg(feature = "inference")]
 mod inference;
 mod lifecycle;
+mod live;
 mod openapi;
 mod stale_runs;
 mod systemd;

@@ -141,7 +141,7 @@ impl SeaStore {
         let children = cancel_children(&txn, id).await?;
         fan_out::children_ended(&txn, std::slice::from_ref(&row)).await?;
         txn.commit().await?;
-        Ok(Some(Cancellation { job: to_job(row)?, changed: true, children_cancelled: children }))
+        Ok(Some(Cancellation { job: to_job(row)?, changed: true, descendants: children }))
     }
 }
 
@@ -274,7 +274,7 @@ impl JobStore for SeaStore {
             }
             let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
             if job.status.is_terminal() {
-                return Ok(Cancellation { job, changed: false, children_cancelled: 0 });
+                return Ok(Cancellation { job, changed: false, descendants: Vec::new() });
             }
         }
         Err(StoreError::Corrupt(format!("job {id} kept changing state during cancel")))
@@ -528,11 +528,12 @@ async fn compare_and_set_many(
 /// Cancels a parent's QUEUED and RUNNING descendants inside the parent's cancel
 /// transaction, each with its event; a running one's heartbeat then finds its run gone and
 /// stops its work. Returns how many were cancelled.
-async fn cancel_children(txn: &DatabaseTransaction, parent: Uuid) -> Result<u64, DbErr> {
+/// Cancels the QUEUED and RUNNING descendants of `parent`; their ids.
+async fn cancel_children(txn: &DatabaseTransaction, parent: Uuid) -> Result<Vec<Uuid>, DbErr> {
     let now = clock::now();
     let from = [JobStatus::Queued.as_str(), JobStatus::Running.as_str()];
     let event = NewEvent::new(EventName::CANCELLED).message("parent was cancelled");
-    let (mut parents, mut cancelled) = (vec![parent], 0);
+    let (mut parents, mut cancelled) = (vec![parent], Vec::new());
     while let Some(parent) = parents.pop() {
         let children = job::Entity::update_many()
             .col_expr(job::Column::Status, Expr::value(JobStatus::Cancelled.as_str()))
@@ -543,7 +544,7 @@ async fn cancel_children(txn: &DatabaseTransaction, parent: Uuid) -> Result<u64,
             .exec_with_returning(txn)
             .await?;
         append_events(txn, children.iter().map(|child| event_row(child.id, &event)).collect()).await?;
-        cancelled += children.len() as u64;
+        cancelled.extend(children.iter().map(|child| child.id));
         parents.extend(children.into_iter().map(|child| child.id));
     }
     Ok(cancelled)

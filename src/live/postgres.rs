@@ -1,0 +1,80 @@
+//! The cross-process half of the notification path, on PostgreSQL: a statement trigger on
+//! `job_event` (migration 9) sends the ids of the jobs a transaction wrote events for on
+//! [`CHANNEL`] when it commits, whichever process wrote them; every API process listens and
+//! wakes its waiters of those jobs. A lost connection wakes every waiter (news may have been
+//! missed meanwhile) and the listener reconnects.
+//!
+//! The listener runs on a thread of its own with its own runtime and connection, so it
+//! outlives no runtime it depends on; it ends once nothing else holds the waiters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::sqlx::postgres::PgListener;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use super::JobWaiters;
+
+/// The channel the trigger notifies: a comma-separated list of job ids per notification.
+pub const CHANNEL: &str = "yardmaster_jobs";
+
+/// Pause before listening again after the listener could not connect.
+const PAUSE: Duration = Duration::from_secs(1);
+
+/// Listens on [`CHANNEL`] for as long as the application lives, when `store_url` is a
+/// PostgreSQL one; does nothing on SQLite (one process: the in-process path is the whole
+/// path).
+pub fn listen(store_url: &str, waiters: Arc<JobWaiters>) -> std::io::Result<()> {
+    if !store_url.starts_with("postgres") {
+        return Ok(());
+    }
+    let url = store_url.to_owned();
+    std::thread::Builder::new().name("yardmaster-listen".into()).spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(err) => return warn!(error = %err, "cannot start the listener's runtime"),
+        };
+        runtime.block_on(run(url, waiters));
+    })?;
+    Ok(())
+}
+
+async fn run(url: String, waiters: Arc<JobWaiters>) {
+    // This thread's handle is the last one once the application is gone.
+    while Arc::strong_count(&waiters) > 1 {
+        match PgListener::connect(&url).await {
+            Ok(mut listener) => match listener.listen(CHANNEL).await {
+                Ok(()) => {
+                    info!(channel = CHANNEL, "listening for job changes of other processes");
+                    relay(&mut listener, &waiters).await;
+                }
+                Err(err) => warn!(error = %err, "cannot listen for job changes; trying again"),
+            },
+            Err(err) => warn!(error = %err, "cannot listen for job changes; trying again"),
+        }
+        waiters.wake_all();
+        tokio::time::sleep(PAUSE).await;
+    }
+}
+
+/// Wakes the waiters of every job notified, until the connection is lost or the
+/// application is gone. (No timeout around the read: it is not documented as safe to
+/// cancel; a process that exits takes this thread with it.)
+async fn relay(listener: &mut PgListener, waiters: &Arc<JobWaiters>) {
+    while Arc::strong_count(waiters) > 1 {
+        match listener.try_recv().await {
+            Ok(Some(notification)) => {
+                for id in notification.payload().split(',').filter_map(|id| Uuid::try_parse(id).ok()) {
+                    waiters.wake(id);
+                }
+            }
+            // The connection was lost and is being re-established: news may be missing.
+            Ok(None) => waiters.wake_all(),
+            Err(err) => {
+                warn!(error = %err, "lost the listener's connection");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The in-process half of the notification path: a `JobStore` that wakes the waiters of
+//! every job a write changed (and of its parent, whose counters a child's ending moves),
+//! once the write has returned, so after its commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::JobWaiters;
+use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, NewEvent, NewJob};
+use crate::store::{
+    BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Reduce, Requeue,
+    RunRef, StoreError, Submission,
+};
+
+pub struct NotifyingStore {
+    inner: Arc<dyn JobStore>,
+    waiters: Arc<JobWaiters>,
+}
+
+impl NotifyingStore {
+    pub fn new(inner: Arc<dyn JobStore>, waiters: Arc<JobWaiters>) -> Self {
+        NotifyingStore { inner, waiters }
+    }
+
+    /// Wakes the waiters of a job that changed, and of its parent.
+    fn changed(&self, job: &Job) {
+        self.waiters.wake(job.id);
+        if let Some(parent) = job.parent_job_id {
+            self.waiters.wake(parent);
+        }
+    }
+
+    fn changed_option(&self, job: &Option<Job>) {
+        if let Some(job) = job {
+            self.changed(job);
+        }
+    }
+}
+
+#[async_trait]
+impl JobStore for NotifyingStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.ping().await
+    }
+
+    async fn submit(&self, job: NewJob) -> Result<Submission, StoreError> {
+        let submission = self.inner.submit(job).await?;
+        self.changed(&submission.job);
+        Ok(submission)
+    }
+
+    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
+        let submissions = self.inner.submit_many(jobs).await?;
+        submissions.iter().for_each(|submission| self.changed(&submission.job));
+        Ok(submissions)
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        self.inner.get(id).await
+    }
+
+    async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError> {
+        self.inner.list(filter).await
+    }
+
+    async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
+        self.inner.events(id, after, limit).await
+    }
+
+    async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
+        let job = self.inner.claim(id, owner, lease).await?;
+        self.changed_option(&job);
+        Ok(job)
+    }
+
+    async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
+        let job = self.inner.finish(run, completion).await?;
+        self.changed_option(&job);
+        Ok(job)
+    }
+
+    async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
+        let job = self.inner.requeue(run, requeue).await?;
+        self.changed_option(&job);
+        Ok(job)
+    }
+
+    async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
+        self.inner.extend_lease(run, lease).await
+    }
+
+    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
+        self.inner.expired_leases(limit).await
+    }
+
+    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.inner.stalled_runs(timeout, stall, limit).await
+    }
+
+    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.inner.overdue_queued(timeout, limit).await
+    }
+
+    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
+        let job = self.inner.fail_queued(id, error_code, message).await?;
+        self.changed_option(&job);
+        Ok(job)
+    }
+
+    async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
+        let cancellation = self.inner.cancel(id).await?;
+        self.changed(&cancellation.job);
+        cancellation.descendants.iter().for_each(|child| self.waiters.wake(*child));
+        Ok(cancellation)
+    }
+
+    async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
+        let job = self.inner.retry(id).await?;
+        self.changed(&job);
+        Ok(job)
+    }
+
+    async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
+        let job = self.inner.fan_out(run, total, form).await?;
+        self.changed_option(&job);
+        Ok(job)
+    }
+
+    async fn rerun_children(&self, run: RunRef) -> Result<Vec<Job>, StoreError> {
+        let children = self.inner.rerun_children(run).await?;
+        children.iter().for_each(|child| self.changed(child));
+        self.waiters.wake(run.id);
+        Ok(children)
+    }
+
+    async fn run_is_current(&self, run: RunRef) -> Result<bool, StoreError> {
+        self.inner.run_is_current(run).await
+    }
+
+    async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
+        let job = self.inner.defer(run).await?;
+        self.changed_option(&job);
+        Ok(job)
+    }
+
+    async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError> {
+        let parent = outcome.parent_job_id;
+        let recorded = self.inner.record_batch(outcome, reduce).await?;
+        if matches!(recorded, BatchRecorded::Counted { .. }) {
+            self.waiters.wake(parent);
+        }
+        Ok(recorded)
+    }
+
+    async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError> {
+        let written = self.inner.record_event(run, event).await?;
+        if written {
+            self.waiters.wake(run.id);
+        }
+        Ok(written)
+    }
+
+    async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
+        self.inner.mark_published(jobs).await
+    }
+
+    async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
+        self.inner.due_for_dispatch(grace, limit).await
+    }
+
+    async fn forget_publication(&self, job: &Dispatch) -> Result<bool, StoreError> {
+        self.inner.forget_publication(job).await
+    }
+
+    async fn forget_publications(&self) -> Result<u64, StoreError> {
+        self.inner.forget_publications().await
+    }
+
+    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.inner.batch_fan_outs(limit).await
+    }
+}

@@ -1,0 +1,131 @@
+//! Who waits for which job: one `Notify` per job that has waiters, shared by all of them and
+//! dropped with the last, so thousands of waiters cost a map entry and a future each.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+/// Waiters by job.
+#[derive(Default)]
+pub struct JobWaiters {
+    jobs: Mutex<HashMap<Uuid, Weak<Notify>>>,
+    /// Entries when the map was last swept of jobs nobody waits for any more.
+    swept_at: Mutex<usize>,
+}
+
+/// One waiter's hold on a job: create it before reading the job, then await
+/// [`Watch::changed`]: a change committed after the read is never missed.
+pub struct Watch {
+    notify: Arc<Notify>,
+    pending: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl JobWaiters {
+    pub fn new() -> Arc<Self> {
+        Arc::new(JobWaiters::default())
+    }
+
+    /// Starts watching `id`: changes from now on wake [`Watch::changed`].
+    pub fn watch(&self, id: Uuid) -> Watch {
+        let notify = {
+            let mut jobs = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let notify = jobs.get(&id).and_then(Weak::upgrade).unwrap_or_else(|| {
+                let notify = Arc::new(Notify::new());
+                jobs.insert(id, Arc::downgrade(&notify));
+                notify
+            });
+            self.sweep(&mut jobs);
+            notify
+        };
+        Watch::armed(notify)
+    }
+
+    /// Wakes every waiter of `id`.
+    pub fn wake(&self, id: Uuid) {
+        let jobs = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(notify) = jobs.get(&id).and_then(Weak::upgrade) {
+            notify.notify_waiters();
+        }
+    }
+
+    /// Wakes every waiter of every job: news may have been missed (the listener lost its
+    /// connection), so each re-reads.
+    pub fn wake_all(&self) {
+        let jobs = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for notify in jobs.values().filter_map(Weak::upgrade) {
+            notify.notify_waiters();
+        }
+    }
+
+    /// Jobs with a waiter now.
+    pub fn watched(&self) -> usize {
+        let jobs = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        jobs.values().filter(|notify| notify.strong_count() > 0).count()
+    }
+
+    /// Drops the entries of jobs nobody waits for, whenever the map has doubled since the
+    /// last sweep: amortised constant time per watch.
+    fn sweep(&self, jobs: &mut HashMap<Uuid, Weak<Notify>>) {
+        let mut swept_at = self.swept_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if jobs.len() > (*swept_at * 2).max(64) {
+            jobs.retain(|_, notify| notify.strong_count() > 0);
+            *swept_at = jobs.len();
+        }
+    }
+}
+
+impl Watch {
+    fn armed(notify: Arc<Notify>) -> Watch {
+        let waiting = notify.clone();
+        let mut pending: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move { waiting.notified().await });
+        // Registers the future now, so a wake before the first poll is kept.
+        let _ = pending.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+        Watch { notify, pending }
+    }
+
+    /// Resolves at the first change since the watch began or since the last `changed`, and
+    /// re-arms for the next.
+    pub async fn changed(&mut self) {
+        (&mut self.pending).await;
+        *self = Watch::armed(self.notify.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wake_between_watch_and_wait_is_kept_and_others_are_not_woken() {
+        let waiters = JobWaiters::new();
+        let (job, other) = (Uuid::now_v7(), Uuid::now_v7());
+        let mut watch = waiters.watch(job);
+        let mut bystander = waiters.watch(other);
+        waiters.wake(job);
+        tokio::time::timeout(Duration::from_secs(1), watch.changed()).await.expect("the early wake was lost");
+        let idle = tokio::time::timeout(Duration::from_millis(50), bystander.changed()).await;
+        assert!(idle.is_err(), "a wake for one job woke another's waiter");
+        // Re-armed: the next wake is seen too, and only once.
+        waiters.wake(job);
+        tokio::time::timeout(Duration::from_secs(1), watch.changed()).await.expect("the second wake was lost");
+        assert!(tokio::time::timeout(Duration::from_millis(50), watch.changed()).await.is_err());
+    }
+
+    #[test]
+    fn jobs_nobody_waits_for_are_swept() {
+        let waiters = JobWaiters::new();
+        for _ in 0..1000 {
+            drop(waiters.watch(Uuid::now_v7()));
+        }
+        let held = waiters.watch(Uuid::now_v7());
+        assert!(waiters.jobs.lock().unwrap().len() < 200, "entries of gone waiters pile up");
+        assert_eq!(waiters.watched(), 1);
+        drop(held);
+    }
+}

@@ -1,0 +1,191 @@
+//! Clients that wait without polling, on every backend: a long-poll (`Prefer: wait=N`)
+//! answers as soon as the job ends and at its cap otherwise; an event stream sends every
+//! event once, in order, and resumes after a reconnect without a gap; both keep rooms.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::{client_with, read, Backend, TestApp, TestOptions, PARKED};
+
+/// (status, Preference-Applied, body) of `GET /jobs/{id}` with `Prefer: wait=...`.
+async fn long_poll(client: &reqwest::Client, app: &TestApp, id: &str, prefer: &str) -> (u16, Option<String>, Value) {
+    let response = client.get(app.url(&format!("/jobs/{id}"))).header("prefer", prefer).send().await.unwrap();
+    let applied = response.headers().get("preference-applied").map(|value| value.to_str().unwrap().to_owned());
+    let (status, body) = read(response).await;
+    (status, applied, body)
+}
+
+async fn a_long_poll_answers_as_soon_as_the_job_ends(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let (_, job) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 1, "steps": 4 } })).await;
+    let id = job["id"].as_str().unwrap();
+    let (status, applied, done) = long_poll(&app.client, &app, id, "wait=30").await;
+    let answered = chrono::Utc::now();
+    assert_eq!((status, applied.as_deref(), done["status"].as_str()), (200, Some("wait=30"), Some("succeeded")));
+    let finished: chrono::DateTime<chrono::Utc> = done["finished_at"].as_str().unwrap().parse().unwrap();
+    let late = answered - finished;
+    assert!(late < chrono::Duration::milliseconds(100), "answered {late} after the job ended");
+    // A job already over answers at once, the wait applied all the same.
+    let started = Instant::now();
+    let (_, applied, _) = long_poll(&app.client, &app, id, "wait=30").await;
+    assert!(started.elapsed() < Duration::from_secs(1) && applied.as_deref() == Some("wait=30"));
+}
+
+async fn a_long_poll_answers_at_its_cap_with_the_job_as_it_is(backend: Backend) {
+    let options = TestOptions { workers: false, max_wait_seconds: 2, ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let (_, job) = app.submit(json!({ "operation": "ping", "queue": PARKED })).await;
+    let id = job["id"].as_str().unwrap();
+    let started = Instant::now();
+    let (status, applied, body) = long_poll(&app.client, &app, id, "wait=1").await;
+    let waited = started.elapsed();
+    assert_eq!((status, applied.as_deref(), body["status"].as_str()), (200, Some("wait=1"), Some("queued")));
+    assert!(waited >= Duration::from_secs(1) && waited < Duration::from_millis(1500), "waited {waited:?}");
+    // Past the server's cap: the cap applies, and says so.
+    let started = Instant::now();
+    let (_, applied, _) = long_poll(&app.client, &app, id, "respond-async, wait=3600").await;
+    assert_eq!(applied.as_deref(), Some("wait=2"));
+    assert!(started.elapsed() < Duration::from_millis(2500), "the cap was not applied");
+    // A preference that cannot be read is ignored (RFC 7240): an answer at once, nothing applied.
+    for ignored in ["wait=soon", "wait=-1", "wait", "wait=1.5", "wait=99999999999999999999999"] {
+        let started = Instant::now();
+        let (status, applied, _) = long_poll(&app.client, &app, id, ignored).await;
+        assert_eq!((status, applied), (200, None), "{ignored}");
+        assert!(started.elapsed() < Duration::from_millis(500), "{ignored} was waited on");
+    }
+    // Another room's job is missing at once, however long the caller would wait.
+    let (token, _) = member_token(&app, "b").await;
+    let started = Instant::now();
+    let (status, _, problem) = long_poll(&client_with(&token), &app, id, "wait=30").await;
+    assert_eq!((status, problem["code"].as_str()), (404, Some("job_not_found")), "{problem}");
+    assert!(started.elapsed() < Duration::from_millis(500));
+}
+
+async fn member_token(app: &TestApp, room: &str) -> (String, String) {
+    let body = json!({ "user": format!("user-{room}"), "rooms": [room] });
+    let (status, created) = read(app.client.post(app.url("/admin/tokens")).json(&body).send().await.unwrap()).await;
+    assert_eq!(status, 201, "{created}");
+    (created["token"].as_str().unwrap().to_owned(), created["id"].as_str().unwrap().to_owned())
+}
+
+/// A server-sent event as received.
+#[derive(Debug, Clone, PartialEq)]
+struct Received {
+    id: i64,
+    event: String,
+    data: Value,
+}
+
+/// An open event stream, read frame by frame.
+struct Stream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl Stream {
+    async fn open(app: &TestApp, id: &str, last_event_id: Option<i64>) -> Stream {
+        let mut request = app.client.get(app.url(&format!("/jobs/{id}/events/stream")));
+        if let Some(last) = last_event_id {
+            request = request.header("last-event-id", last.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        Stream { response, buffer: String::new() }
+    }
+
+    /// The next event; `None` once the server ended the stream. Keep-alive comments are
+    /// skipped.
+    async fn next(&mut self) -> Option<Received> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let frame: String = self.buffer.drain(..end + 2).collect();
+                let field = |name: &str| {
+                    frame.lines().find_map(|line| line.strip_prefix(name).map(|value| value.trim().to_owned()))
+                };
+                let (Some(id), Some(event), Some(data)) = (field("id:"), field("event:"), field("data:")) else {
+                    assert!(frame.starts_with(':'), "a frame that is neither event nor comment: {frame:?}");
+                    continue;
+                };
+                return Some(Received { id: id.parse().unwrap(), event, data: serde_json::from_str(&data).unwrap() });
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(30), self.response.chunk()).await;
+            match chunk.expect("the stream went silent").unwrap() {
+                Some(bytes) => self.buffer.push_str(std::str::from_utf8(&bytes).unwrap()),
+                None => return None,
+            }
+        }
+    }
+}
+
+async fn an_event_stream_sends_every_event_once_in_order_and_resumes(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let body = json!({ "operation": "sleep", "payload": { "seconds": 1.5, "steps": 6 } });
+    let (_, job) = app.submit(body).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let mut first = Stream::open(&app, &id, None).await;
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(first.next().await.expect("the stream ended early"));
+    }
+    drop(first);
+    // The job goes on while nobody listens; the reconnect picks up after the last event seen.
+    let mut second = Stream::open(&app, &id, Some(seen.last().unwrap().id)).await;
+    while let Some(event) = second.next().await {
+        seen.push(event);
+    }
+    let logged = app.events(&id).await;
+    let ids: Vec<i64> = seen.iter().map(|event| event.id).collect();
+    let logged_ids: Vec<i64> = logged.iter().map(|event| event["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, logged_ids, "the streams missed, repeated or reordered events");
+    assert_eq!(seen.last().unwrap().event, "job.succeeded");
+    assert_eq!(seen.iter().filter(|event| event.event == "job.progress").count(), 6);
+    for (received, logged) in seen.iter().zip(&logged) {
+        assert_eq!(&received.data, logged);
+    }
+    // A finished job's stream sends its log and ends; `?after=` works as Last-Event-ID.
+    let mut replay = Stream::open(&app, &id, None).await;
+    let mut replayed = 0;
+    while replay.next().await.is_some() {
+        replayed += 1;
+    }
+    assert_eq!(replayed, logged.len());
+    let response = app.client.get(app.url(&format!("/jobs/{id}/events/stream?after={}", ids[4]))).send().await.unwrap();
+    let mut after = Stream { response, buffer: String::new() };
+    assert_eq!(after.next().await.map(|event| event.id), Some(ids[5]));
+}
+
+async fn event_streams_refuse_bad_cursors_and_other_rooms(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let (_, job) = app.submit(json!({ "operation": "ping", "queue": PARKED })).await;
+    let id = job["id"].as_str().unwrap();
+    let path = format!("/jobs/{id}/events/stream");
+    for bad in ["abc", "1.5", "", "99999999999999999999"] {
+        let response = app.client.get(app.url(&path)).header("last-event-id", bad).send().await.unwrap();
+        let (status, problem) = read(response).await;
+        assert_eq!((status, problem["code"].as_str()), (400, Some("invalid_query")), "{bad:?}: {problem}");
+    }
+    let (status, problem) = app.get(&format!("{path}?after=x")).await;
+    assert_eq!((status, problem["code"].as_str()), (400, Some("invalid_query")), "{problem}");
+    let (token, _) = member_token(&app, "b").await;
+    let (status, problem) = read(client_with(&token).get(app.url(&path)).send().await.unwrap()).await;
+    assert_eq!((status, problem["code"].as_str()), (404, Some("job_not_found")), "{problem}");
+    let missing = format!("/jobs/{}/events/stream", uuid::Uuid::now_v7());
+    assert_eq!(app.get(&missing).await.0, 404);
+    // A live stream of a queued job: its first event comes at once, then the stream waits.
+    let mut stream = Stream::open(&app, id, None).await;
+    assert_eq!(stream.next().await.map(|event| event.event), Some("job.queued".to_owned()));
+    let (status, _) = app.post(&format!("/jobs/{id}/cancel")).await;
+    assert_eq!(status, 200);
+    assert_eq!(stream.next().await.map(|event| event.event), Some("job.cancelled".to_owned()));
+    assert!(stream.next().await.is_none(), "the stream of a cancelled job stays open");
+}
+
+on_both_backends!(
+    a_long_poll_answers_as_soon_as_the_job_ends,
+    a_long_poll_answers_at_its_cap_with_the_job_as_it_is,
+    an_event_stream_sends_every_event_once_in_order_and_resumes,
+    event_streams_refuse_bad_cursors_and_other_rooms,
+);
