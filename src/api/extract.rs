@@ -40,6 +40,11 @@ fn json_error(err: JsonPayloadError, _req: &HttpRequest) -> Error {
     api_error.into()
 }
 
+/// A room id from a request, or 400 `invalid_room_id`.
+pub fn room_id(text: &str) -> Result<crate::domain::RoomId, ApiError> {
+    crate::domain::RoomId::parse(text).map_err(|err| ApiError::new(Code::InvalidRoomId, err))
+}
+
 /// Reads an optional whole number written either way JSON allows (`7` or `7.0`: JSON Schema
 /// counts both as integers), refusing fractions and anything out of `T`'s range.
 pub fn whole_number<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>

@@ -294,7 +294,7 @@ fn validate_submission(
 ) -> Result<NewJob, ApiError> {
     refuse_nul(&body, header_key.as_deref())?;
     let room = match body.room.as_deref() {
-        Some(room) => RoomId::parse(room).map_err(|err| ApiError::new(Code::InvalidRoomId, err).at("/room"))?,
+        Some(room) => super::extract::room_id(room).map_err(|err| err.at("/room"))?,
         None => default_room.clone(),
     };
     let payload = body.payload.unwrap_or_else(|| Value::Object(Default::default()));
@@ -454,7 +454,7 @@ pub async fn list(
     let query = query.into_inner();
     let rooms = match query.room.as_deref() {
         Some(room) => {
-            let room = RoomId::parse(room).map_err(|err| ApiError::new(Code::InvalidRoomId, err))?;
+            let room = super::extract::room_id(room)?;
             if !caller.can_read(room.as_str()) {
                 return Err(ApiError::new(Code::RoomForbidden, format!("this token cannot see room {room:?}")));
             }

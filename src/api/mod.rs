@@ -22,6 +22,7 @@ use actix_web::{guard, middleware, web, HttpResponse};
 pub use body_guard::BodyGuard;
 pub use client_limit::ClientLimit;
 pub use error::{ApiError, Code, Problem};
+pub use extract::room_id;
 pub use outage::{fail_fast, Outage};
 
 use crate::auth::{self, Access, Authenticator};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
-use utoipa::openapi::path::Operation;
+use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::schema::{Object, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
@@ -136,9 +136,12 @@ pub async fn docs(file: web::Path<String>) -> Result<HttpResponse, ApiError> {
 
 /// Every operation of the document, mutable.
 fn operations(spec: &mut Document) -> impl Iterator<Item = &mut Operation> {
-    spec.paths.paths.values_mut().flat_map(|item| {
-        [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch].into_iter().flatten()
-    })
+    spec.paths.paths.values_mut().flat_map(item_operations)
+}
+
+/// The operations of one path.
+fn item_operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch].into_iter().flatten()
 }
 
 /// Completes the generated document: the bearer scheme, each operation's security from the
@@ -158,9 +161,7 @@ impl Modify for Completed {
         }
         for (path, item) in spec.paths.paths.iter_mut() {
             let access = ROUTES.iter().find(|route| route.path == path).map_or(Access::Member, |route| route.access);
-            let operations =
-                [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch].into_iter().flatten();
-            for operation in operations {
+            for operation in item_operations(item) {
                 complete(operation, access, path.contains('{'));
             }
         }

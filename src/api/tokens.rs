@@ -9,7 +9,6 @@ use super::error::{ApiError, Code, Problem};
 use super::AppState;
 use crate::auth::tokens::{self, CreatedToken, NewToken, TokenError, TokenInfo};
 use crate::auth::Role;
-use crate::domain::RoomId;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -97,9 +96,7 @@ fn new_token(request: CreateRequest) -> Result<NewToken, ApiError> {
         .rooms
         .iter()
         .enumerate()
-        .map(|(at, room)| {
-            RoomId::parse(room).map_err(|err| ApiError::new(Code::InvalidRoomId, err).at(format!("/rooms/{at}")))
-        })
+        .map(|(at, room)| super::extract::room_id(room).map_err(|err| err.at(format!("/rooms/{at}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let new = NewToken { user: request.user, label: request.label, role, read_only: request.read_only, rooms };
     new.check().map_err(|err| ApiError::new(Code::InvalidToken, err))?;

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::sets::{self, check_set_name, Item};
 use crate::api::{ApiError, AppState, Code, Problem};
 use crate::auth::Caller;
-use crate::domain::{JobStatus, RoomId};
+use crate::domain::JobStatus;
 use crate::store::StoreError;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -65,7 +65,7 @@ pub async fn get(
 ) -> Result<web::Json<SetPage>, ApiError> {
     check_set_name(&name).map_err(|err| ApiError::new(Code::InvalidSetName, err))?;
     let room = match query.room.as_deref() {
-        Some(room) => RoomId::parse(room).map_err(|err| ApiError::new(Code::InvalidRoomId, err))?,
+        Some(room) => crate::api::room_id(room)?,
         None => caller.default_room(),
     };
     let limit = crate::api::jobs::page_size(query.limit, state.max_page_size)?;
