@@ -10,9 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-target="${CARGO_TARGET_DIR:-target}"
-bin="$target/debug/yardmaster"
-[ -x "$bin" ] || cargo build --bin yardmaster
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
+bin="$CARGO_TARGET_DIR/debug/yardmaster"
+if [ ! -x "$bin" ]; then
+  source scripts/libtorch.sh
+  cargo build --bin yardmaster
+fi
 venv="${YARDMASTER_CACHE:-$HOME/.cache/yardmaster}/contract-venv"
 tools="schemathesis==4.32.5 openapi-spec-validator==0.7.2"
 if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$tools" ]; then
