@@ -14,7 +14,7 @@ use futures_util::future::join_all;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use crate::domain::NewJob;
+use crate::domain::{NewJob, QueueName};
 use crate::failpoint;
 use crate::store::{Dispatch, JobStore, Requeue, StoreError, Submission};
 use crate::transport::Transport;
@@ -100,7 +100,7 @@ impl Dispatcher {
     }
 
     async fn commit_and_announce(&self, mut job: NewJob) -> Result<Submission, StoreError> {
-        job.announced = !self.transport.is_durable();
+        job.announced = !self.transport.is_durable() || job.queue.is_remote();
         let submission = self.store.submit(job).await?;
         failpoint::hit("submit.after_commit");
         if submission.created {
@@ -121,7 +121,7 @@ impl Dispatcher {
 
     async fn commit_and_announce_many(&self, mut jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
         let announced = !self.transport.is_durable();
-        jobs.iter_mut().for_each(|job| job.announced = announced);
+        jobs.iter_mut().for_each(|job| job.announced = announced || job.queue.is_remote());
         let submissions = self.store.submit_many(jobs).await?;
         failpoint::hit("submit.after_commit");
         let created: Vec<Dispatch> = submissions
@@ -138,6 +138,17 @@ impl Dispatcher {
     /// while this process lives, and a restart forgets every publication; a send that fails
     /// all the same gives its jobs back to the sweep.
     async fn announce(&self, jobs: &[Dispatch]) {
+        // A registered type's jobs were written published: its claimers were woken by the
+        // store's write, and nothing goes to the transport.
+        let remote = jobs.iter().any(|job| job.queue == QueueName::REMOTE);
+        let owned: Vec<Dispatch>;
+        let jobs = match remote {
+            false => jobs,
+            true => {
+                owned = jobs.iter().filter(|job| job.queue != QueueName::REMOTE).cloned().collect();
+                &owned
+            }
+        };
         if self.transport.is_durable() {
             self.publish_all(jobs).await;
             return;
@@ -161,13 +172,17 @@ impl Dispatcher {
         if jobs.is_empty() {
             return 0;
         }
-        let messages = self.messages(jobs);
+        // A registered type's job is not sent: its claimers take it over HTTP. Recording it
+        // published is its announcement (the store wakes its claimers).
+        let (remote, jobs): (Vec<Dispatch>, Vec<Dispatch>) =
+            jobs.iter().cloned().partition(|job| job.queue == QueueName::REMOTE);
+        let messages = self.messages(&jobs);
         let sends = messages.iter().map(|message| {
             let ids: Vec<Uuid> = message.iter().map(|job| job.id).collect();
             self.transport.publish(&message[0].queue, encode_job_ids(&ids))
         });
         let results = join_all(sends).await;
-        let mut confirmed = Vec::with_capacity(jobs.len());
+        let mut confirmed = remote;
         for (message, result) in messages.into_iter().zip(results) {
             match result {
                 Ok(()) => confirmed.extend(message.into_iter().cloned()),

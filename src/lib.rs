@@ -11,7 +11,8 @@
 //! - [`actors`]: the supervised queue consumers and the dispatch sweeper.
 //! - [`api`]: the HTTP API and its problem+json errors.
 //! - [`auth`]: API tokens, callers, rooms: who may read and write what.
-//! - [`live`]: the notification path that wakes long-polls and event streams.
+//! - [`live`]: the notification path that wakes long-polls, event streams and claimers.
+//! - [`remote`]: registered job types and remote workers claiming over HTTP.
 //! - [`config`], [`startup`], [`telemetry`], [`cli`]: settings, wiring, logs, the command line.
 
 pub mod actors;
@@ -26,6 +27,7 @@ pub mod failpoint;
 pub mod inference;
 pub mod live;
 pub mod ops;
+pub mod remote;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

@@ -20,7 +20,7 @@ use crate::api::{self, AppState};
 use crate::auth::{self, Authenticator, FirstToken};
 use crate::config::{QueueKind, Settings, StoreSettings, TransportKind};
 use crate::dispatch::Dispatcher;
-use crate::live::{self, JobWaiters, NotifyingStore};
+use crate::live::{self, JobWaiters, NotifyingStore, TaskWaiters};
 use crate::ops::{OperationRegistry, Services};
 use crate::store::{self, JobStore, SeaStore};
 use crate::transport::{AmqpTransport, InProcessTransport, Transport};
@@ -41,6 +41,8 @@ pub struct Application {
     consumers: Consumers,
     sweeper: Option<Addr<DispatchSweeper>>,
     reaper: Option<Addr<Reaper>>,
+    /// Marks silent remote workers gone and soft-deletes orphaned types (with the API).
+    remote_sweeper: Option<Addr<crate::remote::sweeper::RemoteSweeper>>,
     /// Keeps the database clock offset fresh.
     clock: Addr<ClockSync>,
     /// Resolves with the exit code when the shutdown guard is done.
@@ -125,7 +127,8 @@ impl ApplicationBuilder {
         }
         // Every write through the store wakes whatever waits for the jobs it changed.
         let waiters = JobWaiters::new();
-        store = Arc::new(NotifyingStore::new(store, waiters.clone()));
+        let claimers = TaskWaiters::new();
+        store = Arc::new(NotifyingStore::new(store, waiters.clone(), claimers.clone()));
         let transport = match self.transport {
             Some(transport) => transport,
             None => build_transport(&settings)?,
@@ -143,10 +146,17 @@ impl ApplicationBuilder {
             true => start_workers(&settings, &store, &transport, &registry, &db, &in_flight, &dispatcher),
             false => Consumers::default(),
         };
+        let mut remote_sweeper = None;
         let (port, server) = match self.api {
             true => {
                 first_admin_token(&db, &settings).await?;
-                live::listen(&settings.store.url, waiters.clone()).context("starting the listener")?;
+                live::listen(&settings.store.url, waiters.clone(), claimers.clone())
+                    .context("starting the listener")?;
+                let remote = Arc::new(crate::remote::Remote::new(db.clone(), &settings.remote, claimers));
+                remote_sweeper = Some(Supervisor::start({
+                    let (remote, interval) = (remote.clone(), Duration::from_millis(settings.remote.sweep_interval_ms));
+                    move |_| crate::remote::sweeper::RemoteSweeper::new(remote, interval)
+                }));
                 let state = AppState {
                     store: store.clone(),
                     db: db.clone(),
@@ -158,6 +168,7 @@ impl ApplicationBuilder {
                     outage: api::Outage::default(),
                     waiters,
                     max_wait: Duration::from_secs(settings.server.max_wait_seconds),
+                    remote,
                     auth: match self.check_tokens {
                         true => Authenticator::new(db.clone(), Duration::from_secs(settings.auth.cache_seconds)),
                         false => Authenticator::trusting(db.clone(), auth::Caller::admin_for_benchmarks()),
@@ -177,7 +188,19 @@ impl ApplicationBuilder {
         });
         let backend = store::Backend::of_url(&settings.store.url)?;
         info!(port, store = ?backend, transport = transport.kind(), consumers = consumers.len(), offset_ms, "started");
-        Ok(Application { port, server, store, db, transport, consumers, sweeper, reaper, clock, stopped })
+        Ok(Application {
+            port,
+            server,
+            store,
+            db,
+            transport,
+            consumers,
+            sweeper,
+            reaper,
+            remote_sweeper,
+            clock,
+            stopped,
+        })
     }
 }
 
@@ -338,6 +361,12 @@ impl Application {
     }
 
     /// The port the API listens on (useful when bound to port 0); `None` for a worker.
+    /// Runs one remote sweep now (tests); `None` without the API.
+    pub async fn sweep_remote(&self) -> Option<crate::remote::sweeper::SweepCounts> {
+        let sweeper = self.remote_sweeper.as_ref()?;
+        sweeper.send(crate::remote::sweeper::Sweep).await.ok()
+    }
+
     pub fn port(&self) -> Option<u16> {
         self.port
     }
@@ -359,7 +388,7 @@ impl Application {
     /// drained (143). Without: until the HTTP server stops, or a signal for a worker (0).
     pub async fn run_until_stopped(self) -> std::io::Result<i32> {
         // Consumers, sweeper and reaper stay addressable (so supervisable) until the end.
-        let Application { server, consumers, sweeper, reaper, clock, stopped, .. } = self;
+        let Application { server, consumers, sweeper, reaper, remote_sweeper, clock, stopped, .. } = self;
         let code = match (stopped, server) {
             (Some(stopped), server) => {
                 if let Some(server) = server {
@@ -374,7 +403,7 @@ impl Application {
                 0
             }
         };
-        drop((consumers, sweeper, reaper, clock));
+        drop((consumers, sweeper, reaper, remote_sweeper, clock));
         Ok(code)
     }
 }

@@ -14,6 +14,7 @@ mod m20261123_000006_partial_indexes;
 mod m20261124_000007_embeddings;
 mod m20261125_000008_rooms_and_tokens;
 mod m20261125_000009_job_event_notify;
+mod m20261125_000010_remote_workers;
 
 /// Lists every migration in the order it is applied.
 pub struct Migrator;
@@ -31,6 +32,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_000007_embeddings::Migration),
             Box::new(m20261125_000008_rooms_and_tokens::Migration),
             Box::new(m20261125_000009_job_event_notify::Migration),
+            Box::new(m20261125_000010_remote_workers::Migration),
         ]
     }
 }

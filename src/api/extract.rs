@@ -62,6 +62,16 @@ where
     T::try_from(whole).map(Some).map_err(|_| D::Error::custom(format!("{whole} is out of range")))
 }
 
+/// A required whole number, read as [`whole_number`] reads one; `null` is refused.
+pub fn required_whole_number<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    use serde::de::Error as _;
+    whole_number(deserializer)?.ok_or_else(|| D::Error::custom("a whole number is required, not null"))
+}
+
 #[cfg(test)]
 mod tests {
     #[derive(Debug, serde::Deserialize)]

@@ -13,6 +13,7 @@ use super::AppState;
 use crate::auth::Caller;
 use crate::domain::{nul_pointer, Job, JobEvent, JobStatus, JobSummary, NewJob, QueueName, RetryPolicy, RoomId};
 use crate::ops::OperationRegistry;
+use crate::remote::names::{is_type_reference, TypeReference};
 use crate::store::{JobFilter, Page, StoreError};
 
 /// Longest idempotency key accepted.
@@ -27,8 +28,9 @@ pub const MAX_BATCH: usize = 1000;
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"operation": "sleep", "payload": {"seconds": 2, "steps": 4}}))]
 pub struct SubmitRequest {
-    /// A registered operation (the contract served lists this server's); an unknown one is
-    /// 422 `unknown_operation`.
+    /// A built-in operation (the contract served lists this server's), or a registered
+    /// type: `category:name` (the job's room, then `@global`) or `room:category:name`. An
+    /// unknown one is 422 `unknown_operation`.
     #[schema(pattern = r"^[^\u0000]*$")]
     pub operation: String,
     /// The room the job belongs to; default: the caller's first room (a child: its
@@ -58,6 +60,10 @@ pub struct SubmitRequest {
     pub retry: Option<RetryPolicy>,
     #[serde(default)]
     pub parent_job_id: Option<Uuid>,
+    /// For a registered type no live worker serves: queue the job until one comes (true)
+    /// or refuse it with 409 `no_worker` (false); default: `remote.queue_without_worker`.
+    #[serde(default)]
+    pub wait_for_worker: Option<bool>,
 }
 
 /// Submits a job.
@@ -72,7 +78,7 @@ pub struct SubmitRequest {
         (status = 200, description = "An earlier submission with the same idempotency key made this job", body = Job,
          headers(("Location" = String, description = "The job's URL"))),
         (status = 403, description = "`room_forbidden`, `read_only_token`, `forbidden`", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_conflict`, `parent_is_coordinator`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency_conflict`, `parent_is_coordinator`, `no_worker`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `unknown_operation`, `invalid_payload`, `operation_unavailable`, \
             `unknown_queue`, `invalid_queue`, `parent_not_found`, `room_mismatch`, `nul_character`", body = Problem, content_type = "application/problem+json"),
     )
@@ -92,8 +98,10 @@ pub async fn submit(
     let body = body.into_inner();
     let parent = check_parent(&state, &caller, body.parent_job_id).await?;
     let asked_room = body.room.is_some();
+    let wait_for_worker = body.wait_for_worker;
     let mut new = validate_submission(&state.submissions(), body, header_key, &caller.default_room())?;
     place(&caller, &mut new, asked_room, parent.as_ref())?;
+    admit_type(&state, &mut new, wait_for_worker).await?;
     let submission = state.dispatcher.submit(new).await?;
     let location = format!("/jobs/{}", submission.job.id);
     let mut response = match submission.created {
@@ -135,7 +143,7 @@ pub struct BatchResponse {
         (status = 201, description = "At least one job was created", body = BatchResponse),
         (status = 200, description = "Every submission was an idempotent repeat", body = BatchResponse),
         (status = 403, description = "`room_forbidden`, `read_only_token`, `forbidden`", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_conflict`, `parent_is_coordinator`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency_conflict`, `parent_is_coordinator`, `no_worker`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "An item is invalid: its problem, with a `pointer` such as `/jobs/3`; \
             `invalid_request` for an `Idempotency-Key` header", body = Problem, content_type = "application/problem+json"),
     )
@@ -167,8 +175,10 @@ pub async fn submit_batch(
             }
             let parent = request.parent_job_id.and_then(|id| parents.get(&id));
             let asked_room = request.room.is_some();
+            let wait_for_worker = request.wait_for_worker;
             let mut new = validate_submission(&state.submissions(), request, None, &default_room)?;
             place(&caller, &mut new, asked_room, parent)?;
+            admit_type(&state, &mut new, wait_for_worker).await?;
             Ok::<_, ApiError>(new)
         };
         jobs.push(validated.await.map_err(|err| err.at(format!("/jobs/{at}")))?);
@@ -216,6 +226,37 @@ fn place(caller: &Caller, new: &mut NewJob, asked_room: bool, parent: Option<&Jo
         new.room = RoomId::parse(&parent.room).map_err(|err| ApiError::new(Code::Internal, err))?;
     }
     caller.may_write(new.room.as_str()).map_err(|err| err.at("/room"))
+}
+
+/// A submission naming a registered type (`category:name` or `room:category:name`): the
+/// type must be active in the job's room or `@global`, the payload must pass its schema, and
+/// unless the submission may wait, a live worker must serve it.
+async fn admit_type(state: &AppState, new: &mut NewJob, wait_for_worker: Option<bool>) -> Result<(), ApiError> {
+    if !new.queue.is_remote() {
+        return Ok(());
+    }
+    let reference = TypeReference::parse(&new.operation)
+        .map_err(|err| ApiError::new(Code::UnknownOperation, err).at("/operation"))?;
+    let resolved =
+        state.remote.types.resolve(&new.room, &reference).await.map_err(|err| ApiError::from(err).at("/operation"))?;
+    let violations = crate::remote::schema::violations(&resolved.validator, &new.payload);
+    if let Some(first) = violations.first() {
+        let listed: Vec<String> =
+            violations.iter().map(|violation| format!("{:?}: {}", violation.pointer, violation.message)).collect();
+        let detail = format!("the payload fails the schema of {}: {}", resolved.name, listed.join("; "));
+        return Err(ApiError::new(Code::InvalidPayload, detail).at(format!("/payload{}", first.pointer)));
+    }
+    new.operation = resolved.name.full();
+    let may_wait = wait_for_worker.unwrap_or(state.remote.queue_without_worker);
+    let serving = state.remote.workers.serving(&new.operation).await.map_err(StoreError::Database)?;
+    if !may_wait && !serving {
+        let detail = format!(
+            "no live worker serves {}; submit with \"wait_for_worker\": true to queue it until one registers",
+            resolved.name
+        );
+        return Err(ApiError::new(Code::NoWorker, detail).at("/operation"));
+    }
+    Ok(())
 }
 
 /// Refuses a NUL character anywhere in a submission, naming where: PostgreSQL cannot
@@ -298,14 +339,29 @@ fn validate_submission(
         None => default_room.clone(),
     };
     let payload = body.payload.unwrap_or_else(|| Value::Object(Default::default()));
-    state.registry.validate(&body.operation, &payload)?;
-    for (at, nested) in state.registry.nested(&body.operation, &payload).into_iter().enumerate() {
-        known_job_queue(state, nested.queue.as_deref()).map_err(|err| err.at(format!("/payload/jobs/{at}/queue")))?;
-    }
-    let (default_retries, default_policy) = state.registry.retry_defaults(&body.operation);
+    // A registered type's payload is checked against its schema once its room is known.
+    let registered = is_type_reference(&body.operation);
+    let (default_retries, default_policy) = match registered {
+        true => (0, RetryPolicy::default()),
+        false => {
+            state.registry.validate(&body.operation, &payload)?;
+            for (at, nested) in state.registry.nested(&body.operation, &payload).into_iter().enumerate() {
+                known_job_queue(state, nested.queue.as_deref())
+                    .map_err(|err| err.at(format!("/payload/jobs/{at}/queue")))?;
+            }
+            state.registry.retry_defaults(&body.operation)
+        }
+    };
     let retry_policy = body.retry.unwrap_or(default_policy);
     retry_policy.validate().map_err(|err| ApiError::new(Code::InvalidRequest, err).at("/retry"))?;
-    let queue = known_job_queue(state, body.queue.as_deref()).map_err(|err| err.at("/queue"))?;
+    let queue = match (registered, body.queue.as_deref()) {
+        (true, None) => QueueName::remote(),
+        (true, Some(_)) => {
+            let detail = "a registered type's jobs are claimed by its remote workers, not from a queue: omit queue";
+            return Err(ApiError::new(Code::InvalidQueue, detail).at("/queue"));
+        }
+        (false, name) => known_job_queue(state, name).map_err(|err| err.at("/queue"))?,
+    };
     let idempotency_key = body.idempotency_key.or(header_key);
     if let Some(key) = &idempotency_key {
         // Characters, as the `varchar(255)` column counts them.
@@ -343,7 +399,7 @@ fn validate_submission(
             seconds (capped by `server.max_wait_seconds`)"),
     ),
     responses(
-        (status = 200, description = "The job", body = Job,
+        (status = 200, description = "The job", body = JobView,
          headers(("Preference-Applied" = String, description = "`wait=N`, the wait applied, when one was asked"))),
         (status = 404, description = "`job_not_found`: no such job in the caller's rooms", body = Problem, content_type = "application/problem+json"),
     )
@@ -355,7 +411,8 @@ pub async fn get(
     id: web::Path<Uuid>,
 ) -> Result<HttpResponse, ApiError> {
     let Some(wait) = super::prefer::wait(req.headers()).map(|asked| asked.min(state.max_wait)) else {
-        return Ok(HttpResponse::Ok().json(find(&state, &caller, *id).await?));
+        let job = find(&state, &caller, *id).await?;
+        return Ok(HttpResponse::Ok().json(JobView::of(&state, job).await?));
     };
     // Watching starts before the first read, so an ending between the two is not missed.
     let mut watch = state.waiters.watch(*id);
@@ -368,7 +425,24 @@ pub async fn get(
         }
     }
     let applied = format!("wait={}", wait.as_secs());
-    Ok(HttpResponse::Ok().insert_header(("Preference-Applied", applied)).json(job))
+    Ok(HttpResponse::Ok().insert_header(("Preference-Applied", applied)).json(JobView::of(&state, job).await?))
+}
+
+/// A job as `GET /jobs/{id}` shows it: with its place in line while QUEUED.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct JobView {
+    #[serde(flatten)]
+    pub job: Job,
+    /// While QUEUED: 1 for the next to run, else 1 + the runnable jobs ahead of it (of its
+    /// registered type, or of its queue); `null` otherwise.
+    pub queue_position: Option<i64>,
+}
+
+impl JobView {
+    async fn of(state: &AppState, job: Job) -> Result<JobView, ApiError> {
+        let queue_position = state.store.queue_position(&job).await?;
+        Ok(JobView { job, queue_position })
+    }
 }
 
 /// A job the caller may see; another room's job is answered exactly as a missing one.

@@ -22,12 +22,14 @@ use actix_web::{guard, middleware, web, HttpResponse};
 pub use body_guard::BodyGuard;
 pub use client_limit::ClientLimit;
 pub use error::{ApiError, Code, Problem};
-pub use extract::room_id;
+pub use extract::{required_whole_number, room_id, whole_number};
 pub use outage::{fail_fast, Outage};
+pub use prefer::wait as prefer_wait;
 
 use crate::auth::{self, Access, Authenticator};
 use crate::dispatch::Dispatcher;
 use crate::ops::OperationRegistry;
+use crate::remote;
 use crate::store::JobStore;
 use crate::transport::Transport;
 
@@ -50,6 +52,8 @@ pub struct AppState {
     pub waiters: Arc<crate::live::JobWaiters>,
     /// The longest `Prefer: wait` honoured (`server.max_wait_seconds`).
     pub max_wait: std::time::Duration,
+    /// Registered types and remote workers.
+    pub remote: Arc<crate::remote::Remote>,
 }
 
 /// One resource of the API: its path, the methods it takes, who may call it, and its
@@ -129,6 +133,42 @@ pub const ROUTES: &[Route] = &[
         handlers: |r| r.route(read().to(crate::inference::api::get)),
     },
     Route {
+        path: "/types",
+        allow: READ_WRITE,
+        access: Access::Any,
+        handlers: |r| r.route(web::post().to(remote::register_type)).route(read().to(remote::list_types)),
+    },
+    Route {
+        path: "/workers",
+        allow: WRITE,
+        access: Access::Worker,
+        handlers: |r| r.route(web::post().to(remote::register_worker)),
+    },
+    Route {
+        path: "/workers/{id}",
+        allow: DELETE,
+        access: Access::Worker,
+        handlers: |r| r.route(web::delete().to(remote::deregister_worker)),
+    },
+    Route {
+        path: "/workers/{id}/heartbeat",
+        allow: WRITE,
+        access: Access::Worker,
+        handlers: |r| r.route(web::post().to(remote::heartbeat)),
+    },
+    Route {
+        path: "/tasks/claim",
+        allow: WRITE,
+        access: Access::Worker,
+        handlers: |r| r.route(web::post().to(remote::claim)),
+    },
+    Route {
+        path: "/tasks/{id}",
+        allow: PATCH,
+        access: Access::Worker,
+        handlers: |r| r.route(web::patch().to(remote::report)),
+    },
+    Route {
         path: "/admin/dead-letters",
         allow: READ,
         access: Access::Admin,
@@ -180,6 +220,7 @@ const READ: &str = "GET, HEAD";
 const WRITE: &str = "POST";
 const READ_WRITE: &str = "GET, HEAD, POST";
 const DELETE: &str = "DELETE";
+const PATCH: &str = "PATCH";
 
 /// A route for GET and HEAD (actix-web sends a HEAD answer's headers without its body).
 fn read() -> actix_web::Route {

@@ -10,7 +10,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::response::ResponseBuilder;
-use utoipa::openapi::schema::{Object, Type};
+use utoipa::openapi::schema::{AnyOfBuilder, Object, ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, Header, OpenApi as Document, Ref, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
@@ -45,17 +45,29 @@ use super::{admin, health, jobs, tokens, Access, ROUTES};
         tokens::list,
         tokens::create,
         tokens::revoke,
+        crate::remote::api::list_types,
+        crate::remote::api::register_type,
+        crate::remote::api::register_worker,
+        crate::remote::api::heartbeat,
+        crate::remote::api::deregister_worker,
+        crate::remote::api::claim,
+        crate::remote::api::report,
     ),
     components(schemas(Problem)),
     modifiers(&Completed),
     tags(
         (name = "jobs", description = "Submit, read, list, cancel and retry jobs; their children and events"),
         (name = "inference", description = "Stored embedding sets"),
+        (name = "remote", description = "Registered job types, and remote workers that claim and report their tasks over HTTP"),
         (name = "admin", description = "Dead letters and tokens: admins only"),
         (name = "health", description = "Liveness and readiness: no token"),
     )
 )]
 pub struct ApiDoc;
+
+/// A registered type, as a submission names it: `category:name`, or `room:category:name`.
+const TYPE_REFERENCE: &str =
+    r"^((@global|[^@:\u0000-\u001f\u007f-\u009f]{1,64}):)?[A-Za-z0-9._-]{1,32}:[A-Za-z0-9._-]{1,64}$";
 
 /// The page limit the annotations give list endpoints (the default `server.max_page_size`),
 /// replaced by the deployment's own.
@@ -77,9 +89,14 @@ pub fn document(deployment: &Deployment) -> Arc<String> {
     let mut spec = ApiDoc::openapi();
     let components = spec.components.get_or_insert_with(Default::default);
     if let Some(RefOr::T(Schema::Object(submit))) = components.schemas.get_mut("SubmitRequest") {
-        let names = |names: &[&str]| Some(names.iter().map(|name| serde_json::json!(name)).collect());
+        let names = |names: &[&str]| Some(names.iter().map(|name| serde_json::json!(name)).collect::<Vec<_>>());
         if let Some(RefOr::T(Schema::Object(operation))) = submit.properties.get_mut("operation") {
-            operation.enum_values = names(&deployment.operations);
+            // A built-in operation of this deployment, or a registered type.
+            let builtin = ObjectBuilder::new().schema_type(Type::String).enum_values(names(&deployment.operations));
+            let registered = ObjectBuilder::new().schema_type(Type::String).pattern(Some(TYPE_REFERENCE));
+            let description = operation.description.clone();
+            let either = AnyOfBuilder::new().item(builtin).item(registered).description(description);
+            submit.properties.insert("operation".into(), RefOr::T(Schema::AnyOf(either.build())));
         }
         if let Some(RefOr::T(Schema::Object(queue))) = submit.properties.get_mut("queue") {
             // `null` (or no queue) stands for `default`.

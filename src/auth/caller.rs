@@ -18,7 +18,8 @@ pub enum Role {
     Admin,
     /// Jobs of its granted rooms, and reading `@global`.
     Member,
-    /// Remote workers (claiming over HTTP): no endpoint of today takes it.
+    /// Remote workers: register types and themselves, claim and report tasks of their
+    /// granted rooms over HTTP; they read no jobs.
     Worker,
 }
 
@@ -112,6 +113,25 @@ impl Caller {
             Role::Admin => Ok(()),
             Role::Member if room == RoomId::GLOBAL => refuse("only admins write to @global"),
             Role::Member if self.0.rooms.iter().any(|granted| granted.as_str() == room) => Ok(()),
+            _ => refuse("this token has no grant for it"),
+        }
+    }
+
+    /// Whether this caller may register job types in `room`, or serve them as a remote
+    /// worker: an admin anywhere but `@internal` (whose types are the server's own), anyone
+    /// else in its granted rooms.
+    pub fn may_serve(&self, room: &str) -> Result<(), ApiError> {
+        let refuse = |why: &str| Err(ApiError::new(Code::RoomForbidden, format!("room {room:?}: {why}")));
+        if self.0.read_only {
+            return Err(ApiError::new(Code::ReadOnlyToken, "this token may read, not write"));
+        }
+        if room == RoomId::INTERNAL {
+            return refuse("@internal types are the server's own operations");
+        }
+        match self.0.role {
+            Role::Admin => Ok(()),
+            _ if room == RoomId::GLOBAL => refuse("only admins register or serve @global types"),
+            _ if self.0.rooms.iter().any(|granted| granted.as_str() == room) => Ok(()),
             _ => refuse("this token has no grant for it"),
         }
     }

@@ -22,6 +22,10 @@ pub enum Access {
     Member,
     /// Admins only.
     Admin,
+    /// Remote workers (and admins, who may serve `@global` types).
+    Worker,
+    /// Every role: members, workers and admins (rooms decide the rest).
+    Any,
 }
 
 /// Query parameters that carry a token by RFC 6750 §2.3, refused: URLs end up in logs.
@@ -64,6 +68,8 @@ async fn admit(access: Access, req: &ServiceRequest) -> Result<Caller, ApiError>
         Access::Public => true,
         Access::Member => matches!(role, Role::Admin | Role::Member),
         Access::Admin => role == Role::Admin,
+        Access::Worker => matches!(role, Role::Admin | Role::Worker),
+        Access::Any => true,
     };
     if !allowed {
         let detail = format!("a {} token may not use this endpoint", role.as_str());

@@ -192,6 +192,18 @@ pub struct QueueName(String);
 
 impl QueueName {
     pub const DEFAULT: &'static str = "default";
+    /// Where jobs of registered types wait: claimed by remote workers over HTTP, never
+    /// published to the transport. No client can name it (`@` is not a queue character).
+    pub const REMOTE: &'static str = "@remote";
+
+    /// The queue of registered types' jobs ([`QueueName::REMOTE`]).
+    pub fn remote() -> Self {
+        QueueName(QueueName::REMOTE.to_owned())
+    }
+
+    pub fn is_remote(&self) -> bool {
+        self.0 == QueueName::REMOTE
+    }
 
     pub fn parse(name: &str) -> Result<Self, String> {
         let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');

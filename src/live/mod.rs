@@ -8,6 +8,6 @@ mod postgres;
 mod store;
 mod waiters;
 
-pub use postgres::{listen, CHANNEL};
+pub use postgres::{listen, CHANNEL, TASKS_CHANNEL};
 pub use store::NotifyingStore;
-pub use waiters::{JobWaiters, Watch};
+pub use waiters::{JobWaiters, TaskWaiters, Waiters, Watch};

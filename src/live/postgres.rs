@@ -1,7 +1,9 @@
 //! The cross-process half of the notification path, on PostgreSQL: a statement trigger on
 //! `job_event` (migration 9) sends the ids of the jobs a transaction wrote events for on
-//! [`CHANNEL`] when it commits, whichever process wrote them; every API process listens and
-//! wakes its waiters of those jobs. A lost connection wakes every waiter (news may have been
+//! [`CHANNEL`] when it commits, whichever process wrote them, and a row trigger on `job`
+//! (migration 10) sends a registered type's name on [`TASKS_CHANNEL`] when one of its jobs
+//! becomes claimable; every API process listens and wakes its waiters of those jobs and
+//! claimers of those types. A lost connection wakes every waiter (news may have been
 //! missed meanwhile) and the listener reconnects.
 //!
 //! The listener runs on a thread of its own with its own runtime and connection, so it
@@ -14,10 +16,13 @@ use sea_orm::sqlx::postgres::PgListener;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::JobWaiters;
+use super::{JobWaiters, TaskWaiters};
 
 /// The channel the trigger notifies: a comma-separated list of job ids per notification.
 pub const CHANNEL: &str = "yardmaster_jobs";
+
+/// The channel of claimable tasks: a registered type's full name per notification.
+pub const TASKS_CHANNEL: &str = "yardmaster_tasks";
 
 /// Pause before listening again after the listener could not connect.
 const PAUSE: Duration = Duration::from_secs(1);
@@ -25,7 +30,7 @@ const PAUSE: Duration = Duration::from_secs(1);
 /// Listens on [`CHANNEL`] for as long as the application lives, when `store_url` is a
 /// PostgreSQL one; does nothing on SQLite (one process: the in-process path is the whole
 /// path).
-pub fn listen(store_url: &str, waiters: Arc<JobWaiters>) -> std::io::Result<()> {
+pub fn listen(store_url: &str, waiters: Arc<JobWaiters>, tasks: Arc<TaskWaiters>) -> std::io::Result<()> {
     if !store_url.starts_with("postgres") {
         return Ok(());
     }
@@ -35,25 +40,26 @@ pub fn listen(store_url: &str, waiters: Arc<JobWaiters>) -> std::io::Result<()> 
             Ok(runtime) => runtime,
             Err(err) => return warn!(error = %err, "cannot start the listener's runtime"),
         };
-        runtime.block_on(run(url, waiters));
+        runtime.block_on(run(url, waiters, tasks));
     })?;
     Ok(())
 }
 
-async fn run(url: String, waiters: Arc<JobWaiters>) {
+async fn run(url: String, waiters: Arc<JobWaiters>, tasks: Arc<TaskWaiters>) {
     // This thread's handle is the last one once the application is gone.
     while Arc::strong_count(&waiters) > 1 {
         match PgListener::connect(&url).await {
-            Ok(mut listener) => match listener.listen(CHANNEL).await {
+            Ok(mut listener) => match listener.listen_all([CHANNEL, TASKS_CHANNEL]).await {
                 Ok(()) => {
                     info!(channel = CHANNEL, "listening for job changes of other processes");
-                    relay(&mut listener, &waiters).await;
+                    relay(&mut listener, &waiters, &tasks).await;
                 }
                 Err(err) => warn!(error = %err, "cannot listen for job changes; trying again"),
             },
             Err(err) => warn!(error = %err, "cannot listen for job changes; trying again"),
         }
         waiters.wake_all();
+        tasks.wake_all();
         tokio::time::sleep(PAUSE).await;
     }
 }
@@ -61,16 +67,20 @@ async fn run(url: String, waiters: Arc<JobWaiters>) {
 /// Wakes the waiters of every job notified, until the connection is lost or the
 /// application is gone. (No timeout around the read: it is not documented as safe to
 /// cancel; a process that exits takes this thread with it.)
-async fn relay(listener: &mut PgListener, waiters: &Arc<JobWaiters>) {
+async fn relay(listener: &mut PgListener, waiters: &Arc<JobWaiters>, tasks: &TaskWaiters) {
     while Arc::strong_count(waiters) > 1 {
         match listener.try_recv().await {
+            Ok(Some(notification)) if notification.channel() == TASKS_CHANNEL => tasks.wake(notification.payload()),
             Ok(Some(notification)) => {
                 for id in notification.payload().split(',').filter_map(|id| Uuid::try_parse(id).ok()) {
-                    waiters.wake(id);
+                    waiters.wake(&id);
                 }
             }
             // The connection was lost and is being re-established: news may be missing.
-            Ok(None) => waiters.wake_all(),
+            Ok(None) => {
+                waiters.wake_all();
+                tasks.wake_all();
+            }
             Err(err) => {
                 warn!(error = %err, "lost the listener's connection");
                 return;

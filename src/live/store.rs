@@ -1,6 +1,7 @@
 //! The in-process half of the notification path: a `JobStore` that wakes the waiters of
 //! every job a write changed (and of its parent, whose counters a child's ending moves),
-//! once the write has returned, so after its commit.
+//! and the claimers of a registered type whose job became claimable, once the write has
+//! returned, so after its commit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::JobWaiters;
-use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, NewEvent, NewJob};
+use super::{JobWaiters, TaskWaiters};
+use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, JobStatus, NewEvent, NewJob, QueueName};
 use crate::store::{
     BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Reduce, Requeue,
     RunRef, StoreError, Submission,
@@ -18,18 +19,23 @@ use crate::store::{
 pub struct NotifyingStore {
     inner: Arc<dyn JobStore>,
     waiters: Arc<JobWaiters>,
+    tasks: Arc<TaskWaiters>,
 }
 
 impl NotifyingStore {
-    pub fn new(inner: Arc<dyn JobStore>, waiters: Arc<JobWaiters>) -> Self {
-        NotifyingStore { inner, waiters }
+    pub fn new(inner: Arc<dyn JobStore>, waiters: Arc<JobWaiters>, tasks: Arc<TaskWaiters>) -> Self {
+        NotifyingStore { inner, waiters, tasks }
     }
 
-    /// Wakes the waiters of a job that changed, and of its parent.
+    /// Wakes the waiters of a job that changed, and of its parent; a job of a registered
+    /// type that is QUEUED now wakes its type's claimers.
     fn changed(&self, job: &Job) {
-        self.waiters.wake(job.id);
+        self.waiters.wake(&job.id);
         if let Some(parent) = job.parent_job_id {
-            self.waiters.wake(parent);
+            self.waiters.wake(&parent);
+        }
+        if job.status == JobStatus::Queued && job.queue == QueueName::REMOTE {
+            self.tasks.wake(job.operation.as_str());
         }
     }
 
@@ -113,7 +119,7 @@ impl JobStore for NotifyingStore {
     async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
         let cancellation = self.inner.cancel(id).await?;
         self.changed(&cancellation.job);
-        cancellation.descendants.iter().for_each(|child| self.waiters.wake(*child));
+        cancellation.descendants.iter().for_each(|child| self.waiters.wake(child));
         Ok(cancellation)
     }
 
@@ -132,7 +138,7 @@ impl JobStore for NotifyingStore {
     async fn rerun_children(&self, run: RunRef) -> Result<Vec<Job>, StoreError> {
         let children = self.inner.rerun_children(run).await?;
         children.iter().for_each(|child| self.changed(child));
-        self.waiters.wake(run.id);
+        self.waiters.wake(&run.id);
         Ok(children)
     }
 
@@ -150,7 +156,7 @@ impl JobStore for NotifyingStore {
         let parent = outcome.parent_job_id;
         let recorded = self.inner.record_batch(outcome, reduce).await?;
         if matches!(recorded, BatchRecorded::Counted { .. }) {
-            self.waiters.wake(parent);
+            self.waiters.wake(&parent);
         }
         Ok(recorded)
     }
@@ -158,13 +164,19 @@ impl JobStore for NotifyingStore {
     async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError> {
         let written = self.inner.record_event(run, event).await?;
         if written {
-            self.waiters.wake(run.id);
+            self.waiters.wake(&run.id);
         }
         Ok(written)
     }
 
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
-        self.inner.mark_published(jobs).await
+        let marked = self.inner.mark_published(jobs).await?;
+        // The dispatch sweep announces a registered type's job once its delay is over; the
+        // record names no type, so every claimer looks.
+        if marked > 0 && jobs.iter().any(|job| job.queue == QueueName::REMOTE) {
+            self.tasks.wake_all();
+        }
+        Ok(marked)
     }
 
     async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
@@ -181,5 +193,17 @@ impl JobStore for NotifyingStore {
 
     async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
         self.inner.batch_fan_outs(limit).await
+    }
+
+    async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.inner.claimable(operations, limit).await
+    }
+
+    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError> {
+        self.inner.queue_position(job).await
+    }
+
+    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.inner.runs_owned_by(owner, limit).await
     }
 }

@@ -1,20 +1,33 @@
-//! Who waits for which job: one `Notify` per job that has waiters, shared by all of them and
-//! dropped with the last, so thousands of waiters cost a map entry and a future each.
+//! Who waits for what: one `Notify` per key (a job, a registered type) that has waiters,
+//! shared by all of them and dropped with the last, so thousands of waiters cost a map entry
+//! and a future each.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-/// Waiters by job.
-#[derive(Default)]
-pub struct JobWaiters {
-    jobs: Mutex<HashMap<Uuid, Weak<Notify>>>,
-    /// Entries when the map was last swept of jobs nobody waits for any more.
+/// Waiters by key.
+pub struct Waiters<K> {
+    jobs: Mutex<HashMap<K, Weak<Notify>>>,
+    /// Entries when the map was last swept of keys nobody waits for any more.
     swept_at: Mutex<usize>,
+}
+
+/// Waiters by job: long-polls and event streams.
+pub type JobWaiters = Waiters<Uuid>;
+
+/// Waiters by registered type (its full name): claimers holding `POST /tasks/claim`.
+pub type TaskWaiters = Waiters<String>;
+
+impl<K> Default for Waiters<K> {
+    fn default() -> Self {
+        Waiters { jobs: Mutex::default(), swept_at: Mutex::default() }
+    }
 }
 
 /// One waiter's hold on a job: create it before reading the job, then await
@@ -24,13 +37,13 @@ pub struct Watch {
     pending: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
-impl JobWaiters {
+impl<K: Eq + Hash> Waiters<K> {
     pub fn new() -> Arc<Self> {
-        Arc::new(JobWaiters::default())
+        Arc::new(Waiters::default())
     }
 
     /// Starts watching `id`: changes from now on wake [`Watch::changed`].
-    pub fn watch(&self, id: Uuid) -> Watch {
+    pub fn watch(&self, id: K) -> Watch {
         let notify = {
             let mut jobs = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let notify = jobs.get(&id).and_then(Weak::upgrade).unwrap_or_else(|| {
@@ -45,9 +58,13 @@ impl JobWaiters {
     }
 
     /// Wakes every waiter of `id`.
-    pub fn wake(&self, id: Uuid) {
+    pub fn wake<Q>(&self, id: &Q)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+    {
         let jobs = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(notify) = jobs.get(&id).and_then(Weak::upgrade) {
+        if let Some(notify) = jobs.get(id).and_then(Weak::upgrade) {
             notify.notify_waiters();
         }
     }
@@ -69,7 +86,7 @@ impl JobWaiters {
 
     /// Drops the entries of jobs nobody waits for, whenever the map has doubled since the
     /// last sweep: amortised constant time per watch.
-    fn sweep(&self, jobs: &mut HashMap<Uuid, Weak<Notify>>) {
+    fn sweep(&self, jobs: &mut HashMap<K, Weak<Notify>>) {
         let mut swept_at = self.swept_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if jobs.len() > (*swept_at * 2).max(64) {
             jobs.retain(|_, notify| notify.strong_count() > 0);
@@ -107,12 +124,12 @@ mod tests {
         let (job, other) = (Uuid::now_v7(), Uuid::now_v7());
         let mut watch = waiters.watch(job);
         let mut bystander = waiters.watch(other);
-        waiters.wake(job);
+        waiters.wake(&job);
         tokio::time::timeout(Duration::from_secs(1), watch.changed()).await.expect("the early wake was lost");
         let idle = tokio::time::timeout(Duration::from_millis(50), bystander.changed()).await;
         assert!(idle.is_err(), "a wake for one job woke another's waiter");
         // Re-armed: the next wake is seen too, and only once.
-        waiters.wake(job);
+        waiters.wake(&job);
         tokio::time::timeout(Duration::from_secs(1), watch.changed()).await.expect("the second wake was lost");
         assert!(tokio::time::timeout(Duration::from_millis(50), watch.changed()).await.is_err());
     }

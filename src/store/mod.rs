@@ -139,6 +139,17 @@ pub trait JobStore: Send + Sync + 'static {
     /// RUNNING coordinators whose run fanned out into batches (deferred or not), oldest
     /// first: with a transport that keeps nothing across restarts, their batches are gone.
     async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError>;
+
+    /// Runnable QUEUED jobs of these registered types (full names), oldest first: what a
+    /// remote worker's claim tries, one compare-and-set ([`JobStore::claim`]) each.
+    async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError>;
+
+    /// A QUEUED job's place in its line, 1 for the next to run: 1 + the runnable jobs of its
+    /// registered type (or, for others, its queue) created before it. `None` when not QUEUED.
+    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError>;
+
+    /// The RUNNING runs whose lease `owner` holds (a remote worker that leaves).
+    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError>;
 }
 
 /// Folds the outputs of a coordinator's batches, in batch order, into its result; asked by

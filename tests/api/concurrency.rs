@@ -207,6 +207,15 @@ impl JobStore for Faulty {
     async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
         self.0.batch_fan_outs(limit).await
     }
+    async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.0.claimable(operations, limit).await
+    }
+    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError> {
+        self.0.queue_position(job).await
+    }
+    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.0.runs_owned_by(owner, limit).await
+    }
 }
 
 async fn a_session_two_commit_failure_leaves_the_job_failed(backend: Backend) {

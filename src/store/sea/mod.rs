@@ -12,6 +12,7 @@ mod maintenance;
 mod postgres_batch;
 mod rows;
 mod runs;
+mod tasks;
 
 use crate::store::clock;
 use std::collections::HashMap;
@@ -376,6 +377,18 @@ impl JobStore for SeaStore {
 
     async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
         self.find_batch_fan_outs(limit).await
+    }
+
+    async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.find_claimable(operations, limit).await
+    }
+
+    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError> {
+        self.find_queue_position(job).await
+    }
+
+    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.find_runs_owned_by(owner, limit).await
     }
 }
 

@@ -1,0 +1,53 @@
+//! Registered job types and remote workers: operations whose code lives outside the server.
+//!
+//! A worker anywhere (no broker, no database, only HTTPS and a `worker` token) registers a
+//! **type** `room:category:name` with a JSON Schema ([`types`]), registers itself with the
+//! types it serves ([`workers`]), claims **tasks** (jobs of those types) oldest first with a
+//! compare-and-set, holding the request with `Prefer: wait=N` until one arrives ([`tasks`]),
+//! and reports progress and the outcome. Tasks are ordinary job rows on the `@remote`
+//! queue: the same events, leases, retries, cancellation, rooms and reaper as every job.
+//! The [`sweeper`] marks silent workers gone and soft-deletes types nobody serves.
+
+pub mod api;
+pub mod entity;
+pub mod names;
+pub mod schema;
+pub mod sweeper;
+pub mod tasks;
+pub mod types;
+pub mod workers;
+
+pub use api::{claim, deregister_worker, heartbeat, list_types, register_type, register_worker, report};
+pub use names::TypeName;
+pub use types::{Resolved, TypeBook};
+pub use workers::WorkerBook;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::RemoteSettings;
+use crate::live::TaskWaiters;
+
+/// Everything the remote-worker endpoints and submissions of registered types use.
+pub struct Remote {
+    pub types: TypeBook,
+    pub workers: WorkerBook,
+    /// Claimers waiting for tasks, by type.
+    pub claimers: Arc<TaskWaiters>,
+    /// How long a claim leases its task.
+    pub lease: Duration,
+    /// Whether a submission to a type with no live worker queues when it does not say.
+    pub queue_without_worker: bool,
+}
+
+impl Remote {
+    pub fn new(db: sea_orm::DatabaseConnection, settings: &RemoteSettings, claimers: Arc<TaskWaiters>) -> Self {
+        Remote {
+            types: TypeBook::new(db.clone(), settings.categories.iter().cloned().collect()),
+            workers: WorkerBook::new(db, Duration::from_secs(settings.worker_ttl_seconds.max(1))),
+            claimers,
+            lease: Duration::from_secs(settings.lease_seconds.max(1)),
+            queue_without_worker: settings.queue_without_worker,
+        }
+    }
+}

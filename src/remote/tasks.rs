@@ -1,0 +1,286 @@
+//! Claiming and reporting tasks: the remote half of two-phase execution. A claim is the
+//! lifecycle's own compare-and-set (QUEUED → RUNNING with `job.started` and a lease) tried
+//! on the oldest runnable jobs of the worker's types; a report writes progress or the
+//! outcome for the claiming run only, with the retry policy deciding a failure as it does
+//! for local operations. Nothing here holds a transaction across a wait.
+
+use std::time::Duration;
+
+use futures_util::future::select_all;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::workers::LiveWorker;
+use super::Remote;
+use crate::domain::{nul_pointer, scrub_nul, EventLevel, Job, JobStatus, NewEvent, QueueName};
+use crate::store::{Completion, JobStore, Requeue, RunRef, StoreError};
+
+/// Runnable jobs a claim reads per round; concurrent claimers race for them, losers take
+/// the next.
+const CANDIDATES: u64 = 32;
+/// Rounds a claim reads candidates before it reports none (others took them all).
+const ROUNDS: usize = 4;
+/// Longest RetryLater delay a worker may ask for.
+const MAX_DELAY_SECONDS: f64 = 86_400.0;
+
+/// Claims the oldest runnable task of the worker's types, waiting up to `wait` for one:
+/// woken by the write that made one claimable (in this process, or by NOTIFY from
+/// another), never by polling the database.
+pub async fn claim(
+    remote: &Remote,
+    store: &dyn JobStore,
+    worker: &LiveWorker,
+    wait: Duration,
+) -> Result<Option<Job>, StoreError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    // Watching starts before the first look, so a task queued between the two is not missed.
+    let mut watches: Vec<_> = worker.types.iter().map(|name| remote.claimers.watch(name.clone())).collect();
+    loop {
+        if let Some(job) = claim_now(store, &worker.types, &worker.owner(), remote.lease).await? {
+            return Ok(Some(job));
+        }
+        if watches.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        let woken = select_all(watches.iter_mut().map(|watch| Box::pin(watch.changed())));
+        tokio::select! {
+            _ = woken => {}
+            () = tokio::time::sleep_until(deadline) => return Ok(None),
+        }
+    }
+}
+
+async fn claim_now(
+    store: &dyn JobStore,
+    types: &[String],
+    owner: &str,
+    lease: Duration,
+) -> Result<Option<Job>, StoreError> {
+    for _ in 0..ROUNDS {
+        let candidates = store.claimable(types, CANDIDATES).await?;
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        for id in candidates {
+            if let Some(job) = store.claim(id, owner, lease).await? {
+                return Ok(Some(job));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Body of `PATCH /tasks/{id}`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    /// The worker reporting (its registration's id).
+    pub worker_id: Uuid,
+    /// The run: the task's `attempts` as the claim answered it.
+    #[serde(deserialize_with = "crate::api::required_whole_number")]
+    #[schema(minimum = 1)]
+    pub attempt: i32,
+    /// `running` (progress, a message, or only a lease renewal), `succeeded`, `failed`,
+    /// or `retry_later`.
+    pub status: ReportStatus,
+    #[serde(default)]
+    pub progress: Option<Progress>,
+    /// A line for the event log (running), the failure's message (failed), or the reason
+    /// (retry_later).
+    #[serde(default)]
+    #[schema(max_length = 10000)]
+    pub message: Option<String>,
+    /// The result (succeeded).
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// The error class of a failure (for example `ValueError`), matched by the task's retry
+    /// policy; default `RemoteFailure`.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 200)]
+    pub error_code: Option<String>,
+    /// Seconds before the task runs again (retry_later).
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 86400)]
+    pub delay_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportStatus {
+    Running,
+    Succeeded,
+    Failed,
+    RetryLater,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Progress {
+    #[serde(deserialize_with = "crate::api::required_whole_number")]
+    #[schema(minimum = 0)]
+    pub current: i64,
+    #[serde(default, deserialize_with = "crate::api::whole_number")]
+    #[schema(minimum = 0)]
+    pub total: Option<i64>,
+}
+
+/// Why a report was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("no task {0}")]
+    NotFound(Uuid),
+    #[error("task {0} is held by another worker")]
+    NotYours(Uuid),
+    #[error("task {0} was cancelled: stop working on it")]
+    Cancelled(Uuid),
+    #[error("run {attempt} of task {id} is no longer running (the task is {status}, at attempt {current})")]
+    Stale { id: Uuid, attempt: i32, status: JobStatus, current: i32 },
+    #[error("{0}")]
+    Invalid(&'static str, String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Applies a worker's report to its run, and answers the task as it now is.
+pub async fn report(
+    remote: &Remote,
+    store: &dyn JobStore,
+    worker: &LiveWorker,
+    id: Uuid,
+    report: Report,
+) -> Result<Job, ReportError> {
+    let job = current(store, worker, id, report.attempt).await?;
+    let run = RunRef { id, attempt: report.attempt };
+    let applied = match report.status {
+        ReportStatus::Running => running(remote, store, run, &report).await?,
+        ReportStatus::Succeeded => {
+            let result = report.result.clone().unwrap_or(Value::Null);
+            if let Some(at) = nul_pointer(&result) {
+                let detail = format!("the result holds a NUL character at {at:?}, which cannot be stored");
+                return Err(ReportError::Invalid("/result", detail));
+            }
+            store.finish(run, &Completion::Succeeded { result }).await?.is_some()
+        }
+        ReportStatus::Failed => {
+            let error_code = scrub_nul(report.error_code.as_deref().unwrap_or("RemoteFailure")).into_owned();
+            let message = scrub_nul(report.message.as_deref().unwrap_or("the remote worker reported a failure"));
+            let message = message.into_owned();
+            let failure = job.failures + 1;
+            match job.retry_policy.next_delay(job.max_retries, failure, &error_code, jitter()) {
+                Some(delay) => {
+                    let requeue = Requeue::RetryAfterFailure { failure, delay, error_code, message };
+                    store.requeue(run, &requeue).await?.is_some()
+                }
+                None => store.finish(run, &Completion::Failed { error_code, message }).await?.is_some(),
+            }
+        }
+        ReportStatus::RetryLater => {
+            let seconds = report.delay_seconds.unwrap_or(0.0);
+            if !(0.0..=MAX_DELAY_SECONDS).contains(&seconds) {
+                return Err(ReportError::Invalid("/delay_seconds", format!("must be 0-{MAX_DELAY_SECONDS}")));
+            }
+            let reason = scrub_nul(report.message.as_deref().unwrap_or("the remote worker asked to retry later"));
+            let requeue = Requeue::RetryLater { delay: Duration::from_secs_f64(seconds), reason: reason.into_owned() };
+            store.requeue(run, &requeue).await?.is_some()
+        }
+    };
+    if !applied {
+        // Lost a race with a cancel or the reaper: say which.
+        current(store, worker, id, report.attempt).await?;
+    }
+    store.get(id).await?.ok_or(ReportError::NotFound(id))
+}
+
+/// A running report renews the run's lease and logs its progress or message.
+async fn running(remote: &Remote, store: &dyn JobStore, run: RunRef, report: &Report) -> Result<bool, ReportError> {
+    if !store.extend_lease(run, remote.lease).await? {
+        return Ok(false);
+    }
+    if report.progress.is_none() && report.message.is_none() {
+        return Ok(true);
+    }
+    let mut fields = json!({});
+    if let Some(progress) = report.progress {
+        if progress.current < 0 || progress.total.is_some_and(|total| total < 0) {
+            return Err(ReportError::Invalid("/progress", "progress counts are 0 or more".into()));
+        }
+        fields["_progress_current"] = json!(progress.current);
+        if let Some(total) = progress.total {
+            fields["_progress_total"] = json!(total);
+        }
+    }
+    let name = if report.progress.is_some() { "job.progress" } else { "task.message" };
+    let mut event = NewEvent::new(name).fields(fields).level(EventLevel::Info);
+    if let Some(message) = &report.message {
+        event = event.message(scrub_nul(message));
+    }
+    Ok(store.record_event(run, event).await?)
+}
+
+/// The task, when `attempt` is its RUNNING run held by `worker`; otherwise why not.
+async fn current(store: &dyn JobStore, worker: &LiveWorker, id: Uuid, attempt: i32) -> Result<Job, ReportError> {
+    let job = store.get(id).await?.filter(|job| job.queue == QueueName::REMOTE).ok_or(ReportError::NotFound(id))?;
+    if !worker.types.contains(&job.operation) {
+        return Err(ReportError::NotFound(id));
+    }
+    let mine = job.owner.as_deref() == Some(worker.owner().as_str());
+    if job.attempts == attempt && !mine {
+        return Err(ReportError::NotYours(id));
+    }
+    if job.status == JobStatus::Cancelled && (mine || job.attempts == attempt) {
+        return Err(ReportError::Cancelled(id));
+    }
+    if job.status != JobStatus::Running || job.attempts != attempt || !mine {
+        return Err(ReportError::Stale { id, attempt, status: job.status, current: job.attempts });
+    }
+    Ok(job)
+}
+
+/// A run a heartbeat names.
+#[derive(Debug, Clone, Copy, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeldTask {
+    pub id: Uuid,
+    #[serde(deserialize_with = "crate::api::required_whole_number")]
+    pub attempt: i32,
+}
+
+/// A run the worker must stop, as a heartbeat answers it.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct Stop {
+    pub id: Uuid,
+    pub attempt: i32,
+    /// What the task is now: `cancelled`, or another state when the run was taken away.
+    pub status: JobStatus,
+}
+
+/// Renews the leases of the runs a heartbeat names; answers those the worker must stop
+/// (cancelled, or no longer its run).
+pub async fn renew(
+    remote: &Remote,
+    store: &dyn JobStore,
+    worker: &LiveWorker,
+    held: &[HeldTask],
+) -> Result<Vec<Stop>, StoreError> {
+    let mut stop = Vec::new();
+    for task in held {
+        let run = RunRef { id: task.id, attempt: task.attempt };
+        let job = store.get(task.id).await?;
+        let owned = job.as_ref().is_some_and(|job| job.owner.as_deref() == Some(worker.owner().as_str()));
+        if owned && store.extend_lease(run, remote.lease).await? {
+            continue;
+        }
+        let status = match store.get(task.id).await? {
+            Some(job) if owned || job.queue == QueueName::REMOTE => job.status,
+            _ => JobStatus::Cancelled,
+        };
+        stop.push(Stop { id: task.id, attempt: task.attempt, status });
+    }
+    Ok(stop)
+}
+
+/// A number in [0, 1) to spread retries.
+fn jitter() -> f64 {
+    (Uuid::new_v4().as_u128() % 1_000_000) as f64 / 1_000_000.0
+}

@@ -1,0 +1,236 @@
+//! Every SQL statement about remote workers: register (with the types served), renew
+//! (a compare-and-set on `gone_at IS NULL` by the token that registered it), leave, the
+//! live-worker check a submission makes, and the sweeper's marking of silent workers.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, TransactionTrait,
+};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::entity::{remote_worker, remote_worker_type};
+use super::names::TypeName;
+use crate::store::clock;
+
+/// A worker as its registration and heartbeats answer it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct WorkerInfo {
+    pub id: Uuid,
+    pub name: String,
+    /// The types it serves (full names).
+    pub types: Vec<String>,
+    pub registered_at: DateTime<Utc>,
+    pub last_seen_at: DateTime<Utc>,
+    /// It is gone (its tasks go back to the queue) unless heard from before this.
+    pub expires_at: DateTime<Utc>,
+    /// Seconds between heartbeats that keep it and its tasks' leases alive.
+    pub heartbeat_seconds: u64,
+    /// Seconds a claim leases its task.
+    pub lease_seconds: u64,
+}
+
+/// Why a worker's request is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("no worker {0}")]
+    NotFound(Uuid),
+    #[error("worker {0} was registered by another token")]
+    NotYours(Uuid),
+    #[error("worker {0} is gone (silent past its deadline, or it left): register again")]
+    Gone(Uuid),
+    #[error(transparent)]
+    Database(#[from] DbErr),
+}
+
+/// A live worker, as a request of it found it.
+#[derive(Debug, Clone)]
+pub struct LiveWorker {
+    pub id: Uuid,
+    pub types: Vec<String>,
+}
+
+impl LiveWorker {
+    /// What its claims write to `job.owner`.
+    pub fn owner(&self) -> String {
+        owner(self.id)
+    }
+}
+
+/// `job.owner` of a remote worker's runs.
+pub fn owner(id: Uuid) -> String {
+    format!("remote:{id}")
+}
+
+pub struct WorkerBook {
+    db: DatabaseConnection,
+    ttl: Duration,
+}
+
+impl WorkerBook {
+    pub fn new(db: DatabaseConnection, ttl: Duration) -> Self {
+        WorkerBook { db, ttl }
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn deadline(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        now + chrono::Duration::from_std(self.ttl).unwrap_or_default()
+    }
+
+    /// Registers a worker of `token` serving `types`, in one transaction.
+    pub async fn register(&self, token: Uuid, name: &str, types: &[TypeName]) -> Result<(Uuid, DateTime<Utc>), DbErr> {
+        let (id, now) = (Uuid::now_v7(), clock::now());
+        let expires_at = self.deadline(now);
+        let txn = self.db.begin().await?;
+        let row = remote_worker::ActiveModel {
+            id: Set(id),
+            token_id: Set(token),
+            name: Set(name.to_owned()),
+            registered_at: Set(now),
+            last_seen_at: Set(now),
+            expires_at: Set(expires_at),
+            gone_at: Set(None),
+        };
+        remote_worker::Entity::insert(row).exec_without_returning(&txn).await?;
+        let served = types
+            .iter()
+            .map(|name| remote_worker_type::ActiveModel { worker_id: Set(id), type_name: Set(name.full()) });
+        remote_worker_type::Entity::insert_many(served).exec_without_returning(&txn).await?;
+        txn.commit().await?;
+        Ok((id, expires_at))
+    }
+
+    /// A sign of life from worker `id`, speaking with `token`: its deadline moves on. Only
+    /// while it is not gone (a compare-and-set); a gone, unknown or foreign worker is an
+    /// error.
+    pub async fn renew(&self, id: Uuid, token: Uuid) -> Result<LiveWorker, WorkerError> {
+        let now = clock::now();
+        let renewed = remote_worker::Entity::update_many()
+            .col_expr(remote_worker::Column::LastSeenAt, Expr::value(now))
+            .col_expr(remote_worker::Column::ExpiresAt, Expr::value(self.deadline(now)))
+            .filter(remote_worker::Column::Id.eq(id))
+            .filter(remote_worker::Column::TokenId.eq(token))
+            .filter(remote_worker::Column::GoneAt.is_null())
+            .exec(&self.db)
+            .await?;
+        if renewed.rows_affected == 0 {
+            return Err(self.refusal(id, token).await);
+        }
+        Ok(LiveWorker { id, types: self.types_of(id).await? })
+    }
+
+    /// Worker `id` as `token` may use it, without renewing it (a task report).
+    pub async fn check(&self, id: Uuid, token: Uuid) -> Result<LiveWorker, WorkerError> {
+        let row = remote_worker::Entity::find_by_id(id).one(&self.db).await?;
+        match row {
+            None => Err(WorkerError::NotFound(id)),
+            Some(row) if row.token_id != token => Err(WorkerError::NotYours(id)),
+            Some(row) if row.gone_at.is_some() => Err(WorkerError::Gone(id)),
+            Some(_) => Ok(LiveWorker { id, types: self.types_of(id).await? }),
+        }
+    }
+
+    async fn refusal(&self, id: Uuid, token: Uuid) -> WorkerError {
+        match self.check(id, token).await {
+            Ok(_) => WorkerError::Gone(id),
+            Err(err) => err,
+        }
+    }
+
+    async fn types_of(&self, id: Uuid) -> Result<Vec<String>, DbErr> {
+        remote_worker_type::Entity::find()
+            .select_only()
+            .column(remote_worker_type::Column::TypeName)
+            .filter(remote_worker_type::Column::WorkerId.eq(id))
+            .into_tuple::<String>()
+            .all(&self.db)
+            .await
+    }
+
+    /// The worker as its answers show it.
+    pub async fn info(&self, id: Uuid, lease: Duration) -> Result<Option<WorkerInfo>, DbErr> {
+        let Some(row) = remote_worker::Entity::find_by_id(id).one(&self.db).await? else { return Ok(None) };
+        Ok(Some(WorkerInfo {
+            id: row.id,
+            name: row.name,
+            types: self.types_of(id).await?,
+            registered_at: row.registered_at,
+            last_seen_at: row.last_seen_at,
+            expires_at: row.expires_at,
+            heartbeat_seconds: (self.ttl.as_secs() / 3).max(1),
+            lease_seconds: lease.as_secs(),
+        }))
+    }
+
+    /// Marks worker `id` gone (it leaves); true when this call did it.
+    pub async fn leave(&self, id: Uuid) -> Result<bool, DbErr> {
+        let left = remote_worker::Entity::update_many()
+            .col_expr(remote_worker::Column::GoneAt, Expr::value(clock::now()))
+            .filter(remote_worker::Column::Id.eq(id))
+            .filter(remote_worker::Column::GoneAt.is_null())
+            .exec(&self.db)
+            .await?;
+        Ok(left.rows_affected == 1)
+    }
+
+    /// Whether a live worker serves `type_name` (a full name).
+    pub async fn serving(&self, type_name: &str) -> Result<bool, DbErr> {
+        let live = remote_worker_type::Entity::find()
+            .select_only()
+            .column(remote_worker_type::Column::WorkerId)
+            .filter(remote_worker_type::Column::TypeName.eq(type_name))
+            .into_tuple::<Uuid>()
+            .all(&self.db)
+            .await?;
+        if live.is_empty() {
+            return Ok(false);
+        }
+        let found = remote_worker::Entity::find()
+            .select_only()
+            .column(remote_worker::Column::Id)
+            .filter(remote_worker::Column::Id.is_in(live))
+            .filter(remote_worker::Column::GoneAt.is_null())
+            .filter(remote_worker::Column::ExpiresAt.gt(clock::now()))
+            .limit(1)
+            .into_tuple::<Uuid>()
+            .one(&self.db)
+            .await?;
+        Ok(found.is_some())
+    }
+
+    /// Marks gone every worker silent past its deadline (a compare-and-set each on
+    /// `gone_at IS NULL`); returns their ids. Their tasks' leases lapse and the reaper
+    /// requeues or fails them by the retry rules.
+    pub async fn sweep_silent(&self, limit: u64) -> Result<Vec<Uuid>, DbErr> {
+        let now = clock::now();
+        let silent = remote_worker::Entity::find()
+            .select_only()
+            .column(remote_worker::Column::Id)
+            .filter(remote_worker::Column::GoneAt.is_null())
+            .filter(remote_worker::Column::ExpiresAt.lt(now))
+            .limit(limit)
+            .into_tuple::<Uuid>()
+            .all(&self.db)
+            .await?;
+        let mut gone = Vec::with_capacity(silent.len());
+        for id in silent {
+            let marked = remote_worker::Entity::update_many()
+                .col_expr(remote_worker::Column::GoneAt, Expr::value(now))
+                .filter(remote_worker::Column::Id.eq(id))
+                .filter(remote_worker::Column::GoneAt.is_null())
+                .filter(remote_worker::Column::ExpiresAt.lt(now))
+                .exec(&self.db)
+                .await?;
+            if marked.rows_affected == 1 {
+                gone.push(id);
+            }
+        }
+        Ok(gone)
+    }
+}
