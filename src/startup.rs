@@ -151,6 +151,7 @@ impl ApplicationBuilder {
             true => {
                 first_admin_token(&db, &settings).await?;
                 live::listen(&settings.store.url, waiters.clone(), claimers.clone())
+                    .await
                     .context("starting the listener")?;
                 let remote = Arc::new(crate::remote::Remote::new(db.clone(), &settings.remote, claimers));
                 remote_sweeper = Some(Supervisor::start({

@@ -249,7 +249,8 @@ mod tests {
         assert_eq!(codes.as_array().unwrap().len(), Code::ALL.len());
         assert_eq!(spec["paths"]["/jobs"]["get"]["parameters"][5]["schema"]["maximum"], 500);
         let submit = &spec["components"]["schemas"]["SubmitRequest"]["properties"];
-        assert_eq!(submit["operation"]["enum"], serde_json::json!(["ping"]));
+        assert_eq!(submit["operation"]["anyOf"][0]["enum"], serde_json::json!(["ping"]));
+        assert_eq!(submit["operation"]["anyOf"][1]["pattern"], TYPE_REFERENCE);
         assert_eq!(submit["queue"]["enum"], serde_json::json!(["default", null]));
         let capped = Deployment { max_page_size: 20, ..deployment };
         let capped: serde_json::Value = serde_json::from_str(&document(&capped)).unwrap();

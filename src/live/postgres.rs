@@ -30,28 +30,43 @@ const PAUSE: Duration = Duration::from_secs(1);
 /// Listens on [`CHANNEL`] for as long as the application lives, when `store_url` is a
 /// PostgreSQL one; does nothing on SQLite (one process: the in-process path is the whole
 /// path).
-pub fn listen(store_url: &str, waiters: Arc<JobWaiters>, tasks: Arc<TaskWaiters>) -> std::io::Result<()> {
+///
+/// Returns once the listener listens (or after [`READY_WITHIN`], when the database is slow
+/// to take it: it keeps trying), so a waiter that arrives after start-up cannot miss a
+/// notification sent before anyone listened.
+pub async fn listen(store_url: &str, waiters: Arc<JobWaiters>, tasks: Arc<TaskWaiters>) -> std::io::Result<()> {
     if !store_url.starts_with("postgres") {
         return Ok(());
     }
     let url = store_url.to_owned();
+    let (ready, listening) = tokio::sync::oneshot::channel();
     std::thread::Builder::new().name("yardmaster-listen".into()).spawn(move || {
         let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(runtime) => runtime,
             Err(err) => return warn!(error = %err, "cannot start the listener's runtime"),
         };
-        runtime.block_on(run(url, waiters, tasks));
+        runtime.block_on(run(url, waiters, tasks, ready));
     })?;
+    if tokio::time::timeout(READY_WITHIN, listening).await.is_err() {
+        warn!("the listener is not listening yet; waiters may miss changes until it is");
+    }
     Ok(())
 }
 
-async fn run(url: String, waiters: Arc<JobWaiters>, tasks: Arc<TaskWaiters>) {
+/// How long start-up waits for the listener to listen.
+const READY_WITHIN: Duration = Duration::from_secs(5);
+
+async fn run(url: String, waiters: Arc<JobWaiters>, tasks: Arc<TaskWaiters>, ready: tokio::sync::oneshot::Sender<()>) {
+    let mut ready = Some(ready);
     // This thread's handle is the last one once the application is gone.
     while Arc::strong_count(&waiters) > 1 {
         match PgListener::connect(&url).await {
             Ok(mut listener) => match listener.listen_all([CHANNEL, TASKS_CHANNEL]).await {
                 Ok(()) => {
                     info!(channel = CHANNEL, "listening for job changes of other processes");
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
                     relay(&mut listener, &waiters, &tasks).await;
                 }
                 Err(err) => warn!(error = %err, "cannot listen for job changes; trying again"),

@@ -1,5 +1,7 @@
 //! The HTTP face of registered types and remote workers: `/types`, `/workers`, `/tasks`.
 
+use std::time::Duration;
+
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -350,8 +352,8 @@ pub struct ClaimAnswer {
 
 /// Claims the oldest runnable task of the worker's types (a compare-and-set: concurrent
 /// claimers never get the same one). With `Prefer: wait=N` the request is held until a task
-/// arrives or N seconds pass (capped by `server.max_wait_seconds` and half the worker's
-/// deadline), woken by the submission itself.
+/// arrives or N seconds pass (capped by `server.max_wait_seconds` and the worker's deadline
+/// less a second), woken by the submission itself.
 #[utoipa::path(
     post, path = "/tasks/claim", tag = "remote", operation_id = "claim_task",
     request_body = ClaimRequest,
@@ -372,7 +374,8 @@ pub async fn claim(
 ) -> Result<HttpResponse, ApiError> {
     let worker = live_worker(&state, &caller, body.worker_id).await?;
     let asked = crate::api::prefer_wait(req.headers());
-    let cap = state.max_wait.min(state.remote.workers.ttl() / 2);
+    // The claim renewed the worker: a wait shorter than its deadline cannot outlive it.
+    let cap = state.max_wait.min(state.remote.workers.ttl().saturating_sub(Duration::from_secs(1)));
     let wait = asked.map(|asked| asked.min(cap)).unwrap_or_default();
     let task = tasks::claim(&state.remote, state.store.as_ref(), &worker, wait).await?;
     let mut response = HttpResponse::Ok();

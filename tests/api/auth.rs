@@ -142,20 +142,31 @@ async fn roles_and_read_only_tokens_are_enforced_on_every_route(backend: Backend
                     assert_eq!(refused, (403, Some("forbidden")), "{method} {path}");
                 }
             }
-            Access::Member => {
-                let (status, _, body) = call(&app, &method, &path, Some(&worker)).await;
+            Access::Member | Access::Worker => {
+                let (allowed, refused) = match access {
+                    Access::Member => (&member, &worker),
+                    _ => (&worker, &member),
+                };
+                let (status, _, body) = call(&app, &method, &path, Some(refused)).await;
                 let refused = (status.as_u16(), code(&method, &body, "forbidden"));
                 assert_eq!(refused, (403, Some("forbidden")), "{method} {path}");
-                let (status, _, body) = call(&app, &method, &path, Some(&member)).await;
-                assert!(![401, 403].contains(&status.as_u16()), "{method} {path} refused a member: {body}");
+                let (status, _, body) = call(&app, &method, &path, Some(allowed)).await;
+                assert!(![401, 403].contains(&status.as_u16()), "{method} {path} refused its role: {body}");
+            }
+            Access::Any => {
+                for caller in [&member, &worker] {
+                    let (status, _, body) = call(&app, &method, &path, Some(caller)).await;
+                    assert!(![401, 403].contains(&status.as_u16()), "{method} {path} refused a caller: {body}");
+                }
             }
         }
+        let members_may = matches!(access, Access::Member | Access::Any);
         for caller in [&reader, &reading_admin] {
             let (status, _, body) = call(&app, &method, &path, Some(caller)).await;
-            if writes && (access == Access::Member || caller == &reading_admin) {
+            if writes && (members_may || caller == &reading_admin) {
                 let refused = (status.as_u16(), code(&method, &body, "read_only_token"));
                 assert_eq!(refused, (403, Some("read_only_token")), "{method} {path}: {body}");
-            } else if !writes && (access == Access::Member || caller == &reading_admin) {
+            } else if !writes && (members_may || caller == &reading_admin) {
                 assert!(![401, 403].contains(&status.as_u16()), "{method} {path} refused a reader: {body}");
             }
         }

@@ -156,6 +156,8 @@ pub struct TestOptions {
     pub inference: Option<yardmaster::config::InferenceSettings>,
     /// `server.max_wait_seconds`: the cap on `Prefer: wait`.
     pub max_wait_seconds: u64,
+    /// `[remote]`: the defaults unless a test sets it.
+    pub remote: Option<yardmaster::config::RemoteSettings>,
 }
 
 impl Default for TestOptions {
@@ -174,6 +176,7 @@ impl Default for TestOptions {
             ids_per_message: 1,
             inference: None,
             max_wait_seconds: 60,
+            remote: None,
         }
     }
 }
@@ -221,6 +224,9 @@ impl TestApp {
         settings.worker.grace_seconds = 1;
         let admin_token = new_token();
         settings.auth.bootstrap_token = Some(yardmaster::config::Secret::new(admin_token.clone()));
+        if let Some(remote) = options.remote {
+            settings.remote = remote;
+        }
         if let Some(inference) = options.inference {
             settings.inference = inference;
         }

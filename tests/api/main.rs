@@ -21,6 +21,7 @@ mod inference;
 mod lifecycle;
 mod live;
 mod openapi;
+mod remote;
 mod stale_runs;
 mod systemd;
 mod test_ops;

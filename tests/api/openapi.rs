@@ -51,8 +51,13 @@ async fn the_document_describes_exactly_the_router(backend: Backend) {
     }
     let codes = &spec["components"]["schemas"]["Problem"]["properties"]["code"]["enum"];
     assert!(codes.as_array().unwrap().contains(&Value::from("room_forbidden")), "{codes}");
-    let operations = &spec["components"]["schemas"]["SubmitRequest"]["properties"]["operation"]["enum"];
+    let operation = &spec["components"]["schemas"]["SubmitRequest"]["properties"]["operation"]["anyOf"];
+    let operations = &operation[0]["enum"];
     assert!(operations.as_array().unwrap().contains(&Value::from("count")), "this app's own operation: {operations}");
+    assert!(
+        operation[1]["pattern"].as_str().is_some_and(|pattern| pattern.contains(':')),
+        "registered types: {operation}"
+    );
 }
 
 async fn the_docs_page_is_served_from_the_binary(backend: Backend) {

@@ -1,0 +1,552 @@
+//! Registered types and remote workers, on both stores: registration rules (conflict,
+//! allow-list, rooms, soft delete and revival), schema validation at submit, 16 claimers
+//! over 1,000 tasks each run once, a silent worker's task finished by another, reports by
+//! the wrong worker refused, a cancel reaching the worker, claims that wait to be woken,
+//! and hostile input.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use uuid::Uuid;
+use yardmaster::config::RemoteSettings;
+
+use crate::helpers::{client_with, read, Backend, TestApp, TestOptions};
+
+const ROTATE: &str = "lab:modifiers:Rotate";
+
+fn schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "angle": { "type": "number" }, "axis": { "enum": ["x", "y", "z"] } },
+        "required": ["angle"],
+    })
+}
+
+/// Short deadlines, so silence and orphans show within a test.
+fn quick() -> TestOptions {
+    let remote =
+        RemoteSettings { worker_ttl_seconds: 3, lease_seconds: 1, sweep_interval_ms: 200, ..RemoteSettings::default() };
+    TestOptions { workers: false, remote: Some(remote), ..Default::default() }
+}
+
+async fn token(app: &TestApp, body: Value) -> reqwest::Client {
+    let (status, created) = read(app.client.post(app.url("/admin/tokens")).json(&body).send().await.unwrap()).await;
+    assert_eq!(status, 201, "{created}");
+    client_with(created["token"].as_str().unwrap())
+}
+
+async fn worker_token(app: &TestApp, rooms: &[&str]) -> reqwest::Client {
+    token(app, json!({ "user": "w", "role": "worker", "rooms": rooms })).await
+}
+
+async fn call(client: &reqwest::Client, method: reqwest::Method, url: String, body: Value) -> (u16, Value) {
+    read(client.request(method, url).json(&body).send().await.unwrap()).await
+}
+
+async fn register_type(app: &TestApp, client: &reqwest::Client, body: Value) -> (u16, Value) {
+    call(client, reqwest::Method::POST, app.url("/types"), body).await
+}
+
+/// A remote worker as the tests drive it: its token and its registration.
+struct Worker {
+    client: reqwest::Client,
+    id: String,
+}
+
+impl Worker {
+    async fn register(app: &TestApp, client: reqwest::Client, types: &[&str]) -> Worker {
+        let (status, body) = call(&client, reqwest::Method::POST, app.url("/workers"), json!({ "types": types })).await;
+        assert_eq!(status, 201, "{body}");
+        Worker { client, id: body["id"].as_str().unwrap().to_owned() }
+    }
+
+    /// `POST /tasks/claim` with `Prefer: wait=N`: (status, the task or null).
+    async fn claim(&self, app: &TestApp, wait: u64) -> (u16, Value) {
+        let request = self.client.post(app.url("/tasks/claim")).header("prefer", format!("wait={wait}"));
+        let (status, body) = read(request.json(&json!({ "worker_id": self.id })).send().await.unwrap()).await;
+        (status, if status == 200 { body["task"].clone() } else { body })
+    }
+
+    async fn report(&self, app: &TestApp, task: &str, mut body: Value) -> (u16, Value) {
+        body["worker_id"] = json!(self.id);
+        call(&self.client, reqwest::Method::PATCH, app.url(&format!("/tasks/{task}")), body).await
+    }
+
+    async fn heartbeat(&self, app: &TestApp, tasks: Value) -> (u16, Value) {
+        let url = app.url(&format!("/workers/{}/heartbeat", self.id));
+        call(&self.client, reqwest::Method::POST, url, json!({ "tasks": tasks })).await
+    }
+}
+
+/// Waits, with a deadline, until `probe` is true.
+async fn eventually<F, Fut>(what: &str, within: Duration, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !probe().await {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn registration_follows_its_rules(backend: Backend) {
+    let app = TestApp::spawn_with(backend, quick()).await;
+    let lab = worker_token(&app, &["lab"]).await;
+    let body = |schema: Value| json!({ "category": "modifiers", "name": "Rotate", "schema": schema });
+    let (status, created) = register_type(&app, &lab, body(schema())).await;
+    assert_eq!((status, created["id"].as_str(), created["active"].as_bool()), (201, Some(ROTATE), Some(true)));
+    let (status, _) = register_type(&app, &lab, body(schema())).await;
+    assert_eq!(status, 200, "the same registration again changes nothing");
+    let (status, problem) = register_type(&app, &lab, body(json!({ "type": "object" }))).await;
+    assert_eq!((status, problem["code"].as_str()), (409, Some("schema_conflict")), "{problem}");
+    // The same name in another room is another type, whatever its schema.
+    let other = worker_token(&app, &["other"]).await;
+    let (status, created) = register_type(&app, &other, body(json!({ "type": "object" }))).await;
+    assert_eq!((status, created["id"].as_str()), (201, Some("other:modifiers:Rotate")), "{created}");
+    // A member registers in its room; nobody else's, and only admins in @global.
+    let member = token(&app, json!({ "user": "m", "rooms": ["lab"] })).await;
+    let (status, _) =
+        register_type(&app, &member, json!({ "category": "analysis", "name": "RDF", "schema": true })).await;
+    assert_eq!(status, 201);
+    for (client, room, code) in [
+        (&lab, "other", "room_forbidden"),
+        (&member, "@global", "room_forbidden"),
+        (&app.client, "@internal", "room_forbidden"),
+    ] {
+        let (status, problem) =
+            register_type(&app, client, json!({ "room": room, "category": "analysis", "name": "X", "schema": {} }))
+                .await;
+        assert_eq!((status, problem["code"].as_str()), (403, Some(code)), "{room}: {problem}");
+    }
+    let global = json!({ "room": "@global", "category": "selections", "name": "All", "schema": {} });
+    assert_eq!(register_type(&app, &app.client, global).await.0, 201);
+    // Bad parts.
+    for (bad, status, code) in [
+        (json!({ "category": "weather", "name": "X", "schema": {} }), 400, "invalid_category"),
+        (json!({ "category": "modifiers", "name": "a b", "schema": {} }), 422, "invalid_type_name"),
+        (json!({ "category": "modifiers", "name": "N\u{0}", "schema": {} }), 422, "invalid_type_name"),
+        (json!({ "category": "modifiers", "name": "X", "schema": { "type": "nope" } }), 422, "invalid_schema"),
+        (json!({ "category": "modifiers", "name": "X", "schema": [1] }), 422, "invalid_schema"),
+        (
+            json!({ "category": "modifiers", "name": "X", "schema": { "$ref": "http://127.0.0.1:9/s.json" } }),
+            422,
+            "invalid_schema",
+        ),
+        (json!({ "category": "modifiers", "name": "X", "schema": { "title": "\u{0}" } }), 422, "nul_character"),
+        (json!({ "category": "modifiers", "name": "X", "schema": {}, "room": "a:b" }), 400, "invalid_room_id"),
+        (json!({ "category": 7, "name": "X", "schema": {} }), 422, "invalid_request"),
+    ] {
+        let (got, problem) = register_type(&app, &lab, bad.clone()).await;
+        assert_eq!((got, problem["code"].as_str()), (status, Some(code)), "{bad}: {problem}");
+    }
+    // Listing: the caller's rooms, @global, and the built-in operations as @internal types.
+    let (status, listed) = read(member.get(app.url("/types")).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = listed["types"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
+    for expected in [ROTATE, "lab:analysis:RDF", "@global:selections:All", "@internal:builtin:sleep"] {
+        assert!(ids.contains(&expected), "{expected} missing from {ids:?}");
+    }
+    assert!(!ids.contains(&"other:modifiers:Rotate"), "another room's type is listed: {ids:?}");
+    let (_, only) = read(member.get(app.url("/types?room=other")).send().await.unwrap()).await;
+    assert_eq!(only["types"], json!([]), "another room's types by name");
+
+    // No worker and nothing pending: the sweeper soft-deletes the type after its grace, a
+    // submission no longer finds it, and a registration revives it with a new schema.
+    let listed_rotate = |listed: &Value| listed["types"].as_array().unwrap().iter().any(|t| t["id"] == ROTATE);
+    eventually("the orphaned type is soft-deleted", Duration::from_secs(10), || async {
+        let (_, listed) = read(lab.get(app.url("/types")).send().await.unwrap()).await;
+        !listed_rotate(&listed)
+    })
+    .await;
+    let (status, problem) =
+        app.submit(json!({ "room": "lab", "operation": "modifiers:Rotate", "payload": { "angle": 1 } })).await;
+    assert_eq!((status, problem["code"].as_str()), (422, Some("unknown_operation")), "{problem}");
+    let (status, revived) = register_type(&app, &lab, body(json!({ "type": "object" }))).await;
+    assert_eq!(
+        (status, revived["active"].as_bool(), &revived["schema"]),
+        (201, Some(true), &json!({ "type": "object" }))
+    );
+    let (_, listed) = read(lab.get(app.url("/types")).send().await.unwrap()).await;
+    assert!(listed_rotate(&listed), "the revived type is listed: {listed}");
+}
+
+async fn payloads_are_checked_at_submit_and_a_type_without_worker_refuses(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let lab = worker_token(&app, &["lab"]).await;
+    register_type(&app, &lab, json!({ "category": "modifiers", "name": "Rotate", "schema": schema() })).await;
+    let member = token(&app, json!({ "user": "m", "rooms": ["lab"] })).await;
+    let submit = |body: Value| {
+        let member = member.clone();
+        let url = app.url("/jobs");
+        async move { read(member.post(url).json(&body).send().await.unwrap()).await }
+    };
+    let (status, problem) =
+        submit(json!({ "operation": "modifiers:Rotate", "payload": { "angle": "x", "axis": "w" } })).await;
+    assert_eq!(
+        (status, problem["code"].as_str(), problem["pointer"].as_str()),
+        (422, Some("invalid_payload"), Some("/payload/angle"))
+    );
+    assert!(problem["detail"].as_str().unwrap().contains("\"/axis\""), "every failing pointer is named: {problem}");
+    let (status, problem) = submit(json!({ "operation": "modifiers:Rotate", "payload": { "angle": 1 } })).await;
+    assert_eq!((status, problem["code"].as_str()), (409, Some("no_worker")), "{problem}");
+    let (status, problem) =
+        submit(json!({ "operation": "modifiers:Rotate", "queue": "default", "payload": { "angle": 1 } })).await;
+    assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_queue")), "{problem}");
+    let (status, problem) = submit(json!({ "operation": "other:modifiers:Rotate", "payload": { "angle": 1 } })).await;
+    assert_eq!((status, problem["code"].as_str()), (422, Some("unknown_operation")), "another room's type: {problem}");
+    assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 0, "a refused submission wrote a job");
+    // One that may wait is queued, and knows its place in line.
+    let mut ids = Vec::new();
+    for angle in [1, 2] {
+        let body = json!({ "operation": "modifiers:Rotate", "payload": { "angle": angle }, "wait_for_worker": true });
+        let (status, job) = submit(body).await;
+        assert_eq!(
+            (status, job["operation"].as_str(), job["queue"].as_str()),
+            (201, Some(ROTATE), Some("@remote")),
+            "{job}"
+        );
+        ids.push(job["id"].as_str().unwrap().to_owned());
+    }
+    for (at, id) in ids.iter().enumerate() {
+        let (_, job) = read(member.get(app.url(&format!("/jobs/{id}"))).send().await.unwrap()).await;
+        assert_eq!(job["queue_position"], json!(at + 1), "{job}");
+    }
+    // With a worker, the type takes submissions; a claimed task has no place in line.
+    let worker = Worker::register(&app, lab, &[ROTATE]).await;
+    let (status, _) = submit(json!({ "operation": "modifiers:Rotate", "payload": { "angle": 3 } })).await;
+    assert_eq!(status, 201);
+    let (_, task) = worker.claim(&app, 0).await;
+    assert_eq!(task["id"].as_str(), Some(ids[0].as_str()), "the oldest runnable task first");
+    let (_, job) = read(member.get(app.url(&format!("/jobs/{}", ids[0]))).send().await.unwrap()).await;
+    assert_eq!((job["status"].as_str(), &job["queue_position"]), (Some("running"), &Value::Null));
+    let (_, job) = read(member.get(app.url(&format!("/jobs/{}", ids[1]))).send().await.unwrap()).await;
+    assert_eq!(job["queue_position"], json!(1));
+}
+
+async fn sixteen_claimers_run_each_of_a_thousand_tasks_once(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let lab = worker_token(&app, &["lab"]).await;
+    register_type(&app, &lab, json!({ "category": "analysis", "name": "Noop", "schema": true })).await;
+    let mut workers = Vec::new();
+    for _ in 0..16 {
+        workers.push(Worker::register(&app, lab.clone(), &["lab:analysis:Noop"]).await);
+    }
+    for chunk in 0..2 {
+        let jobs: Vec<Value> = (0..500)
+            .map(|n| json!({ "room": "lab", "operation": "analysis:Noop", "payload": { "n": chunk * 500 + n } }))
+            .collect();
+        let (status, body) =
+            read(app.client.post(app.url("/jobs:batch")).json(&json!({ "jobs": jobs })).send().await.unwrap()).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let app = std::sync::Arc::new(app);
+    let mut runs = Vec::new();
+    for (at, worker) in workers.into_iter().enumerate() {
+        let app = app.clone();
+        runs.push(actix_rt::spawn(async move {
+            let mut done = Vec::new();
+            loop {
+                let (status, task) = worker.claim(&app, 0).await;
+                assert_eq!(status, 200, "{task}");
+                if task.is_null() {
+                    return done;
+                }
+                let id = task["id"].as_str().unwrap().to_owned();
+                let body = json!({ "attempt": task["attempts"], "status": "succeeded", "result": { "by": at } });
+                let (status, finished) = worker.report(&app, &id, body).await;
+                assert_eq!((status, finished["status"].as_str()), (200, Some("succeeded")), "{finished}");
+                done.push(id);
+            }
+        }));
+    }
+    let mut by_task: HashMap<String, usize> = HashMap::new();
+    for run in runs {
+        for id in run.await.unwrap() {
+            *by_task.entry(id).or_default() += 1;
+        }
+    }
+    assert_eq!(by_task.len(), 1000, "every task ran");
+    assert!(by_task.values().all(|runs| *runs == 1), "a task ran twice");
+    assert_eq!(app.count("SELECT COUNT(*) FROM job WHERE status = 'succeeded' AND attempts = 1").await, 1000);
+    assert_eq!(app.count("SELECT COUNT(*) FROM job_event WHERE event = 'job.started'").await, 1000);
+}
+
+async fn a_silent_workers_task_is_requeued_and_finished_by_another(backend: Backend) {
+    let app = TestApp::spawn_with(backend, quick()).await;
+    let lab = worker_token(&app, &["lab"]).await;
+    register_type(&app, &lab, json!({ "category": "modifiers", "name": "Rotate", "schema": schema() })).await;
+    let silent = Worker::register(&app, lab.clone(), &[ROTATE]).await;
+    let (_, job) =
+        app.submit(json!({ "room": "lab", "operation": "modifiers:Rotate", "payload": { "angle": 1 } })).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let (_, task) = silent.claim(&app, 0).await;
+    assert_eq!((task["id"].as_str(), task["attempts"].as_i64()), (Some(id.as_str()), Some(1)));
+    // The silent worker never beats; the reaper takes its task back once the lease lapses,
+    // and a claimer waiting on another worker is woken by the requeue.
+    let other = Worker::register(&app, lab.clone(), &[ROTATE]).await;
+    let (status, task) = other.claim(&app, 10).await;
+    assert_eq!((status, task["id"].as_str(), task["attempts"].as_i64()), (200, Some(id.as_str()), Some(2)), "{task}");
+    let (status, finished) = other.report(&app, &id, json!({ "attempt": 2, "status": "succeeded", "result": 7 })).await;
+    assert_eq!((status, finished["status"].as_str()), (200, Some("succeeded")));
+    let names = app.event_names(&id).await;
+    assert!(names.contains(&"job.lease_expired_requeue".to_owned()), "{names:?}");
+    // The silent worker's late report is refused, and the worker itself is marked gone.
+    let (status, problem) = silent.report(&app, &id, json!({ "attempt": 1, "status": "succeeded" })).await;
+    assert_eq!((status, problem["code"].as_str()), (409, Some("invalid_transition")), "{problem}");
+    // (Its own heartbeat would renew it: the row tells.)
+    eventually("the silent worker is marked gone", Duration::from_secs(10), || async {
+        app.count("SELECT COUNT(*) FROM remote_worker WHERE gone_at IS NOT NULL").await >= 1
+    })
+    .await;
+    let (status, problem) = silent.heartbeat(&app, json!([])).await;
+    assert_eq!((status, problem["code"].as_str()), (410, Some("worker_gone")), "{problem}");
+    let (status, problem) = silent.claim(&app, 0).await;
+    assert_eq!((status, problem["code"].as_str()), (410, Some("worker_gone")));
+}
+
+async fn reports_come_only_from_the_claiming_worker_and_run(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let lab = worker_token(&app, &["lab"]).await;
+    register_type(&app, &lab, json!({ "category": "modifiers", "name": "Rotate", "schema": schema() })).await;
+    let owner = Worker::register(&app, lab.clone(), &[ROTATE]).await;
+    let rival = Worker::register(&app, worker_token(&app, &["lab"]).await, &[ROTATE]).await;
+    let stranger = {
+        let client = worker_token(&app, &["other"]).await;
+        register_type(&app, &client, json!({ "category": "modifiers", "name": "Rotate", "schema": {} })).await;
+        Worker::register(&app, client, &["other:modifiers:Rotate"]).await
+    };
+    let (_, job) =
+        app.submit(json!({ "room": "lab", "operation": "modifiers:Rotate", "payload": { "angle": 1 } })).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let (_, task) = owner.claim(&app, 0).await;
+    assert_eq!(task["id"].as_str(), Some(id.as_str()));
+    let (status, problem) = rival.report(&app, &id, json!({ "attempt": 1, "status": "succeeded" })).await;
+    assert_eq!((status, problem["code"].as_str()), (403, Some("task_forbidden")), "{problem}");
+    let (status, problem) = stranger.report(&app, &id, json!({ "attempt": 1, "status": "succeeded" })).await;
+    assert_eq!((status, problem["code"].as_str()), (404, Some("task_not_found")), "another room's task: {problem}");
+    // Speaking for another token's worker.
+    let impostor = Worker { client: rival.client.clone(), id: owner.id.clone() };
+    let (status, problem) = impostor.report(&app, &id, json!({ "attempt": 1, "status": "succeeded" })).await;
+    assert_eq!((status, problem["code"].as_str()), (403, Some("worker_forbidden")), "{problem}");
+    let (status, problem) = impostor.claim(&app, 0).await;
+    assert_eq!((status, problem["code"].as_str()), (403, Some("worker_forbidden")), "{problem}");
+    let (status, problem) = owner.report(&app, &id, json!({ "attempt": 2, "status": "succeeded" })).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("invalid_transition")),
+        "a run that is not this one: {problem}"
+    );
+    // Progress, then a failure the retry policy retries, then the outcome.
+    let (status, running) = owner
+        .report(&app, &id, json!({ "attempt": 1, "status": "running", "progress": { "current": 3, "total": 4 } }))
+        .await;
+    assert_eq!(
+        (status, running["progress_current"].as_i64(), running["progress_total"].as_i64()),
+        (200, Some(3), Some(4))
+    );
+    let (status, done) = owner
+        .report(
+            &app,
+            &id,
+            json!({ "attempt": 1, "status": "failed", "error_code": "ValueError", "message": "bad axis" }),
+        )
+        .await;
+    assert_eq!(
+        (status, done["status"].as_str(), done["error_code"].as_str()),
+        (200, Some("failed"), Some("ValueError")),
+        "{done}"
+    );
+    let (status, problem) = owner.report(&app, &id, json!({ "attempt": 1, "status": "succeeded" })).await;
+    assert_eq!((status, problem["code"].as_str()), (409, Some("invalid_transition")), "{problem}");
+    // Hostile reports leave the task as it is.
+    let (_, job) = app
+        .submit(json!({ "room": "lab", "operation": "modifiers:Rotate", "payload": { "angle": 2 }, "max_retries": 1 }))
+        .await;
+    let second = job["id"].as_str().unwrap().to_owned();
+    let (_, task) = owner.claim(&app, 0).await;
+    assert_eq!(task["id"].as_str(), Some(second.as_str()));
+    for (bad, status, code) in [
+        (json!({ "attempt": "1", "status": "succeeded" }), 422, "invalid_request"),
+        (json!({ "attempt": 1, "status": "exploded" }), 422, "invalid_request"),
+        (json!({ "attempt": 1, "status": "succeeded", "result": { "a": "\u{0}" } }), 422, "invalid_request"),
+        (json!({ "attempt": 1, "status": "running", "progress": { "current": -1 } }), 422, "invalid_request"),
+        (json!({ "attempt": 1, "status": "retry_later", "delay_seconds": 1e9 }), 422, "invalid_request"),
+    ] {
+        let (got, problem) = owner.report(&app, &second, bad.clone()).await;
+        assert_eq!((got, problem["code"].as_str()), (status, Some(code)), "{bad}: {problem}");
+    }
+    let (_, job) = app.get(&format!("/jobs/{second}")).await;
+    assert_eq!((job["status"].as_str(), job["attempts"].as_i64()), (Some("running"), Some(1)), "{job}");
+    // A retryable failure goes back to the queue under the retry policy, for any worker.
+    let (_, job) =
+        owner.report(&app, &second, json!({ "attempt": 1, "status": "failed", "error_code": "Flaky" })).await;
+    assert_eq!(job["status"].as_str(), Some("queued"), "{job}");
+    let (status, task) = rival.claim(&app, 10).await;
+    assert_eq!(
+        (status, task["id"].as_str(), task["attempts"].as_i64()),
+        (200, Some(second.as_str()), Some(2)),
+        "{task}"
+    );
+}
+
+async fn a_cancel_reaches_the_remote_worker(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let lab = worker_token(&app, &["lab"]).await;
+    register_type(&app, &lab, json!({ "category": "modifiers", "name": "Rotate", "schema": schema() })).await;
+    let worker = Worker::register(&app, lab, &[ROTATE]).await;
+    let (_, job) =
+        app.submit(json!({ "room": "lab", "operation": "modifiers:Rotate", "payload": { "angle": 1 } })).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let (_, task) = worker.claim(&app, 0).await;
+    let held = json!([{ "id": id, "attempt": task["attempts"] }]);
+    let (status, beat) = worker.heartbeat(&app, held.clone()).await;
+    assert_eq!((status, &beat["stop"]), (200, &json!([])), "a running task is renewed: {beat}");
+    let (status, _) = app.post(&format!("/jobs/{id}/cancel")).await;
+    assert_eq!(status, 200);
+    let (status, beat) = worker.heartbeat(&app, held).await;
+    assert_eq!((status, &beat["stop"]), (200, &json!([{ "id": id, "attempt": 1, "status": "cancelled" }])), "{beat}");
+    let (status, problem) =
+        worker.report(&app, &id, json!({ "attempt": 1, "status": "running", "message": "still going" })).await;
+    assert_eq!((status, problem["code"].as_str()), (409, Some("task_cancelled")), "{problem}");
+    let (_, job) = app.get(&format!("/jobs/{id}")).await;
+    assert_eq!(job["status"].as_str(), Some("cancelled"));
+    // A worker that leaves hands its tasks back at once.
+    let (_, job) =
+        app.submit(json!({ "room": "lab", "operation": "modifiers:Rotate", "payload": { "angle": 2 } })).await;
+    let second = job["id"].as_str().unwrap().to_owned();
+    assert_eq!(worker.claim(&app, 0).await.1["id"].as_str(), Some(second.as_str()));
+    let (status, left) =
+        call(&worker.client, reqwest::Method::DELETE, app.url(&format!("/workers/{}", worker.id)), json!(null)).await;
+    assert_eq!(status, 200, "{left}");
+    let (_, job) = app.get(&format!("/jobs/{second}")).await;
+    assert_eq!(job["status"].as_str(), Some("queued"), "{job}");
+    assert!(app.event_names(&second).await.contains(&"job.requeued_on_shutdown".to_owned()));
+}
+
+async fn a_waiting_claim_is_woken_by_the_submission_and_by_a_delay_ending(backend: Backend) {
+    let app =
+        TestApp::spawn_with(backend, TestOptions { workers: false, max_wait_seconds: 20, ..Default::default() }).await;
+    let lab = worker_token(&app, &["lab"]).await;
+    register_type(&app, &lab, json!({ "category": "modifiers", "name": "Rotate", "schema": schema() })).await;
+    let worker = Worker::register(&app, lab, &[ROTATE]).await;
+    // Nothing to claim: the answer comes at the wait, empty.
+    let started = Instant::now();
+    let request = worker.client.post(app.url("/tasks/claim")).header("prefer", "wait=1");
+    let response = request.json(&json!({ "worker_id": worker.id })).send().await.unwrap();
+    assert_eq!(response.headers()["preference-applied"], "wait=1");
+    assert_eq!(read(response).await.1, json!({ "task": null }));
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(1) && waited < Duration::from_millis(1500), "{waited:?}");
+    // A claim held open gets the job the moment it is submitted.
+    let app = std::sync::Arc::new(app);
+    let worker = std::sync::Arc::new(worker);
+    let claiming = {
+        let (app, worker) = (app.clone(), worker.clone());
+        actix_rt::spawn(async move {
+            let (_, task) = worker.claim(&app, 10).await;
+            (task, Instant::now())
+        })
+    };
+    let (_, job) =
+        app.submit(json!({ "room": "lab", "operation": "modifiers:Rotate", "payload": { "angle": 1 } })).await;
+    let submitted = Instant::now();
+    let (task, claimed) = claiming.await.unwrap();
+    assert_eq!(task["id"], job["id"]);
+    assert!(claimed.saturating_duration_since(submitted) < Duration::from_millis(500), "the claim was not woken");
+    // A task put off for a second is claimed when its second is over, not before.
+    let id = job["id"].as_str().unwrap();
+    let (status, _) =
+        worker.report(&app, id, json!({ "attempt": 1, "status": "retry_later", "delay_seconds": 1 })).await;
+    assert_eq!(status, 200);
+    let started = Instant::now();
+    let (_, task) = worker.claim(&app, 10).await;
+    let waited = started.elapsed();
+    assert_eq!((task["id"].as_str(), task["attempts"].as_i64()), (Some(id), Some(2)), "{task}");
+    assert!(waited >= Duration::from_millis(700) && waited < Duration::from_secs(4), "{waited:?}");
+}
+
+async fn hostile_worker_requests_are_refused(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let lab = worker_token(&app, &["lab"]).await;
+    register_type(&app, &lab, json!({ "category": "modifiers", "name": "Rotate", "schema": schema() })).await;
+    for (body, status, code) in [
+        (json!({ "types": [] }), 422, "invalid_request"),
+        (json!({ "types": ["lab:modifiers:Nope"] }), 422, "unknown_type"),
+        (json!({ "types": ["other:modifiers:Rotate"] }), 403, "room_forbidden"),
+        (json!({ "types": ["lab:modifiers:Rotate\u{0}"] }), 422, "invalid_type_name"),
+        (json!({ "types": ["nonsense"] }), 422, "invalid_type_name"),
+        (json!({ "types": [ROTATE], "name": "a\u{0}b" }), 422, "invalid_request"),
+        (json!({ "types": vec![ROTATE; 101] }), 422, "invalid_request"),
+        (json!({ "types": ROTATE }), 422, "invalid_request"),
+    ] {
+        let (got, problem) = call(&lab, reqwest::Method::POST, app.url("/workers"), body.clone()).await;
+        assert_eq!((got, problem["code"].as_str()), (status, Some(code)), "{body}: {problem}");
+    }
+    let worker = Worker::register(&app, lab.clone(), &[ROTATE]).await;
+    let missing = Uuid::now_v7();
+    let (status, problem) = Worker { client: lab.clone(), id: missing.to_string() }.claim(&app, 0).await;
+    assert_eq!((status, problem["code"].as_str()), (404, Some("worker_not_found")));
+    let (status, problem) =
+        call(&lab, reqwest::Method::POST, app.url("/tasks/claim"), json!({ "worker_id": "not-a-uuid" })).await;
+    assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_request")), "{problem}");
+    let many: Vec<Value> = (0..1001).map(|_| json!({ "id": Uuid::now_v7(), "attempt": 1 })).collect();
+    let (status, problem) = worker.heartbeat(&app, json!(many)).await;
+    assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_request")), "{problem}");
+    // Naming tasks it does not hold renews nothing and tells it to stop them.
+    let (status, beat) = worker.heartbeat(&app, json!([{ "id": missing, "attempt": 1 }])).await;
+    assert_eq!((status, beat["stop"][0]["id"].as_str()), (200, Some(missing.to_string().as_str())), "{beat}");
+    let (status, problem) =
+        worker.report(&app, &missing.to_string(), json!({ "attempt": 1, "status": "succeeded" })).await;
+    assert_eq!((status, problem["code"].as_str()), (404, Some("task_not_found")));
+    // A member may not act as a worker, nor a worker read jobs.
+    let member = token(&app, json!({ "user": "m", "rooms": ["lab"] })).await;
+    let (status, problem) =
+        call(&member, reqwest::Method::POST, app.url("/tasks/claim"), json!({ "worker_id": worker.id })).await;
+    assert_eq!((status, problem["code"].as_str()), (403, Some("forbidden")));
+    let (status, _) = read(lab.get(app.url("/jobs")).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN.as_u16());
+    assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 0);
+}
+
+on_both_backends!(
+    registration_follows_its_rules,
+    payloads_are_checked_at_submit_and_a_type_without_worker_refuses,
+    sixteen_claimers_run_each_of_a_thousand_tasks_once,
+    a_silent_workers_task_is_requeued_and_finished_by_another,
+    reports_come_only_from_the_claiming_worker_and_run,
+    a_cancel_reaches_the_remote_worker,
+    a_waiting_claim_is_woken_by_the_submission_and_by_a_delay_ending,
+    hostile_worker_requests_are_refused,
+);
+
+/// On PostgreSQL, a claim held by this process is woken by a task another process wrote:
+/// the write here goes straight to the database (no in-process notifier), so only the
+/// trigger's NOTIFY can wake the claimer.
+#[actix_rt::test]
+async fn a_claim_is_woken_by_a_task_another_process_wrote() {
+    let app = TestApp::spawn_with(Backend::Postgres, TestOptions { workers: false, ..Default::default() }).await;
+    let lab = worker_token(&app, &["lab"]).await;
+    register_type(&app, &lab, json!({ "category": "modifiers", "name": "Rotate", "schema": schema() })).await;
+    let worker = std::sync::Arc::new(Worker::register(&app, lab, &[ROTATE]).await);
+    let app = std::sync::Arc::new(app);
+    let claiming = {
+        let (app, worker) = (app.clone(), worker.clone());
+        actix_rt::spawn(async move { worker.claim(&app, 10).await.1 })
+    };
+    // Another process's store: the same database, without this process's notifier.
+    let elsewhere = yardmaster::store::SeaStore::new(app.db.clone());
+    let mut new = yardmaster::domain::NewJob::new(ROTATE);
+    new.room = yardmaster::domain::RoomId::parse("lab").unwrap();
+    new.queue = yardmaster::domain::QueueName::remote();
+    new.payload = json!({ "angle": 1 });
+    new.announced = true;
+    let started = Instant::now();
+    let job = yardmaster::store::JobStore::submit(&elsewhere, new).await.unwrap().job;
+    let task = claiming.await.unwrap();
+    assert_eq!(task["id"].as_str(), Some(job.id.to_string().as_str()), "{task}");
+    assert!(started.elapsed() < Duration::from_secs(2), "woken only at the wait's end: {:?}", started.elapsed());
+}
