@@ -257,6 +257,7 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
         max_page_size: server_settings.max_page_size,
         operations: state.registry.names().collect(),
         job_queues: state.job_queues.iter().map(String::as_str).collect(),
+        categories: settings.remote.categories.iter().map(String::as_str).collect(),
     });
     let server = HttpServer::new(move || {
         App::new()

@@ -81,6 +81,8 @@ pub struct Deployment<'a> {
     pub operations: Vec<&'a str>,
     /// The queues a submission may name.
     pub job_queues: Vec<&'a str>,
+    /// The categories a type may be registered in (`remote.categories`).
+    pub categories: Vec<&'a str>,
 }
 
 /// The document as served: the generated one, with this deployment's operations, job
@@ -104,6 +106,11 @@ pub fn document(deployment: &Deployment) -> Arc<String> {
                 deployment.job_queues.iter().map(|q| serde_json::json!(q)).collect();
             queues.push(serde_json::Value::Null);
             queue.enum_values = Some(queues);
+        }
+    }
+    if let Some(RefOr::T(Schema::Object(register))) = components.schemas.get_mut("RegisterType") {
+        if let Some(RefOr::T(Schema::Object(category))) = register.properties.get_mut("category") {
+            category.enum_values = Some(deployment.categories.iter().map(|name| serde_json::json!(name)).collect());
         }
     }
     let max_page_size = deployment.max_page_size;
@@ -235,7 +242,12 @@ mod tests {
 
     #[test]
     fn every_operation_has_its_security_and_problems() {
-        let deployment = Deployment { max_page_size: 500, operations: vec!["ping"], job_queues: vec!["default"] };
+        let deployment = Deployment {
+            max_page_size: 500,
+            operations: vec!["ping"],
+            job_queues: vec!["default"],
+            categories: vec!["analysis"],
+        };
         let spec: serde_json::Value = serde_json::from_str(&document(&deployment)).unwrap();
         assert_eq!(spec["openapi"], "3.1.0");
         let submit = &spec["paths"]["/jobs"]["post"];
@@ -252,6 +264,8 @@ mod tests {
         assert_eq!(submit["operation"]["anyOf"][0]["enum"], serde_json::json!(["ping"]));
         assert_eq!(submit["operation"]["anyOf"][1]["pattern"], TYPE_REFERENCE);
         assert_eq!(submit["queue"]["enum"], serde_json::json!(["default", null]));
+        let register = &spec["components"]["schemas"]["RegisterType"]["properties"];
+        assert_eq!(register["category"]["enum"], serde_json::json!(["analysis"]));
         let capped = Deployment { max_page_size: 20, ..deployment };
         let capped: serde_json::Value = serde_json::from_str(&document(&capped)).unwrap();
         let limit =

@@ -144,8 +144,8 @@ pub struct RegisterType {
     pub category: String,
     #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub name: String,
-    /// A JSON Schema (draft 2020-12) every payload of the type must pass.
-    #[schema(value_type = Object)]
+    /// A JSON Schema (draft 2020-12) every payload of the type must pass: an object, or
+    /// `true` / `false`.
     pub schema: Value,
 }
 

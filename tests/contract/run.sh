@@ -12,10 +12,9 @@ cd "$(dirname "$0")/../.."
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
 bin="$CARGO_TARGET_DIR/debug/yardmaster"
-if [ ! -x "$bin" ]; then
-  source scripts/libtorch.sh
-  cargo build --bin yardmaster
-fi
+# Always (a no-op when fresh): a stale binary would test yesterday's server.
+source scripts/libtorch.sh
+cargo build --bin yardmaster
 venv="${YARDMASTER_CACHE:-$HOME/.cache/yardmaster}/contract-venv"
 tools="schemathesis==4.32.5 openapi-spec-validator==0.7.2"
 if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$tools" ]; then
