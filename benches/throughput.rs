@@ -3,14 +3,15 @@
 //! (the machine's limit), all measured in this one run: end-to-end no-op jobs/s with the CPU
 //! per job of every process involved, fan-out against flat jobs, HTTP submissions, submit →
 //! start latency at a fixed offered load, memory per in-flight job, and throughput again with
-//! a large history of finished jobs in the tables, and embeddings/s of the inference operations
-//! against the same model run directly. Each ratio is between figures of one kind.
+//! a large history of finished jobs in the tables, embeddings/s of the inference operations
+//! against the same model run directly, remote workers over HTTP against the broker path, and
+//! the memory of waiting clients. Each ratio is between figures of one kind.
 //!
 //! `BENCH_JOBS` sets the jobs per throughput case (default 50,000), `BENCH_LATENCY_JOBS` the
 //! jobs of each latency case (default 5,000), `BENCH_HISTORY` the finished jobs of the history
 //! cases (default 1,000,000; 0 skips them), `BENCH_EMBED_INPUTS` the inputs of the inference
 //! cases (default 16,384), `BENCH_ONLY` the groups to run
-//! (`throughput,groupcommit,fanout,http,latency,history,memory,inference`; default all but
+//! (`throughput,groupcommit,fanout,http,latency,history,memory,inference,remote,waiters`; default all but
 //! `groupcommit`). Needs the local PostgreSQL and RabbitMQ (`scripts/bench.sh` starts them,
 //! installs the peer, builds in release and keeps the output in `bench/results/`).
 
@@ -36,7 +37,7 @@ use yardmaster::config::{QueueSettings, TransportKind};
 use yardmaster::dispatch::Dispatcher;
 use yardmaster::domain::NewJob;
 use yardmaster::store::entity::job;
-use yardmaster::store::{Completion, JobStore, RunRef, SeaStore};
+use yardmaster::store::{Completion, JobCommands, JobStore, RunRef, RunWrites, SeaStore};
 use yardmaster::transport::AmqpTransport;
 use yardmaster::{Application, Settings};
 
@@ -117,6 +118,8 @@ enum Kind {
     Http,
     /// Embeddings computed, inputs/s: ratio to the same model run directly with tch.
     Inference,
+    /// Tasks run by remote workers over HTTP, jobs/s: ratio to the broker path, same jobs.
+    Remote,
 }
 
 /// One measured figure.
@@ -222,8 +225,18 @@ async fn run(sizes: Sizes) {
         latencies.push(embedded_latency(sizes.history, sizes.latency_jobs).await);
         latencies.push(rabbitmq_latency(sizes.history, sizes.latency_jobs).await);
     }
+    if wanted("remote") {
+        let tasks = jobs.min(REMOTE_TASKS);
+        let mut broker = with_rabbitmq(tasks, 2, 0).await;
+        broker.kind = Kind::Remote;
+        figures.push(broker);
+        figures.push(remote_http(tasks, 8).await);
+    }
     if wanted("memory") {
         memory = self::memory().await;
+    }
+    if wanted("waiters") {
+        memory.extend(waiters().await);
     }
     if wanted("inference") {
         figures.extend(inference::figures(sizes.embed_inputs).await);
@@ -279,6 +292,17 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
             };
             let ratio = base.map(|base| format!("{:>6.2}× flat", figure.value / base.value)).unwrap_or_default();
             println!("{:<72} {:>9.0} {:<3} {ratio}  {}", figure.name, figure.value, figure.unit, figure.note);
+        }
+    }
+    let remote: Vec<&Figure> = figures.iter().filter(|figure| figure.kind == Kind::Remote).collect();
+    if let [broker, over_http] = remote[..] {
+        println!();
+        println!(
+            "== remote workers: no-op tasks claimed and reported over HTTP (ratio: to the broker path, same jobs) =="
+        );
+        for figure in [broker, over_http] {
+            let ratio = figure.value / broker.value;
+            println!("{:<72} {:>9.0} {:<3} {ratio:>6.2}×  {}", figure.name, figure.value, figure.unit, figure.note);
         }
     }
     let http: Vec<&Figure> = figures.iter().filter(|figure| figure.kind == Kind::Http).collect();
@@ -358,7 +382,9 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
     }
     if !memory.is_empty() {
         println!();
-        println!("== memory (target: ≤ 6 KiB per in-flight job, counted from idle) ==");
+        println!(
+            "== memory (target: ≤ 6 KiB per in-flight job, counted from idle; waiting clients: what each costs) =="
+        );
         for figure in memory {
             println!("{:<72} {:>9.1} {:<3}  {}", figure.name, figure.value, figure.unit, figure.note);
         }
@@ -1289,4 +1315,177 @@ fn rss_kib(pid: u32) -> Memory {
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     };
     Memory { rss: read("VmRSS:"), anon: read("RssAnon:") }
+}
+
+/// Tasks per remote-worker case (and its broker baseline) at most.
+const REMOTE_TASKS: usize = 20_000;
+
+/// Remote workers over HTTP against an API on PostgreSQL (the production store): `claimers`
+/// loops of `POST /tasks/claim` then `PATCH /tasks/{id}` (succeeded) over `tasks` no-op
+/// tasks, each claimer its own registered worker. The API and the claimers share this
+/// process (bench); the CPU covers both, and PostgreSQL's.
+async fn remote_http(tasks: usize, claimers: usize) -> Figure {
+    let scratch = Scratch::create(Store::Postgres).await;
+    let mut settings = bench_settings(&scratch.url);
+    settings.worker.enabled = false;
+    settings.server.http_workers = 2;
+    let app = Application::builder(settings).build().await.unwrap();
+    let base = format!("http://127.0.0.1:{}", app.port().unwrap());
+    let db = app.db();
+    actix_rt::spawn(app.run_until_stopped());
+    let client = bench_client();
+    let post = |path: &str, body: Value| {
+        let request = client.post(format!("{base}{path}")).json(&body);
+        async move {
+            let response = request.send().await.unwrap();
+            assert!(response.status().is_success(), "{}", response.status());
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    post("/types", json!({ "room": "bench", "category": "analysis", "name": "Noop", "schema": true })).await;
+    let mut workers = Vec::new();
+    for _ in 0..claimers {
+        let worker = post("/workers", json!({ "types": ["bench:analysis:Noop"] })).await;
+        workers.push(worker["id"].as_str().unwrap().to_owned());
+    }
+    for chunk in (0..tasks).collect::<Vec<_>>().chunks(1000) {
+        let jobs = vec![json!({ "room": "bench", "operation": "analysis:Noop" }); chunk.len()];
+        post("/jobs:batch", json!({ "jobs": jobs })).await;
+    }
+    let before = sampler().snapshot();
+    let start = Instant::now();
+    let loops = workers.into_iter().map(|worker| {
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            let mut done = 0usize;
+            loop {
+                let claim = client.post(format!("{base}/tasks/claim")).json(&json!({ "worker_id": worker }));
+                let task = claim.send().await.unwrap().json::<Value>().await.unwrap()["task"].clone();
+                if task.is_null() {
+                    return done;
+                }
+                let report = json!({ "worker_id": worker, "attempt": task["attempts"], "status": "succeeded" });
+                let url = format!("{base}/tasks/{}", task["id"].as_str().unwrap());
+                let response = client.patch(url).json(&report).send().await.unwrap();
+                assert_eq!(response.status().as_u16(), 200);
+                done += 1;
+            }
+        }
+    });
+    let done: usize = join_all(loops).await.into_iter().sum();
+    let seconds = start.elapsed().as_secs_f64();
+    let usage = sampler().since(&before);
+    assert_eq!(done, tasks, "every task ran once");
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'").await, tasks as i64);
+    db.close().await.ok();
+    scratch.remove().await;
+    let name = format!("yardmaster remote workers over HTTP: PostgreSQL, {claimers} claimers");
+    let note = "claim (compare-and-set) + PATCH succeeded per task, 2 events durable".to_owned();
+    Figure { kind: Kind::Remote, ..Figure::rate(name, tasks as f64 / seconds, note) }.with_cpu(usage, tasks)
+}
+
+/// Long-polls and event streams held at once by `waiters` below.
+const WAITERS: usize = 1000;
+
+/// Resident memory of a `yardmaster serve` process (embedded default, no workers, so jobs
+/// stay QUEUED) idle, then holding [`WAITERS`] long-polls (`Prefer: wait=60`) and
+/// [`WAITERS`] event streams on 100 jobs: what a waiting client costs.
+async fn waiters() -> Vec<Figure> {
+    let scratch = Scratch::create(Store::Sqlite).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let process = Process(
+        Command::new(release_binary())
+            .args(["serve", "--no-workers"])
+            .env("YARDMASTER__STORE__URL", &scratch.url)
+            .env("YARDMASTER__SERVER__BIND", format!("127.0.0.1:{port}"))
+            .env("YARDMASTER__SERVER__MAX_CONNECTIONS", (4 * WAITERS).to_string())
+            .env("YARDMASTER__SERVER__MAX_CONNECTIONS_PER_CLIENT", (4 * WAITERS).to_string())
+            .env("YARDMASTER__AUTH__BOOTSTRAP_TOKEN", bench_token())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the release binary is built"),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let client = bench_client();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(client.get(format!("{base}/readyz")).send().await, Ok(response) if response.status().is_success()) {
+        assert!(Instant::now() < deadline, "yardmaster serve never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let body = json!({ "jobs": vec![json!({ "operation": "ping" }); 100] });
+    let response = client.post(format!("{base}/jobs:batch")).json(&body).send().await.unwrap();
+    let ids: Vec<String> = response.json::<Value>().await.unwrap()["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|job| job["id"].as_str().unwrap().to_owned())
+        .collect();
+    // Warm the paths once, so the figure is the waiters' and not first-use allocations.
+    let _ = client.get(format!("{base}/jobs/{}", ids[0])).header("prefer", "wait=1").send().await;
+    let idle = rss_kib(process.0.id());
+    let sockets = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|fds| {
+                fds.filter_map(Result::ok)
+                    .filter(|fd| {
+                        std::fs::read_link(fd.path()).is_ok_and(|to| to.to_string_lossy().starts_with("socket:"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let before = sockets(process.0.id());
+    let mut held = Vec::new();
+    for n in 0..WAITERS {
+        let id = &ids[n % ids.len()];
+        // Each waiter its own connection, as separate clients would hold.
+        let waiter = reqwest::Client::builder().default_headers(bench_headers()).build().unwrap();
+        let (poll, stream) = (format!("{base}/jobs/{id}"), format!("{base}/jobs/{id}/events/stream"));
+        held.push(tokio::spawn(async move {
+            let poll = waiter.get(poll).header("prefer", "wait=60").send();
+            let stream = async {
+                let response = waiter.get(stream).send().await.unwrap();
+                let mut response = response;
+                let first = response.chunk().await.unwrap();
+                assert!(first.is_some(), "the stream sent its first event");
+                // Held open until the task is dropped.
+                std::future::pending::<()>().await;
+            };
+            let _ = futures_util::future::join(poll, stream).await;
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sockets(process.0.id()) < before + 2 * WAITERS {
+        assert!(Instant::now() < deadline, "the waiters never all connected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let loaded = rss_kib(process.0.id());
+    held.iter().for_each(tokio::task::JoinHandle::abort);
+    drop(process);
+    scratch.remove().await;
+    let per_waiter = (loaded.anon - idle.anon) / (2 * WAITERS) as f64;
+    vec![
+        Figure {
+            name: format!("yardmaster serve holding {WAITERS} long-polls + {WAITERS} event streams: RssAnon"),
+            value: loaded.anon / 1024.0,
+            unit: "MiB",
+            note: format!("idle {:.1} MiB; VmRSS {:.1} MiB", idle.anon / 1024.0, loaded.rss / 1024.0),
+            ..Figure::rate("", 0.0, "")
+        },
+        Figure {
+            name: "yardmaster serve, per waiting client (long-poll or event stream)".into(),
+            value: per_waiter,
+            unit: "KiB",
+            note: "RssAnon from idle, connection buffers included".into(),
+            ..Figure::rate("", 0.0, "")
+        },
+    ]
+}
+
+fn bench_headers() -> reqwest::header::HeaderMap {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", bench_token())).unwrap();
+    headers.insert(reqwest::header::AUTHORIZATION, bearer);
+    headers
 }

@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
 
 use crate::config::QueueSettings;
-use crate::store::JobStore;
+use crate::store::Maintenance;
 use crate::transport::{Acker, Delivery, Transport, TransportError};
 
 /// Pause before a message is given back after an error; also the first pause before a
@@ -211,7 +211,7 @@ pub const WRONG_QUEUE: &str = "WrongQueue";
 /// A job id that reached a queue of another kind (`kind` names what the queue carries) can
 /// never run from there: a QUEUED job it names is failed with the reason, so it is not left
 /// waiting; its message then goes to the dead letters as undecodable.
-pub(crate) async fn fail_stranded_job(store: &dyn JobStore, queue: &str, kind: &str, body: &[u8]) {
+pub(crate) async fn fail_stranded_job(store: &dyn Maintenance, queue: &str, kind: &str, body: &[u8]) {
     let Some(ids) = crate::dispatch::decode_job_message(body) else { return };
     let message = format!("queue {queue:?} carries {kind}, not jobs; the job could never run from it");
     for id in ids {

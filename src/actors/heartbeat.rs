@@ -11,11 +11,11 @@ use actix::prelude::*;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::store::{JobStore, RunRef};
+use crate::store::{RunRef, RunWrites};
 
 pub struct Heartbeat {
     run: RunRef,
-    store: Arc<dyn JobStore>,
+    store: Arc<dyn RunWrites>,
     lease: Duration,
     interval: Duration,
     cancel: CancellationToken,
@@ -26,7 +26,7 @@ pub struct Heartbeat {
 impl Heartbeat {
     pub fn new(
         run: RunRef,
-        store: Arc<dyn JobStore>,
+        store: Arc<dyn RunWrites>,
         lease: Duration,
         interval: Duration,
         cancel: CancellationToken,

@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use crate::config::ReaperSettings;
 use crate::dispatch::Dispatcher;
-use crate::store::{Completion, JobStore, Requeue, StoreError};
+use crate::store::{Completion, JobStore, Maintenance, Requeue, RunWrites, StoreError};
 
 pub const JOB_TIMEOUT: &str = "JobTimeout";
 pub const QUEUE_TIMEOUT: &str = "QueueTimeout";
@@ -54,39 +54,40 @@ impl Reaper {
 
 /// One pass over expired leases, stalled runs and overdue queued jobs.
 pub async fn run_once(
-    store: &dyn JobStore,
+    scans: &dyn Maintenance,
+    runs: &dyn RunWrites,
     dispatcher: &Dispatcher,
     settings: &ReaperSettings,
 ) -> Result<ReapCounts, StoreError> {
     let mut counts = ReapCounts::default();
-    for expired in store.expired_leases(settings.batch).await? {
+    for expired in scans.expired_leases(settings.batch).await? {
         if expired.requeues < i64::from(settings.max_lease_requeues) {
-            if let Some(job) = store.requeue(expired.run, &Requeue::LeaseExpired).await? {
+            if let Some(job) = runs.requeue(expired.run, &Requeue::LeaseExpired).await? {
                 dispatcher.publish(&job).await;
                 counts.lease_requeued += 1;
             }
         } else {
             let message = format!("lease expired {} times; giving up", expired.requeues + 1);
-            if store.finish(expired.run, &Completion::LeaseExpired { message }).await?.is_some() {
+            if runs.finish(expired.run, &Completion::LeaseExpired { message }).await?.is_some() {
                 counts.lease_failed += 1;
             }
         }
     }
     let timeout = Duration::from_secs(settings.timeout_seconds);
     let stall = Duration::from_secs(settings.stall_seconds);
-    for run in store.stalled_runs(timeout, stall, settings.batch).await? {
+    for run in scans.stalled_runs(timeout, stall, settings.batch).await? {
         let message =
             format!("running for over {}s with no event in {}s", settings.timeout_seconds, settings.stall_seconds);
         let completion = Completion::Failed { error_code: JOB_TIMEOUT.into(), message };
-        if store.finish(run, &completion).await?.is_some() {
+        if runs.finish(run, &completion).await?.is_some() {
             counts.timed_out += 1;
         }
     }
     if settings.queue_timeout_seconds > 0 {
         let queue_timeout = Duration::from_secs(settings.queue_timeout_seconds);
-        for id in store.overdue_queued(queue_timeout, settings.batch).await? {
+        for id in scans.overdue_queued(queue_timeout, settings.batch).await? {
             let message = format!("queued for over {}s", settings.queue_timeout_seconds);
-            if store.fail_queued(id, QUEUE_TIMEOUT, &message).await?.is_some() {
+            if scans.fail_queued(id, QUEUE_TIMEOUT, &message).await?.is_some() {
                 counts.queue_timed_out += 1;
             }
         }
@@ -121,7 +122,7 @@ impl Handler<Reap> for Reaper {
         }
         self.busy = true;
         let (store, dispatcher, settings) = (self.store.clone(), self.dispatcher.clone(), self.settings.clone());
-        let pass = async move { run_once(store.as_ref(), &dispatcher, &settings).await };
+        let pass = async move { run_once(store.as_ref(), store.as_ref(), &dispatcher, &settings).await };
         Box::pin(pass.into_actor(self).map(|result, actor, _| {
             actor.busy = false;
             result.unwrap_or_else(|err| {

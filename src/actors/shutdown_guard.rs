@@ -18,7 +18,7 @@ use tracing::{error, info, warn};
 
 use super::consumer::StopIntake;
 use crate::dispatch::Dispatcher;
-use crate::store::{Completion, JobStore, Requeue, RunRef};
+use crate::store::{Completion, Requeue, RunRef, RunWrites};
 use crate::worker::InFlight;
 
 /// Error class of a job force-failed because its worker stopped and could not requeue it.
@@ -28,7 +28,7 @@ pub const EXIT_CODE: i32 = 143;
 
 pub struct ShutdownGuard {
     in_flight: Arc<InFlight>,
-    store: Arc<dyn JobStore>,
+    store: Arc<dyn RunWrites>,
     dispatcher: Dispatcher,
     grace: Duration,
     consumers: Vec<Recipient<StopIntake>>,
@@ -44,7 +44,7 @@ pub struct ShutdownGuard {
 impl ShutdownGuard {
     pub fn new(
         in_flight: Arc<InFlight>,
-        store: Arc<dyn JobStore>,
+        store: Arc<dyn RunWrites>,
         dispatcher: Dispatcher,
         grace: Duration,
         consumers: Vec<Recipient<StopIntake>>,
@@ -149,7 +149,7 @@ const STOP_ABANDONED: Duration = Duration::from_secs(5);
 
 /// Waits up to `grace` for in-flight runs; re-queues (else force-fails) what is left, tells
 /// those runs to stop, and waits a little for them.
-async fn drain_or_requeue(in_flight: &InFlight, store: &dyn JobStore, dispatcher: &Dispatcher, grace: Duration) {
+async fn drain_or_requeue(in_flight: &InFlight, store: &dyn RunWrites, dispatcher: &Dispatcher, grace: Duration) {
     if tokio::time::timeout(grace, in_flight.drained()).await.is_ok() {
         info!("in-flight jobs finished within the grace period");
         return;
@@ -166,7 +166,7 @@ async fn drain_or_requeue(in_flight: &InFlight, store: &dyn JobStore, dispatcher
 }
 
 /// Re-queues one run the grace period ran out on, or force-fails it.
-async fn requeue_abandoned(run: RunRef, store: &dyn JobStore, dispatcher: &Dispatcher) {
+async fn requeue_abandoned(run: RunRef, store: &dyn RunWrites, dispatcher: &Dispatcher) {
     match store.requeue(run, &Requeue::Shutdown).await {
         Ok(Some(job)) => {
             info!(job_id = %run.id, "re-queued on shutdown");

@@ -127,6 +127,12 @@ pub const ROUTES: &[Route] = &[
         handlers: |r| r.route(read().to(stream::job_events)),
     },
     Route {
+        path: "/rooms/{room}/events/stream",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(stream::room_events)),
+    },
+    Route {
         path: "/embeddings/{set}",
         allow: READ,
         access: Access::Member,

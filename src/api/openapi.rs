@@ -38,6 +38,7 @@ use super::{admin, health, jobs, tokens, Access, ROUTES};
         jobs::children,
         jobs::events,
         super::stream::job_events,
+        super::stream::room_events,
         crate::inference::api::get,
         admin::summary,
         admin::replay,

@@ -1,9 +1,10 @@
-//! `GET /jobs/{id}/events/stream`: a job's events as server-sent events, as they are
-//! written. Each is sent once, in order, with its id, so a client that reconnects with
-//! `Last-Event-ID` (or `?after=`) goes on without a gap or a repeat. The stream ends after
-//! the job's terminal event; while the job runs, a comment every [`KEEP_ALIVE`] keeps
-//! proxies from closing it. Between events it holds no database connection and polls
-//! nothing: the job's changes wake it.
+//! `GET /jobs/{id}/events/stream` and `GET /rooms/{room}/events/stream`: a job's events, or
+//! those of every job of a room, as server-sent events, as they are written. Each is sent
+//! once, in order, with its id, so a client that reconnects with `Last-Event-ID` (or
+//! `?after=`) goes on without a gap or a repeat. A job's stream ends after its terminal
+//! event; a room's stays open. While idle, a comment every [`KEEP_ALIVE`] keeps proxies from
+//! closing it. Between events it holds no database connection and polls nothing: the job's
+//! changes (any job's, for a room) wake it.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use super::jobs::find;
 use super::AppState;
 use crate::auth::Caller;
 use crate::domain::JobEvent;
-use crate::live::Watch;
+use crate::live::{Watch, ANY_JOB};
 
 /// Seconds between keep-alive comments on an idle stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -58,25 +59,68 @@ pub async fn job_events(
     id: web::Path<Uuid>,
     query: web::Query<StreamQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let after = match req.headers().get("last-event-id") {
+    let after = resume_after(&req, &query)?;
+    let id = *id;
+    let watch = state.waiters.watch(id);
+    find(&state, &caller, id).await?;
+    Ok(stream(Cursor { state, of: Of::Job(id), after, pending: VecDeque::new(), watch, ended: false }))
+}
+
+/// Every event of every job of a room as `text/event-stream`, as the job stream sends them;
+/// it stays open. A room the caller cannot read is 403 `room_forbidden`.
+#[utoipa::path(
+    get, path = "/rooms/{room}/events/stream", tag = "jobs", operation_id = "stream_room_events",
+    params(
+        ("room" = String, Path, description = "The room", pattern = r"^(@global|@internal|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$"),
+        ("Last-Event-ID" = Option<i64>, Header, nullable = false, description = "Resume after this event id"),
+        StreamQuery,
+    ),
+    responses(
+        (status = 200, description = "The room's events, then each as it is written. Each frame's `data` is the \
+            event as JSON", content_type = "text/event-stream", body = SentEvent),
+        (status = 400, description = "`invalid_query`, `invalid_room_id`", body = Problem,
+         content_type = "application/problem+json"),
+        (status = 403, description = "`room_forbidden`: the caller may not read this room", body = Problem,
+         content_type = "application/problem+json"),
+    )
+)]
+pub async fn room_events(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    room: web::Path<String>,
+    query: web::Query<StreamQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let after = resume_after(&req, &query)?;
+    let room = super::room_id(&room)?;
+    if !caller.can_read(room.as_str()) {
+        return Err(ApiError::new(Code::RoomForbidden, format!("this token may not read room {room}")));
+    }
+    let watch = state.waiters.watch(ANY_JOB);
+    let of = Of::Room(room.as_str().to_owned());
+    Ok(stream(Cursor { state, of, after, pending: VecDeque::new(), watch, ended: false }))
+}
+
+/// Where to resume: `Last-Event-ID`, else `?after=`.
+fn resume_after(req: &HttpRequest, query: &StreamQuery) -> Result<Option<i64>, ApiError> {
+    match req.headers().get("last-event-id") {
         Some(value) => {
             let text = value.to_str().unwrap_or_default().trim();
             let parsed = text.parse::<i64>().map_err(|_| {
                 ApiError::new(Code::InvalidQuery, "Last-Event-ID must be the id of an event this stream sent")
             })?;
-            Some(parsed)
+            Ok(Some(parsed))
         }
-        None => query.after,
-    };
-    let id = *id;
-    let watch = state.waiters.watch(id);
-    find(&state, &caller, id).await?;
-    let cursor = Cursor { state, id, after, pending: VecDeque::new(), watch, ended: false };
-    Ok(HttpResponse::Ok()
+        None => Ok(query.after),
+    }
+}
+
+fn stream(cursor: Cursor) -> HttpResponse {
+    HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(futures_util::stream::unfold(cursor, next_frame)))
+        .streaming(futures_util::stream::unfold(cursor, next_frame))
 }
 
 /// One frame of the stream, as a client's SSE parser sees it.
@@ -91,10 +135,16 @@ pub struct SentEvent {
     data: String,
 }
 
+/// What a stream follows.
+enum Of {
+    Job(Uuid),
+    Room(String),
+}
+
 /// Where a stream stands.
 struct Cursor {
     state: web::Data<AppState>,
-    id: Uuid,
+    of: Of,
     /// The last event sent (or the one to resume after).
     after: Option<i64>,
     pending: VecDeque<JobEvent>,
@@ -114,17 +164,29 @@ async fn next_frame(mut cursor: Cursor) -> Option<(Result<web::Bytes, actix_web:
         if cursor.ended {
             return None;
         }
-        // The job first, then its events: the event that ends a job is written in the same
-        // transaction as its state, so a job read as ended has all its events readable.
-        let job = cursor.state.store.get(cursor.id).await.ok()??;
-        let events = cursor.state.store.events(cursor.id, cursor.after, PAGE).await.ok()?;
-        if !events.is_empty() {
-            cursor.pending.extend(events);
-            continue;
-        }
-        if job.status.is_terminal() {
-            cursor.ended = true;
-            continue;
+        let store = &cursor.state.store;
+        match &cursor.of {
+            Of::Job(id) => {
+                // The job first, then its events: the event that ends a job is written in the
+                // same transaction as its state, so a job read as ended has all its events.
+                let job = store.get(*id).await.ok()??;
+                let events = store.events(*id, cursor.after, PAGE).await.ok()?;
+                if !events.is_empty() {
+                    cursor.pending.extend(events);
+                    continue;
+                }
+                if job.status.is_terminal() {
+                    cursor.ended = true;
+                    continue;
+                }
+            }
+            Of::Room(room) => {
+                let events = store.room_events(room, cursor.after, PAGE).await.ok()?;
+                if !events.is_empty() {
+                    cursor.pending.extend(events);
+                    continue;
+                }
+            }
         }
         tokio::select! {
             () = cursor.watch.changed() => {}

@@ -10,4 +10,4 @@ mod waiters;
 
 pub use postgres::{listen, CHANNEL, TASKS_CHANNEL};
 pub use store::NotifyingStore;
-pub use waiters::{JobWaiters, TaskWaiters, Waiters, Watch};
+pub use waiters::{JobWaiters, TaskWaiters, Waiters, Watch, ANY_JOB};

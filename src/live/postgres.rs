@@ -90,6 +90,7 @@ async fn relay(listener: &mut PgListener, waiters: &Arc<JobWaiters>, tasks: &Tas
                 for id in notification.payload().split(',').filter_map(|id| Uuid::try_parse(id).ok()) {
                     waiters.wake(&id);
                 }
+                waiters.wake(&super::ANY_JOB);
             }
             // The connection was lost and is being re-established: news may be missing.
             Ok(None) => {

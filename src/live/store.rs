@@ -9,11 +9,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::{JobWaiters, TaskWaiters};
+use super::{JobWaiters, TaskWaiters, ANY_JOB};
 use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, JobStatus, NewEvent, NewJob, QueueName};
 use crate::store::{
-    BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Reduce, Requeue,
-    RunRef, StoreError, Submission,
+    BatchRecorded, Cancellation, Completion, Dispatch, DispatchBook, ExpiredLease, JobCommands, JobFilter, JobReads,
+    JobStore, Maintenance, Page, Reduce, Requeue, RunRef, RunWrites, StoreError, Submission,
 };
 
 pub struct NotifyingStore {
@@ -30,6 +30,7 @@ impl NotifyingStore {
     /// Wakes the waiters of a job that changed, and of its parent; a job of a registered
     /// type that is QUEUED now wakes its type's claimers.
     fn changed(&self, job: &Job) {
+        self.waiters.wake(&ANY_JOB);
         self.waiters.wake(&job.id);
         if let Some(parent) = job.parent_job_id {
             self.waiters.wake(&parent);
@@ -47,21 +48,9 @@ impl NotifyingStore {
 }
 
 #[async_trait]
-impl JobStore for NotifyingStore {
+impl JobReads for NotifyingStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
-    }
-
-    async fn submit(&self, job: NewJob) -> Result<Submission, StoreError> {
-        let submission = self.inner.submit(job).await?;
-        self.changed(&submission.job);
-        Ok(submission)
-    }
-
-    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
-        let submissions = self.inner.submit_many(jobs).await?;
-        submissions.iter().for_each(|submission| self.changed(&submission.job));
-        Ok(submissions)
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
@@ -76,6 +65,45 @@ impl JobStore for NotifyingStore {
         self.inner.events(id, after, limit).await
     }
 
+    async fn room_events(&self, room: &str, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
+        self.inner.room_events(room, after, limit).await
+    }
+
+    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError> {
+        self.inner.queue_position(job).await
+    }
+}
+
+#[async_trait]
+impl JobCommands for NotifyingStore {
+    async fn submit(&self, job: NewJob) -> Result<Submission, StoreError> {
+        let submission = self.inner.submit(job).await?;
+        self.changed(&submission.job);
+        Ok(submission)
+    }
+
+    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
+        let submissions = self.inner.submit_many(jobs).await?;
+        submissions.iter().for_each(|submission| self.changed(&submission.job));
+        Ok(submissions)
+    }
+
+    async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
+        let cancellation = self.inner.cancel(id).await?;
+        self.changed(&cancellation.job);
+        cancellation.descendants.iter().for_each(|child| self.waiters.wake(child));
+        Ok(cancellation)
+    }
+
+    async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
+        let job = self.inner.retry(id).await?;
+        self.changed(&job);
+        Ok(job)
+    }
+}
+
+#[async_trait]
+impl RunWrites for NotifyingStore {
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
         let job = self.inner.claim(id, owner, lease).await?;
         self.changed_option(&job);
@@ -96,37 +124,6 @@ impl JobStore for NotifyingStore {
 
     async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
         self.inner.extend_lease(run, lease).await
-    }
-
-    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
-        self.inner.expired_leases(limit).await
-    }
-
-    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError> {
-        self.inner.stalled_runs(timeout, stall, limit).await
-    }
-
-    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
-        self.inner.overdue_queued(timeout, limit).await
-    }
-
-    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
-        let job = self.inner.fail_queued(id, error_code, message).await?;
-        self.changed_option(&job);
-        Ok(job)
-    }
-
-    async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
-        let cancellation = self.inner.cancel(id).await?;
-        self.changed(&cancellation.job);
-        cancellation.descendants.iter().for_each(|child| self.waiters.wake(child));
-        Ok(cancellation)
-    }
-
-    async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
-        let job = self.inner.retry(id).await?;
-        self.changed(&job);
-        Ok(job)
     }
 
     async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
@@ -156,6 +153,7 @@ impl JobStore for NotifyingStore {
         let parent = outcome.parent_job_id;
         let recorded = self.inner.record_batch(outcome, reduce).await?;
         if matches!(recorded, BatchRecorded::Counted { .. }) {
+            self.waiters.wake(&ANY_JOB);
             self.waiters.wake(&parent);
         }
         Ok(recorded)
@@ -164,11 +162,44 @@ impl JobStore for NotifyingStore {
     async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError> {
         let written = self.inner.record_event(run, event).await?;
         if written {
+            self.waiters.wake(&ANY_JOB);
             self.waiters.wake(&run.id);
         }
         Ok(written)
     }
+}
 
+#[async_trait]
+impl Maintenance for NotifyingStore {
+    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
+        self.inner.expired_leases(limit).await
+    }
+
+    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.inner.stalled_runs(timeout, stall, limit).await
+    }
+
+    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.inner.overdue_queued(timeout, limit).await
+    }
+
+    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
+        let job = self.inner.fail_queued(id, error_code, message).await?;
+        self.changed_option(&job);
+        Ok(job)
+    }
+
+    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.inner.batch_fan_outs(limit).await
+    }
+
+    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.inner.runs_owned_by(owner, limit).await
+    }
+}
+
+#[async_trait]
+impl DispatchBook for NotifyingStore {
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
         let marked = self.inner.mark_published(jobs).await?;
         // The dispatch sweep announces a registered type's job once its delay is over; the
@@ -191,19 +222,7 @@ impl JobStore for NotifyingStore {
         self.inner.forget_publications().await
     }
 
-    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
-        self.inner.batch_fan_outs(limit).await
-    }
-
     async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError> {
         self.inner.claimable(operations, limit).await
-    }
-
-    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError> {
-        self.inner.queue_position(job).await
-    }
-
-    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
-        self.inner.runs_owned_by(owner, limit).await
     }
 }

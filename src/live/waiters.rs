@@ -21,6 +21,9 @@ pub struct Waiters<K> {
 /// Waiters by job: long-polls and event streams.
 pub type JobWaiters = Waiters<Uuid>;
 
+/// The key every job change also wakes: streams of a whole room watch it.
+pub const ANY_JOB: Uuid = Uuid::nil();
+
 /// Waiters by registered type (its full name): claimers holding `POST /tasks/claim`.
 pub type TaskWaiters = Waiters<String>;
 

@@ -294,7 +294,7 @@ pub async fn heartbeat(
         return Err(ApiError::new(Code::InvalidRequest, format!("at most {MAX_HELD} tasks")).at("/tasks"));
     }
     let worker = live_worker(&state, &caller, *id).await?;
-    let stop = tasks::renew(&state.remote, state.store.as_ref(), &worker, &body.tasks).await?;
+    let stop = tasks::renew(&state.remote, state.store.as_ref(), state.store.as_ref(), &worker, &body.tasks).await?;
     let info = state.remote.workers.info(worker.id, state.remote.lease).await.map_err(db)?;
     let info = info.ok_or_else(|| ApiError::new(Code::WorkerNotFound, format!("no worker {id}")))?;
     Ok(HttpResponse::Ok().json(HeartbeatAnswer { worker: info, stop }))
@@ -377,7 +377,7 @@ pub async fn claim(
     // The claim renewed the worker: a wait shorter than its deadline cannot outlive it.
     let cap = state.max_wait.min(state.remote.workers.ttl().saturating_sub(Duration::from_secs(1)));
     let wait = asked.map(|asked| asked.min(cap)).unwrap_or_default();
-    let task = tasks::claim(&state.remote, state.store.as_ref(), &worker, wait).await?;
+    let task = tasks::claim(&state.remote, state.store.as_ref(), state.store.as_ref(), &worker, wait).await?;
     let mut response = HttpResponse::Ok();
     if asked.is_some() {
         response.insert_header(("Preference-Applied", format!("wait={}", wait.as_secs())));
@@ -408,6 +408,6 @@ pub async fn report(
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     let worker = state.remote.workers.check(body.worker_id, caller.identity().token_id).await?;
-    let job = tasks::report(&state.remote, state.store.as_ref(), &worker, *id, body).await?;
+    let job = tasks::report(&state.remote, state.store.as_ref(), state.store.as_ref(), &worker, *id, body).await?;
     Ok(HttpResponse::Ok().json(job))
 }

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::workers::LiveWorker;
 use super::Remote;
 use crate::domain::{nul_pointer, scrub_nul, EventLevel, Job, JobStatus, NewEvent, QueueName};
-use crate::store::{Completion, JobStore, Requeue, RunRef, StoreError};
+use crate::store::{Completion, DispatchBook, JobReads, Requeue, RunRef, RunWrites, StoreError};
 
 /// Runnable jobs a claim reads per round; concurrent claimers race for them, losers take
 /// the next.
@@ -29,7 +29,8 @@ const MAX_DELAY_SECONDS: f64 = 86_400.0;
 /// another), never by polling the database.
 pub async fn claim(
     remote: &Remote,
-    store: &dyn JobStore,
+    book: &dyn DispatchBook,
+    runs: &dyn RunWrites,
     worker: &LiveWorker,
     wait: Duration,
 ) -> Result<Option<Job>, StoreError> {
@@ -37,7 +38,7 @@ pub async fn claim(
     // Watching starts before the first look, so a task queued between the two is not missed.
     let mut watches: Vec<_> = worker.types.iter().map(|name| remote.claimers.watch(name.clone())).collect();
     loop {
-        if let Some(job) = claim_now(store, &worker.types, &worker.owner(), remote.lease).await? {
+        if let Some(job) = claim_now(book, runs, &worker.types, &worker.owner(), remote.lease).await? {
             return Ok(Some(job));
         }
         if watches.is_empty() || tokio::time::Instant::now() >= deadline {
@@ -52,18 +53,19 @@ pub async fn claim(
 }
 
 async fn claim_now(
-    store: &dyn JobStore,
+    book: &dyn DispatchBook,
+    runs: &dyn RunWrites,
     types: &[String],
     owner: &str,
     lease: Duration,
 ) -> Result<Option<Job>, StoreError> {
     for _ in 0..ROUNDS {
-        let candidates = store.claimable(types, CANDIDATES).await?;
+        let candidates = book.claimable(types, CANDIDATES).await?;
         if candidates.is_empty() {
             return Ok(None);
         }
         for id in candidates {
-            if let Some(job) = store.claim(id, owner, lease).await? {
+            if let Some(job) = runs.claim(id, owner, lease).await? {
                 return Ok(Some(job));
             }
         }
@@ -145,22 +147,23 @@ pub enum ReportError {
 /// Applies a worker's report to its run, and answers the task as it now is.
 pub async fn report(
     remote: &Remote,
-    store: &dyn JobStore,
+    reads: &dyn JobReads,
+    runs: &dyn RunWrites,
     worker: &LiveWorker,
     id: Uuid,
     report: Report,
 ) -> Result<Job, ReportError> {
-    let job = current(store, worker, id, report.attempt).await?;
+    let job = current(reads, worker, id, report.attempt).await?;
     let run = RunRef { id, attempt: report.attempt };
     let applied = match report.status {
-        ReportStatus::Running => running(remote, store, run, &report).await?,
+        ReportStatus::Running => running(remote, runs, run, &report).await?,
         ReportStatus::Succeeded => {
             let result = report.result.clone().unwrap_or(Value::Null);
             if let Some(at) = nul_pointer(&result) {
                 let detail = format!("the result holds a NUL character at {at:?}, which cannot be stored");
                 return Err(ReportError::Invalid("/result", detail));
             }
-            store.finish(run, &Completion::Succeeded { result }).await?.is_some()
+            runs.finish(run, &Completion::Succeeded { result }).await?.is_some()
         }
         ReportStatus::Failed => {
             let error_code = scrub_nul(report.error_code.as_deref().unwrap_or("RemoteFailure")).into_owned();
@@ -170,9 +173,9 @@ pub async fn report(
             match job.retry_policy.next_delay(job.max_retries, failure, &error_code, jitter()) {
                 Some(delay) => {
                     let requeue = Requeue::RetryAfterFailure { failure, delay, error_code, message };
-                    store.requeue(run, &requeue).await?.is_some()
+                    runs.requeue(run, &requeue).await?.is_some()
                 }
-                None => store.finish(run, &Completion::Failed { error_code, message }).await?.is_some(),
+                None => runs.finish(run, &Completion::Failed { error_code, message }).await?.is_some(),
             }
         }
         ReportStatus::RetryLater => {
@@ -182,19 +185,19 @@ pub async fn report(
             }
             let reason = scrub_nul(report.message.as_deref().unwrap_or("the remote worker asked to retry later"));
             let requeue = Requeue::RetryLater { delay: Duration::from_secs_f64(seconds), reason: reason.into_owned() };
-            store.requeue(run, &requeue).await?.is_some()
+            runs.requeue(run, &requeue).await?.is_some()
         }
     };
     if !applied {
         // Lost a race with a cancel or the reaper: say which.
-        current(store, worker, id, report.attempt).await?;
+        current(reads, worker, id, report.attempt).await?;
     }
-    store.get(id).await?.ok_or(ReportError::NotFound(id))
+    reads.get(id).await?.ok_or(ReportError::NotFound(id))
 }
 
 /// A running report renews the run's lease and logs its progress or message.
-async fn running(remote: &Remote, store: &dyn JobStore, run: RunRef, report: &Report) -> Result<bool, ReportError> {
-    if !store.extend_lease(run, remote.lease).await? {
+async fn running(remote: &Remote, runs: &dyn RunWrites, run: RunRef, report: &Report) -> Result<bool, ReportError> {
+    if !runs.extend_lease(run, remote.lease).await? {
         return Ok(false);
     }
     if report.progress.is_none() && report.message.is_none() {
@@ -215,12 +218,12 @@ async fn running(remote: &Remote, store: &dyn JobStore, run: RunRef, report: &Re
     if let Some(message) = &report.message {
         event = event.message(scrub_nul(message));
     }
-    Ok(store.record_event(run, event).await?)
+    Ok(runs.record_event(run, event).await?)
 }
 
 /// The task, when `attempt` is its RUNNING run held by `worker`; otherwise why not.
-async fn current(store: &dyn JobStore, worker: &LiveWorker, id: Uuid, attempt: i32) -> Result<Job, ReportError> {
-    let job = store.get(id).await?.filter(|job| job.queue == QueueName::REMOTE).ok_or(ReportError::NotFound(id))?;
+async fn current(reads: &dyn JobReads, worker: &LiveWorker, id: Uuid, attempt: i32) -> Result<Job, ReportError> {
+    let job = reads.get(id).await?.filter(|job| job.queue == QueueName::REMOTE).ok_or(ReportError::NotFound(id))?;
     if !worker.types.contains(&job.operation) {
         return Err(ReportError::NotFound(id));
     }
@@ -259,19 +262,20 @@ pub struct Stop {
 /// (cancelled, or no longer its run).
 pub async fn renew(
     remote: &Remote,
-    store: &dyn JobStore,
+    reads: &dyn JobReads,
+    runs: &dyn RunWrites,
     worker: &LiveWorker,
     held: &[HeldTask],
 ) -> Result<Vec<Stop>, StoreError> {
     let mut stop = Vec::new();
     for task in held {
         let run = RunRef { id: task.id, attempt: task.attempt };
-        let job = store.get(task.id).await?;
+        let job = reads.get(task.id).await?;
         let owned = job.as_ref().is_some_and(|job| job.owner.as_deref() == Some(worker.owner().as_str()));
-        if owned && store.extend_lease(run, remote.lease).await? {
+        if owned && runs.extend_lease(run, remote.lease).await? {
             continue;
         }
-        let status = match store.get(task.id).await? {
+        let status = match reads.get(task.id).await? {
             Some(job) if owned || job.queue == QueueName::REMOTE => job.status,
             _ => JobStatus::Cancelled,
         };

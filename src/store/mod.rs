@@ -1,4 +1,4 @@
-//! Durable state: the `JobStore` trait every lifecycle step goes through, and its SQL implementation.
+//! Durable state: the store traits every lifecycle step goes through, one per role, and their SQL implementation.
 //!
 //! Every state change is a compare-and-set (`UPDATE … WHERE id = ? AND status IN (…)`, row
 //! count checked) that writes its JobEvent in the same transaction.
@@ -22,21 +22,12 @@ use crate::domain::{
 pub use connect::{connect, migrate, Backend};
 pub use sea::SeaStore;
 
-/// Everything the lifecycle needs from durable storage. One implementation serves
-/// SQLite and PostgreSQL; the trait is the seam for fault injection and new backends.
+/// What the API reads: jobs, pages of them, their events and places in line, and the
+/// readiness round trip.
 #[async_trait]
-pub trait JobStore: Send + Sync + 'static {
+pub trait JobReads: Send + Sync + 'static {
     /// A round trip to the database, for readiness checks.
     async fn ping(&self) -> Result<(), StoreError>;
-
-    /// Inserts a QUEUED job and its `job.queued` event, or returns the job an earlier
-    /// submission with the same idempotency key created.
-    async fn submit(&self, job: NewJob) -> Result<Submission, StoreError>;
-
-    /// Submits many jobs in one transaction, all or nothing, answering in order. A key
-    /// seen before (in the store or earlier in `jobs`) answers as [`JobStore::submit`] does;
-    /// one idempotency conflict fails the whole batch.
-    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError>;
 
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
 
@@ -47,6 +38,42 @@ pub trait JobStore: Send + Sync + 'static {
     /// A job's events in the order they were written, after event id `after`.
     async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError>;
 
+    /// The events of every job of `room`, in the order they were written, after event id
+    /// `after`.
+    async fn room_events(&self, room: &str, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError>;
+
+    /// A QUEUED job's place in its line, 1 for the next to run: 1 + the runnable jobs of its
+    /// registered type (or, for others, its queue) created before it. `None` when not QUEUED.
+    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError>;
+}
+
+/// What clients ask of jobs: submissions, cancellation, a manual retry.
+#[async_trait]
+pub trait JobCommands: Send + Sync + 'static {
+    /// Inserts a QUEUED job and its `job.queued` event, or returns the job an earlier
+    /// submission with the same idempotency key created.
+    async fn submit(&self, job: NewJob) -> Result<Submission, StoreError>;
+
+    /// Submits many jobs in one transaction, all or nothing, answering in order. A key
+    /// seen before (in the store or earlier in `jobs`) answers as [`JobStore::submit`] does;
+    /// one idempotency conflict fails the whole batch.
+    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError>;
+
+    /// QUEUED | RUNNING → CANCELLED, with the job's QUEUED and RUNNING children in the same
+    /// transaction.
+    /// A job already terminal is returned unchanged.
+    async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError>;
+
+    /// FAILED | CANCELLED → QUEUED by hand, clearing the error; other states are an
+    /// [`StoreError::InvalidTransition`].
+    async fn retry(&self, id: Uuid) -> Result<Job, StoreError>;
+}
+
+/// What a worker writes about its run, local (a queue consumer) or remote (over HTTP):
+/// the claim, progress and events, the outcome, a requeue, lease renewals, and the
+/// coordinators' fan-out and fan-in.
+#[async_trait]
+pub trait RunWrites: Send + Sync + 'static {
     /// Session 1 of execution: QUEUED → RUNNING with `job.started`. `None` when the job is
     /// missing or not QUEUED (another worker has it, or it was cancelled): do nothing.
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError>;
@@ -63,28 +90,6 @@ pub trait JobStore: Send + Sync + 'static {
     /// Renews this run's lease (database clock). False once the run is no longer the job's
     /// RUNNING one: cancelled, finished, or taken away.
     async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError>;
-
-    /// RUNNING jobs whose lease expired (database clock), with how often the reaper already
-    /// requeued each for that reason.
-    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError>;
-
-    /// RUNNING jobs started more than `timeout` ago that wrote no event within `stall`.
-    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError>;
-
-    /// QUEUED jobs runnable for longer than `timeout`.
-    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError>;
-
-    /// QUEUED → FAILED (the queue timeout), with `job.failed`.
-    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError>;
-
-    /// QUEUED | RUNNING → CANCELLED, with the job's QUEUED and RUNNING children in the same
-    /// transaction.
-    /// A job already terminal is returned unchanged.
-    async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError>;
-
-    /// FAILED | CANCELLED → QUEUED by hand, clearing the error; other states are an
-    /// [`StoreError::InvalidTransition`].
-    async fn retry(&self, id: Uuid) -> Result<Job, StoreError>;
 
     /// A coordinator's run is about to hand its work to `total` batches or children: sets
     /// `fan_out`, `progress_total` and `progress_current` (0; for children, those that
@@ -119,7 +124,37 @@ pub trait JobStore: Send + Sync + 'static {
     /// the run is no longer the job's RUNNING one: a cancelled or re-run job's log and
     /// progress are never touched by an old run.
     async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError>;
+}
 
+/// What the reaper and the start-up recovery scan for: expired leases, stalled runs,
+/// overdue queued jobs, runs a given owner holds, coordinators whose batches were lost.
+#[async_trait]
+pub trait Maintenance: Send + Sync + 'static {
+    /// RUNNING jobs whose lease expired (database clock), with how often the reaper already
+    /// requeued each for that reason.
+    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError>;
+
+    /// RUNNING jobs started more than `timeout` ago that wrote no event within `stall`.
+    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError>;
+
+    /// QUEUED jobs runnable for longer than `timeout`.
+    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError>;
+
+    /// QUEUED → FAILED (the queue timeout), with `job.failed`.
+    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError>;
+
+    /// RUNNING coordinators whose run fanned out into batches (deferred or not), oldest
+    /// first: with a transport that keeps nothing across restarts, their batches are gone.
+    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError>;
+
+    /// The RUNNING runs whose lease `owner` holds (a remote worker that leaves).
+    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError>;
+}
+
+/// Dispatch bookkeeping: what the transport confirmed, what must be (re)sent, and what
+/// waits to be handed out to remote claimers.
+#[async_trait]
+pub trait DispatchBook: Send + Sync + 'static {
     /// Records that the transport confirmed these jobs' messages (bookkeeping, not a
     /// transition): only rows still QUEUED, unpublished and at the same `attempts` change.
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError>;
@@ -136,21 +171,19 @@ pub trait JobStore: Send + Sync + 'static {
     /// (in-process) lost their messages.
     async fn forget_publications(&self) -> Result<u64, StoreError>;
 
-    /// RUNNING coordinators whose run fanned out into batches (deferred or not), oldest
-    /// first: with a transport that keeps nothing across restarts, their batches are gone.
-    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError>;
-
     /// Runnable QUEUED jobs of these registered types (full names), oldest first: what a
     /// remote worker's claim tries, one compare-and-set ([`JobStore::claim`]) each.
     async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError>;
-
-    /// A QUEUED job's place in its line, 1 for the next to run: 1 + the runnable jobs of its
-    /// registered type (or, for others, its queue) created before it. `None` when not QUEUED.
-    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError>;
-
-    /// The RUNNING runs whose lease `owner` holds (a remote worker that leaves).
-    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError>;
 }
+
+/// Everything the lifecycle needs from durable storage, as one object: every role. One
+/// implementation ([`SeaStore`]) serves SQLite and PostgreSQL; decorators (the notifier,
+/// fault injection in tests) wrap it. Each part of the system takes the roles it uses:
+/// the API reads and commands, workers write runs, the reaper maintains, the dispatcher
+/// keeps the book.
+pub trait JobStore: JobReads + JobCommands + RunWrites + Maintenance + DispatchBook {}
+
+impl<T: JobReads + JobCommands + RunWrites + Maintenance + DispatchBook + ?Sized> JobStore for T {}
 
 /// Folds the outputs of a coordinator's batches, in batch order, into its result; asked by
 /// the coordinator's operation name when the last batch closes it.

@@ -10,7 +10,7 @@ use serde_json::json;
 use uuid::Uuid;
 use yardmaster::ops::OperationMessage;
 use yardmaster::store::entity::{job, job_batch, job_event};
-use yardmaster::store::{JobStore, SeaStore};
+use yardmaster::store::{JobCommands, SeaStore};
 use yardmaster::transport::{AmqpTransport, Transport};
 
 use crate::amqp_processes::{count, insert_job, Deployment, Process};

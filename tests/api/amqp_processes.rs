@@ -244,7 +244,7 @@ pub async fn insert_job(url: &str, operation: &str, payload: serde_json::Value) 
     let db = yardmaster::store::connect(&settings.store).await.unwrap();
     let store = yardmaster::store::SeaStore::new(db.clone());
     let new = yardmaster::domain::NewJob { payload, ..yardmaster::domain::NewJob::new(operation) };
-    let id = yardmaster::store::JobStore::submit(&store, new).await.unwrap().job.id;
+    let id = yardmaster::store::JobCommands::submit(&store, new).await.unwrap().job.id;
     db.close().await.ok();
     id
 }

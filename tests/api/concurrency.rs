@@ -13,8 +13,8 @@ use yardmaster::dispatch::{encode_job_ids, encode_job_message};
 use yardmaster::domain::{BatchOutcome, FanOutForm, Job, JobEvent, NewEvent, NewJob};
 use yardmaster::startup::StoreWrapper;
 use yardmaster::store::{
-    BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Reduce, Requeue,
-    RunRef, StoreError, Submission,
+    BatchRecorded, Cancellation, Completion, Dispatch, DispatchBook, ExpiredLease, JobCommands, JobFilter, JobReads,
+    JobStore, Maintenance, Page, Reduce, Requeue, RunRef, RunWrites, StoreError, Submission,
 };
 
 use crate::helpers::{Backend, TestApp, TestOptions, PARKED};
@@ -100,16 +100,11 @@ fn injected() -> StoreError {
 }
 
 #[async_trait]
-impl JobStore for Faulty {
+impl JobReads for Faulty {
     async fn ping(&self) -> Result<(), StoreError> {
         self.0.ping().await
     }
-    async fn submit(&self, job: NewJob) -> Result<Submission, StoreError> {
-        self.0.submit(job).await
-    }
-    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
-        self.0.submit_many(jobs).await
-    }
+
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
         if self.1 == Fault::Unreachable {
             UNREACHABLE_READS.fetch_add(1, Ordering::SeqCst);
@@ -119,12 +114,44 @@ impl JobStore for Faulty {
         }
         self.0.get(id).await
     }
+
     async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError> {
         self.0.list(filter).await
     }
+
     async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
         self.0.events(id, after, limit).await
     }
+
+    async fn room_events(&self, room: &str, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
+        self.0.room_events(room, after, limit).await
+    }
+    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError> {
+        self.0.queue_position(job).await
+    }
+}
+
+#[async_trait]
+impl JobCommands for Faulty {
+    async fn submit(&self, job: NewJob) -> Result<Submission, StoreError> {
+        self.0.submit(job).await
+    }
+
+    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
+        self.0.submit_many(jobs).await
+    }
+
+    async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
+        self.0.cancel(id).await
+    }
+
+    async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
+        self.0.retry(id).await
+    }
+}
+
+#[async_trait]
+impl RunWrites for Faulty {
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
         let claimed = self.0.claim(id, owner, lease).await?;
         if let (Fault::CancelParentOnClaim, Some(parent)) = (self.1, claimed.as_ref().and_then(|job| job.parent_job_id))
@@ -133,6 +160,7 @@ impl JobStore for Faulty {
         }
         Ok(claimed)
     }
+
     async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
         match completion {
             Completion::Succeeded { .. } if self.1 == Fault::Success => Err(injected()),
@@ -144,77 +172,93 @@ impl JobStore for Faulty {
             _ => self.0.finish(run, completion).await,
         }
     }
+
     async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
         match requeue {
             Requeue::Shutdown if self.1 == Fault::ShutdownRequeue => Err(injected()),
             _ => self.0.requeue(run, requeue).await,
         }
     }
+
     async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
         self.0.extend_lease(run, lease).await
     }
-    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
-        self.0.expired_leases(limit).await
-    }
-    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError> {
-        self.0.stalled_runs(timeout, stall, limit).await
-    }
-    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
-        self.0.overdue_queued(timeout, limit).await
-    }
-    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
-        self.0.fail_queued(id, error_code, message).await
-    }
-    async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
-        self.0.cancel(id).await
-    }
-    async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
-        self.0.retry(id).await
-    }
+
     async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
         self.0.fan_out(run, total, form).await
     }
+
     async fn rerun_children(&self, run: RunRef) -> Result<Vec<Job>, StoreError> {
         self.0.rerun_children(run).await
     }
+
     async fn run_is_current(&self, run: RunRef) -> Result<bool, StoreError> {
         self.0.run_is_current(run).await
     }
+
     async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
         self.0.defer(run).await
     }
+
     async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError> {
         self.0.record_batch(outcome, reduce).await
     }
+
     async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError> {
         match self.1 {
             Fault::Events => Err(injected()),
             _ => self.0.record_event(run, event).await,
         }
     }
-    async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
-        self.0.mark_published(jobs).await
+}
+
+#[async_trait]
+impl Maintenance for Faulty {
+    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
+        self.0.expired_leases(limit).await
     }
-    async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
-        self.0.due_for_dispatch(grace, limit).await
+
+    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.0.stalled_runs(timeout, stall, limit).await
     }
-    async fn forget_publication(&self, job: &Dispatch) -> Result<bool, StoreError> {
-        self.0.forget_publication(job).await
+
+    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.0.overdue_queued(timeout, limit).await
     }
-    async fn forget_publications(&self) -> Result<u64, StoreError> {
-        self.0.forget_publications().await
+
+    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
+        self.0.fail_queued(id, error_code, message).await
     }
+
     async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
         self.0.batch_fan_outs(limit).await
     }
-    async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError> {
-        self.0.claimable(operations, limit).await
-    }
-    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError> {
-        self.0.queue_position(job).await
-    }
+
     async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
         self.0.runs_owned_by(owner, limit).await
+    }
+}
+
+#[async_trait]
+impl DispatchBook for Faulty {
+    async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
+        self.0.mark_published(jobs).await
+    }
+
+    async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
+        self.0.due_for_dispatch(grace, limit).await
+    }
+
+    async fn forget_publication(&self, job: &Dispatch) -> Result<bool, StoreError> {
+        self.0.forget_publication(job).await
+    }
+
+    async fn forget_publications(&self) -> Result<u64, StoreError> {
+        self.0.forget_publications().await
+    }
+
+    async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.0.claimable(operations, limit).await
     }
 }
 

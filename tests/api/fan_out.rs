@@ -247,12 +247,12 @@ async fn the_reaper_judges_a_deferred_parent_by_its_batches(backend: Backend) {
     store.record_batch(outcome, registry()).await.unwrap();
     let mut settings = yardmaster::Settings::default().reaper;
     (settings.timeout_seconds, settings.stall_seconds) = (60, 60);
-    let counts = run_once(store.as_ref(), &dispatcher, &settings).await.unwrap();
+    let counts = run_once(store.as_ref(), store.as_ref(), &dispatcher, &settings).await.unwrap();
     assert_eq!(counts.total(), 0, "the batch event keeps it alive: {counts:?}");
     assert_eq!(store.get(run.id).await.unwrap().unwrap().status, JobStatus::Running);
 
     age(&app, run.id).await;
-    let counts = run_once(store.as_ref(), &dispatcher, &settings).await.unwrap();
+    let counts = run_once(store.as_ref(), store.as_ref(), &dispatcher, &settings).await.unwrap();
     assert_eq!(counts.timed_out, 1, "{counts:?}");
     let job = store.get(run.id).await.unwrap().unwrap();
     assert_eq!((job.status, job.error_code.as_deref()), (JobStatus::Failed, Some("JobTimeout")));

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use yardmaster::config::{QueueKind, QueueSettings, TransportKind};
 use yardmaster::ops::OperationRegistry;
 use yardmaster::startup::StoreWrapper;
-use yardmaster::store::JobStore;
+use yardmaster::store::{JobCommands, JobStore};
 
 use crate::custom_operation::{Count, FanCount};
 use crate::test_ops::{Flaky, FlakyBatch, FlakyFan, Stubborn};

@@ -362,12 +362,12 @@ async fn the_reaper_times_out_stalled_runs_and_overdue_queued_jobs(backend: Back
     let mut settings = yardmaster::Settings::default().reaper;
     settings.timeout_seconds = 0;
     settings.stall_seconds = 3600;
-    let counts = run_once(app.store.as_ref(), &dispatcher, &settings).await.unwrap();
+    let counts = run_once(app.store.as_ref(), app.store.as_ref(), &dispatcher, &settings).await.unwrap();
     assert_eq!(counts.timed_out, 0, "a run that reports progress is left alone");
     assert_eq!(app.get(&format!("/jobs/{id}")).await.1["status"], "running");
 
     settings.stall_seconds = 0;
-    let counts = run_once(app.store.as_ref(), &dispatcher, &settings).await.unwrap();
+    let counts = run_once(app.store.as_ref(), app.store.as_ref(), &dispatcher, &settings).await.unwrap();
     assert_eq!(counts.timed_out, 1);
     let (_, failed) = app.get(&format!("/jobs/{id}")).await;
     assert_eq!((failed["status"].as_str(), failed["error_code"].as_str()), (Some("failed"), Some("JobTimeout")));
@@ -376,7 +376,7 @@ async fn the_reaper_times_out_stalled_runs_and_overdue_queued_jobs(backend: Back
     let (_, waiting) = app.submit(json!({ "operation": "count", "queue": "parked" })).await;
     settings.queue_timeout_seconds = 1;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while run_once(app.store.as_ref(), &dispatcher, &settings).await.unwrap().queue_timed_out == 0 {
+    while run_once(app.store.as_ref(), app.store.as_ref(), &dispatcher, &settings).await.unwrap().queue_timed_out == 0 {
         assert!(std::time::Instant::now() < deadline, "the queued job never timed out");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }

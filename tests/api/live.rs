@@ -183,7 +183,61 @@ async fn event_streams_refuse_bad_cursors_and_other_rooms(backend: Backend) {
     assert!(stream.next().await.is_none(), "the stream of a cancelled job stays open");
 }
 
+/// A room's stream: every event of the room's jobs, in order, none of another room's,
+/// resumable; a room the caller cannot read is refused.
+async fn a_room_stream_sends_the_rooms_events_in_order_and_resumes(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let (token_a, _) = member_token(&app, "a").await;
+    let alice = client_with(&token_a);
+    let submit = |client: reqwest::Client, room: &'static str| {
+        let url = app.url("/jobs");
+        async move {
+            let body = json!({ "operation": "sleep", "room": room, "payload": { "seconds": 0.3, "steps": 3 } });
+            let (status, job) = read(client.post(url).json(&body).send().await.unwrap()).await;
+            assert_eq!(status, 201, "{job}");
+            job["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let response = alice.get(app.url("/rooms/a/events/stream")).send().await.unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut stream = Stream { response, buffer: String::new() };
+    let first = submit(alice.clone(), "a").await;
+    submit(app.client.clone(), "elsewhere").await;
+    let second = submit(alice.clone(), "a").await;
+    for id in [&first, &second] {
+        app.wait_for_status(id, "succeeded").await;
+    }
+    // Both jobs' logs, interleaved as written: 1 queued + 1 started + 3 progress + 1 succeeded each.
+    let mut seen = Vec::new();
+    while seen.len() < 12 {
+        seen.push(stream.next().await.expect("the room stream ended"));
+    }
+    let ids: Vec<i64> = seen.iter().map(|event| event.id).collect();
+    assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "out of order: {ids:?}");
+    assert!(seen.iter().all(|event| [&first, &second].contains(&&event.data["job_id"].as_str().unwrap().to_owned())));
+    let mut logged: Vec<i64> = Vec::new();
+    for id in [&first, &second] {
+        logged.extend(app.events(id).await.iter().map(|event| event["id"].as_i64().unwrap()));
+    }
+    logged.sort();
+    assert_eq!(ids, logged, "the room stream missed or repeated events");
+    // Resumed after the sixth event: the rest, nothing before.
+    let request = alice.get(app.url("/rooms/a/events/stream")).header("last-event-id", ids[5].to_string());
+    let mut resumed = Stream { response: request.send().await.unwrap(), buffer: String::new() };
+    assert_eq!(resumed.next().await.map(|event| event.id), Some(ids[6]));
+    // Another room, a reserved one, a malformed one.
+    for (path, status, code) in [
+        ("/rooms/b/events/stream", 403, "room_forbidden"),
+        ("/rooms/@internal/events/stream", 403, "room_forbidden"),
+        ("/rooms/a:b/events/stream", 400, "invalid_room_id"),
+    ] {
+        let (got, problem) = read(alice.get(app.url(path)).send().await.unwrap()).await;
+        assert_eq!((got, problem["code"].as_str()), (status, Some(code)), "{path}: {problem}");
+    }
+}
+
 on_both_backends!(
+    a_room_stream_sends_the_rooms_events_in_order_and_resumes,
     a_long_poll_answers_as_soon_as_the_job_ends,
     a_long_poll_answers_at_its_cap_with_the_job_as_it_is,
     an_event_stream_sends_every_event_once_in_order_and_resumes,

@@ -534,7 +534,7 @@ async fn a_claim_is_woken_by_a_task_another_process_wrote() {
     new.payload = json!({ "angle": 1 });
     new.announced = true;
     let started = Instant::now();
-    let job = yardmaster::store::JobStore::submit(&elsewhere, new).await.unwrap().job;
+    let job = yardmaster::store::JobCommands::submit(&elsewhere, new).await.unwrap().job;
     let task = claiming.await.unwrap();
     assert_eq!(task["id"].as_str(), Some(job.id.to_string().as_str()), "{task}");
     assert!(started.elapsed() < Duration::from_secs(2), "woken only at the wait's end: {:?}", started.elapsed());

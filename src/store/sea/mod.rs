@@ -33,8 +33,8 @@ use uuid::Uuid;
 use self::rows::{new_row, to_event, to_job};
 use super::entity::{job, job_event};
 use super::{
-    BatchRecorded, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, JobStore, Page, Reduce, Requeue,
-    RunRef, StoreError, Submission,
+    BatchRecorded, Cancellation, Completion, Dispatch, DispatchBook, ExpiredLease, JobCommands, JobFilter, JobReads,
+    Maintenance, Page, Reduce, Requeue, RunRef, RunWrites, StoreError, Submission,
 };
 use crate::domain::{
     BatchOutcome, EventName, FanOutForm, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob,
@@ -147,11 +147,53 @@ impl SeaStore {
 }
 
 #[async_trait]
-impl JobStore for SeaStore {
+impl JobReads for SeaStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.db.ping().await.map_err(StoreError::from)
     }
 
+    async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        self.find(id).await
+    }
+
+    async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError> {
+        self.list_summaries(filter).await
+    }
+
+    async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
+        let rows = job_event::Entity::find()
+            .filter(job_event::Column::JobId.eq(id))
+            .filter(job_event::Column::Id.gt(after.unwrap_or(0)))
+            .order_by_asc(job_event::Column::Id)
+            .limit(limit)
+            .all(&self.db)
+            .await?;
+        rows.into_iter().map(to_event).collect()
+    }
+
+    async fn room_events(&self, room: &str, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
+        let jobs = sea_orm::sea_query::Query::select()
+            .column(job::Column::Id)
+            .from(job::Entity)
+            .and_where(job::Column::Room.eq(room))
+            .to_owned();
+        let rows = job_event::Entity::find()
+            .filter(job_event::Column::JobId.in_subquery(jobs))
+            .filter(job_event::Column::Id.gt(after.unwrap_or(0)))
+            .order_by_asc(job_event::Column::Id)
+            .limit(limit)
+            .all(&self.db)
+            .await?;
+        rows.into_iter().map(to_event).collect()
+    }
+
+    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError> {
+        self.find_queue_position(job).await
+    }
+}
+
+#[async_trait]
+impl JobCommands for SeaStore {
     async fn submit(&self, new: NewJob) -> Result<Submission, StoreError> {
         // A keyless submission cannot conflict, so it can share a group commit; a keyed one
         // may hit the unique index, which would abort a shared PostgreSQL transaction.
@@ -192,72 +234,6 @@ impl JobStore for SeaStore {
         }
     }
 
-    async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
-        self.find(id).await
-    }
-
-    async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError> {
-        self.list_summaries(filter).await
-    }
-
-    async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
-        let rows = job_event::Entity::find()
-            .filter(job_event::Column::JobId.eq(id))
-            .filter(job_event::Column::Id.gt(after.unwrap_or(0)))
-            .order_by_asc(job_event::Column::Id)
-            .limit(limit)
-            .all(&self.db)
-            .await?;
-        rows.into_iter().map(to_event).collect()
-    }
-
-    async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
-        match &self.writer {
-            Some(writer) => writer
-                .write(group_commit::Write::Claim { id, owner: owner.to_owned(), lease })
-                .await?
-                .into_optional_job(),
-            None => self.claim_run(None, id, owner, lease).await,
-        }
-    }
-
-    async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
-        match &self.writer {
-            Some(writer) => writer
-                .write(group_commit::Write::Finish { run, completion: completion.clone() })
-                .await?
-                .into_optional_job(),
-            None => self.finish_run(None, run, completion).await,
-        }
-    }
-
-    async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
-        self.requeue_run(run, requeue).await
-    }
-
-    async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
-        match &self.writer {
-            Some(writer) => Ok(writer.write(group_commit::Write::ExtendLease { run, lease }).await?.into_count()? == 1),
-            None => self.extend_run_lease(run, lease).await,
-        }
-    }
-
-    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
-        self.find_expired_leases(limit).await
-    }
-
-    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError> {
-        self.find_stalled_runs(timeout, stall, limit).await
-    }
-
-    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
-        self.find_overdue_queued(timeout, limit).await
-    }
-
-    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
-        self.fail_queued_job(id, error_code, message).await
-    }
-
     async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
         // A failed compare-and-set means the job was terminal; re-read it. Should a manual
         // retry have re-queued it in between, the loop tries again. So does a deadlock with
@@ -292,6 +268,40 @@ impl JobStore for SeaStore {
         }
         let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
         Err(InvalidTransition { from: job.status, to: JobStatus::Queued }.into())
+    }
+}
+
+#[async_trait]
+impl RunWrites for SeaStore {
+    async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
+        match &self.writer {
+            Some(writer) => writer
+                .write(group_commit::Write::Claim { id, owner: owner.to_owned(), lease })
+                .await?
+                .into_optional_job(),
+            None => self.claim_run(None, id, owner, lease).await,
+        }
+    }
+
+    async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
+        match &self.writer {
+            Some(writer) => writer
+                .write(group_commit::Write::Finish { run, completion: completion.clone() })
+                .await?
+                .into_optional_job(),
+            None => self.finish_run(None, run, completion).await,
+        }
+    }
+
+    async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
+        self.requeue_run(run, requeue).await
+    }
+
+    async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
+        match &self.writer {
+            Some(writer) => Ok(writer.write(group_commit::Write::ExtendLease { run, lease }).await?.into_count()? == 1),
+            None => self.extend_run_lease(run, lease).await,
+        }
     }
 
     async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
@@ -353,7 +363,37 @@ impl JobStore for SeaStore {
         txn.commit().await?;
         Ok(true)
     }
+}
 
+#[async_trait]
+impl Maintenance for SeaStore {
+    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
+        self.find_expired_leases(limit).await
+    }
+
+    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.find_stalled_runs(timeout, stall, limit).await
+    }
+
+    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.find_overdue_queued(timeout, limit).await
+    }
+
+    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
+        self.fail_queued_job(id, error_code, message).await
+    }
+
+    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.find_batch_fan_outs(limit).await
+    }
+
+    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.find_runs_owned_by(owner, limit).await
+    }
+}
+
+#[async_trait]
+impl DispatchBook for SeaStore {
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
         match &self.writer {
             Some(writer) => {
@@ -375,20 +415,8 @@ impl JobStore for SeaStore {
         self.clear_publications().await
     }
 
-    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
-        self.find_batch_fan_outs(limit).await
-    }
-
     async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError> {
         self.find_claimable(operations, limit).await
-    }
-
-    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError> {
-        self.find_queue_position(job).await
-    }
-
-    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
-        self.find_runs_owned_by(owner, limit).await
     }
 }
 
