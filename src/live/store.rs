@@ -110,6 +110,12 @@ impl RunWrites for NotifyingStore {
         Ok(job)
     }
 
+    async fn claim_next(&self, operations: &[String], owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
+        let job = self.inner.claim_next(operations, owner, lease).await?;
+        self.changed_option(&job);
+        Ok(job)
+    }
+
     async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
         let job = self.inner.finish(run, completion).await?;
         self.changed_option(&job);
@@ -220,9 +226,5 @@ impl DispatchBook for NotifyingStore {
 
     async fn forget_publications(&self) -> Result<u64, StoreError> {
         self.inner.forget_publications().await
-    }
-
-    async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError> {
-        self.inner.claimable(operations, limit).await
     }
 }

@@ -248,7 +248,7 @@ pub async fn register_worker(
     Ok(HttpResponse::Created().insert_header(("Location", format!("/workers/{id}"))).json(info))
 }
 
-/// The worker `id` as this caller may use it (renewing it: a sign of life).
+/// The worker `id` as this caller may use it, renewed: a heartbeat's sign of life.
 async fn live_worker(state: &AppState, caller: &Caller, id: Uuid) -> Result<LiveWorker, ApiError> {
     Ok(state.remote.workers.renew(id, caller.identity().token_id).await?)
 }
@@ -372,12 +372,13 @@ pub async fn claim(
     req: HttpRequest,
     body: web::Json<ClaimRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let worker = live_worker(&state, &caller, body.worker_id).await?;
+    // A claim renews the worker too, unless this process did lately.
+    let worker = state.remote.workers.renew_lately(body.worker_id, caller.identity().token_id).await?;
     let asked = crate::api::prefer_wait(req.headers());
     // The claim renewed the worker: a wait shorter than its deadline cannot outlive it.
     let cap = state.max_wait.min(state.remote.workers.ttl().saturating_sub(Duration::from_secs(1)));
     let wait = asked.map(|asked| asked.min(cap)).unwrap_or_default();
-    let task = tasks::claim(&state.remote, state.store.as_ref(), state.store.as_ref(), &worker, wait).await?;
+    let task = tasks::claim(&state.remote, state.store.as_ref(), &worker, wait).await?;
     let mut response = HttpResponse::Ok();
     if asked.is_some() {
         response.insert_header(("Preference-Applied", format!("wait={}", wait.as_secs())));
@@ -407,7 +408,7 @@ pub async fn report(
     body: web::Json<Report>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let worker = state.remote.workers.check(body.worker_id, caller.identity().token_id).await?;
+    let worker = state.remote.workers.check_lately(body.worker_id, caller.identity().token_id).await?;
     let job = tasks::report(&state.remote, state.store.as_ref(), state.store.as_ref(), &worker, *id, body).await?;
     Ok(HttpResponse::Ok().json(job))
 }

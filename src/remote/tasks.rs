@@ -14,13 +14,8 @@ use uuid::Uuid;
 use super::workers::LiveWorker;
 use super::Remote;
 use crate::domain::{nul_pointer, scrub_nul, EventLevel, Job, JobStatus, NewEvent, QueueName};
-use crate::store::{Completion, DispatchBook, JobReads, Requeue, RunRef, RunWrites, StoreError};
+use crate::store::{Completion, JobReads, Requeue, RunRef, RunWrites, StoreError};
 
-/// Runnable jobs a claim reads per round; concurrent claimers race for them, losers take
-/// the next.
-const CANDIDATES: u64 = 32;
-/// Rounds a claim reads candidates before it reports none (others took them all).
-const ROUNDS: usize = 4;
 /// Longest RetryLater delay a worker may ask for.
 const MAX_DELAY_SECONDS: f64 = 86_400.0;
 
@@ -29,7 +24,6 @@ const MAX_DELAY_SECONDS: f64 = 86_400.0;
 /// another), never by polling the database.
 pub async fn claim(
     remote: &Remote,
-    book: &dyn DispatchBook,
     runs: &dyn RunWrites,
     worker: &LiveWorker,
     wait: Duration,
@@ -38,7 +32,7 @@ pub async fn claim(
     // Watching starts before the first look, so a task queued between the two is not missed.
     let mut watches: Vec<_> = worker.types.iter().map(|name| remote.claimers.watch(name.clone())).collect();
     loop {
-        if let Some(job) = claim_now(book, runs, &worker.types, &worker.owner(), remote.lease).await? {
+        if let Some(job) = claim_now(runs, &worker.types, &worker.owner(), remote.lease).await? {
             return Ok(Some(job));
         }
         if watches.is_empty() || tokio::time::Instant::now() >= deadline {
@@ -53,24 +47,12 @@ pub async fn claim(
 }
 
 async fn claim_now(
-    book: &dyn DispatchBook,
     runs: &dyn RunWrites,
     types: &[String],
     owner: &str,
     lease: Duration,
 ) -> Result<Option<Job>, StoreError> {
-    for _ in 0..ROUNDS {
-        let candidates = book.claimable(types, CANDIDATES).await?;
-        if candidates.is_empty() {
-            return Ok(None);
-        }
-        for id in candidates {
-            if let Some(job) = runs.claim(id, owner, lease).await? {
-                return Ok(Some(job));
-            }
-        }
-    }
-    Ok(None)
+    runs.claim_next(types, owner, lease).await
 }
 
 /// Body of `PATCH /tasks/{id}`.
@@ -155,28 +137,33 @@ pub async fn report(
 ) -> Result<Job, ReportError> {
     let job = current(reads, worker, id, report.attempt).await?;
     let run = RunRef { id, attempt: report.attempt };
-    let applied = match report.status {
-        ReportStatus::Running => running(remote, runs, run, &report).await?,
+    // The job as the write left it, when the write returns it; `None` when the run was no
+    // longer current (a cancel or the reaper came first).
+    let written: Option<Option<Job>> = match report.status {
+        ReportStatus::Running => match running(remote, runs, run, &report).await? {
+            true => None,
+            false => Some(None),
+        },
         ReportStatus::Succeeded => {
             let result = report.result.clone().unwrap_or(Value::Null);
             if let Some(at) = nul_pointer(&result) {
                 let detail = format!("the result holds a NUL character at {at:?}, which cannot be stored");
                 return Err(ReportError::Invalid("/result", detail));
             }
-            runs.finish(run, &Completion::Succeeded { result }).await?.is_some()
+            Some(runs.finish(run, &Completion::Succeeded { result }).await?)
         }
         ReportStatus::Failed => {
             let error_code = scrub_nul(report.error_code.as_deref().unwrap_or("RemoteFailure")).into_owned();
             let message = scrub_nul(report.message.as_deref().unwrap_or("the remote worker reported a failure"));
             let message = message.into_owned();
             let failure = job.failures + 1;
-            match job.retry_policy.next_delay(job.max_retries, failure, &error_code, jitter()) {
+            Some(match job.retry_policy.next_delay(job.max_retries, failure, &error_code, jitter()) {
                 Some(delay) => {
                     let requeue = Requeue::RetryAfterFailure { failure, delay, error_code, message };
-                    runs.requeue(run, &requeue).await?.is_some()
+                    runs.requeue(run, &requeue).await?
                 }
-                None => runs.finish(run, &Completion::Failed { error_code, message }).await?.is_some(),
-            }
+                None => runs.finish(run, &Completion::Failed { error_code, message }).await?,
+            })
         }
         ReportStatus::RetryLater => {
             let seconds = report.delay_seconds.unwrap_or(0.0);
@@ -185,14 +172,20 @@ pub async fn report(
             }
             let reason = scrub_nul(report.message.as_deref().unwrap_or("the remote worker asked to retry later"));
             let requeue = Requeue::RetryLater { delay: Duration::from_secs_f64(seconds), reason: reason.into_owned() };
-            runs.requeue(run, &requeue).await?.is_some()
+            Some(runs.requeue(run, &requeue).await?)
         }
     };
-    if !applied {
+    match written {
+        Some(Some(job)) => Ok(job),
         // Lost a race with a cancel or the reaper: say which.
-        current(reads, worker, id, report.attempt).await?;
+        Some(None) => Err(current(reads, worker, id, report.attempt).await.err().unwrap_or(ReportError::Stale {
+            id,
+            attempt: report.attempt,
+            status: job.status,
+            current: job.attempts,
+        })),
+        None => reads.get(id).await?.ok_or(ReportError::NotFound(id)),
     }
-    reads.get(id).await?.ok_or(ReportError::NotFound(id))
 }
 
 /// A running report renews the run's lease and logs its progress or message.

@@ -2,7 +2,9 @@
 //! (a compare-and-set on `gone_at IS NULL` by the token that registered it), leave, the
 //! live-worker check a submission makes, and the sweeper's marking of silent workers.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
@@ -15,6 +17,9 @@ use uuid::Uuid;
 use super::entity::{remote_worker, remote_worker_type};
 use super::names::TypeName;
 use crate::store::clock;
+
+/// Most workers [`WorkerBook`] remembers before it drops the stale ones.
+const MAX_REMEMBERED: usize = 10_000;
 
 /// A worker as its registration and heartbeats answer it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -68,11 +73,56 @@ pub fn owner(id: Uuid) -> String {
 pub struct WorkerBook {
     db: DatabaseConnection,
     ttl: Duration,
+    /// Workers this process found live lately, with when: a claim or report within
+    /// [`WorkerBook::fresh`] of that reads no row (a worker gone since counts within it).
+    recent: Mutex<HashMap<Uuid, (Uuid, Vec<String>, Instant)>>,
 }
 
 impl WorkerBook {
     pub fn new(db: DatabaseConnection, ttl: Duration) -> Self {
-        WorkerBook { db, ttl }
+        WorkerBook { db, ttl, recent: Mutex::default() }
+    }
+
+    /// How long a live worker is taken as such without a read: a quarter of its deadline.
+    fn fresh(&self) -> Duration {
+        self.ttl / 4
+    }
+
+    fn remembered(&self, id: Uuid, token: Uuid) -> Option<LiveWorker> {
+        let recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (owner_token, types, at) = recent.get(&id)?;
+        (*owner_token == token && at.elapsed() < self.fresh()).then(|| LiveWorker { id, types: types.clone() })
+    }
+
+    fn remember(&self, token: Uuid, worker: &LiveWorker) {
+        let mut recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if recent.len() >= MAX_REMEMBERED {
+            let fresh = self.fresh();
+            recent.retain(|_, (_, _, at)| at.elapsed() < fresh);
+        }
+        recent.insert(worker.id, (token, worker.types.clone(), Instant::now()));
+    }
+
+    fn forget(&self, id: Uuid) {
+        self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&id);
+    }
+
+    /// [`WorkerBook::renew`], unless this process renewed it within [`WorkerBook::fresh`]
+    /// (a claim: its deadline is far off).
+    pub async fn renew_lately(&self, id: Uuid, token: Uuid) -> Result<LiveWorker, WorkerError> {
+        match self.remembered(id, token) {
+            Some(worker) => Ok(worker),
+            None => self.renew(id, token).await,
+        }
+    }
+
+    /// [`WorkerBook::check`], unless this process found it live within
+    /// [`WorkerBook::fresh`] (a report).
+    pub async fn check_lately(&self, id: Uuid, token: Uuid) -> Result<LiveWorker, WorkerError> {
+        match self.remembered(id, token) {
+            Some(worker) => Ok(worker),
+            None => self.check(id, token).await,
+        }
     }
 
     pub fn ttl(&self) -> Duration {
@@ -120,9 +170,12 @@ impl WorkerBook {
             .exec(&self.db)
             .await?;
         if renewed.rows_affected == 0 {
+            self.forget(id);
             return Err(self.refusal(id, token).await);
         }
-        Ok(LiveWorker { id, types: self.types_of(id).await? })
+        let worker = LiveWorker { id, types: self.types_of(id).await? };
+        self.remember(token, &worker);
+        Ok(worker)
     }
 
     /// Worker `id` as `token` may use it, without renewing it (a task report).
@@ -132,7 +185,11 @@ impl WorkerBook {
             None => Err(WorkerError::NotFound(id)),
             Some(row) if row.token_id != token => Err(WorkerError::NotYours(id)),
             Some(row) if row.gone_at.is_some() => Err(WorkerError::Gone(id)),
-            Some(_) => Ok(LiveWorker { id, types: self.types_of(id).await? }),
+            Some(_) => {
+                let worker = LiveWorker { id, types: self.types_of(id).await? };
+                self.remember(token, &worker);
+                Ok(worker)
+            }
         }
     }
 
@@ -170,6 +227,7 @@ impl WorkerBook {
 
     /// Marks worker `id` gone (it leaves); true when this call did it.
     pub async fn leave(&self, id: Uuid) -> Result<bool, DbErr> {
+        self.forget(id);
         let left = remote_worker::Entity::update_many()
             .col_expr(remote_worker::Column::GoneAt, Expr::value(clock::now()))
             .filter(remote_worker::Column::Id.eq(id))

@@ -78,6 +78,13 @@ pub trait RunWrites: Send + Sync + 'static {
     /// missing or not QUEUED (another worker has it, or it was cancelled): do nothing.
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError>;
 
+    /// A remote worker's claim: the oldest runnable QUEUED job of these registered types (full
+    /// names) → RUNNING, as [`RunWrites::claim`] does. On PostgreSQL the row is locked with
+    /// `SKIP LOCKED`, so concurrent claimers each take the next one instead of racing for
+    /// the same; on SQLite (one writer) the oldest few are tried in turn. `None` when none
+    /// is runnable.
+    async fn claim_next(&self, operations: &[String], owner: &str, lease: Duration) -> Result<Option<Job>, StoreError>;
+
     /// Session 2 of execution: RUNNING → the completion's state with its event, for this
     /// run only. `None` when the run is no longer the job's current RUNNING one (cancelled
     /// meanwhile, or taken away by the reaper or a shutdown): the outcome is dropped.
@@ -151,8 +158,7 @@ pub trait Maintenance: Send + Sync + 'static {
     async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError>;
 }
 
-/// Dispatch bookkeeping: what the transport confirmed, what must be (re)sent, and what
-/// waits to be handed out to remote claimers.
+/// Dispatch bookkeeping: what the transport confirmed, and what must be (re)sent.
 #[async_trait]
 pub trait DispatchBook: Send + Sync + 'static {
     /// Records that the transport confirmed these jobs' messages (bookkeeping, not a
@@ -170,10 +176,6 @@ pub trait DispatchBook: Send + Sync + 'static {
     /// Marks every QUEUED job unpublished: a transport that keeps nothing across restarts
     /// (in-process) lost their messages.
     async fn forget_publications(&self) -> Result<u64, StoreError>;
-
-    /// Runnable QUEUED jobs of these registered types (full names), oldest first: what a
-    /// remote worker's claim tries, one compare-and-set ([`JobStore::claim`]) each.
-    async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError>;
 }
 
 /// Everything the lifecycle needs from durable storage, as one object: every role. One

@@ -161,6 +161,11 @@ impl RunWrites for Faulty {
         Ok(claimed)
     }
 
+    async fn claim_next(&self, operations: &[String], owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
+        let job = self.0.claim_next(operations, owner, lease).await?;
+        Ok(job)
+    }
+
     async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
         match completion {
             Completion::Succeeded { .. } if self.1 == Fault::Success => Err(injected()),
@@ -255,10 +260,6 @@ impl DispatchBook for Faulty {
 
     async fn forget_publications(&self) -> Result<u64, StoreError> {
         self.0.forget_publications().await
-    }
-
-    async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError> {
-        self.0.claimable(operations, limit).await
     }
 }
 

@@ -283,6 +283,10 @@ impl RunWrites for SeaStore {
         }
     }
 
+    async fn claim_next(&self, operations: &[String], owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
+        self.claim_next_task(operations, owner, lease).await
+    }
+
     async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
         match &self.writer {
             Some(writer) => writer
@@ -413,10 +417,6 @@ impl DispatchBook for SeaStore {
 
     async fn forget_publications(&self) -> Result<u64, StoreError> {
         self.clear_publications().await
-    }
-
-    async fn claimable(&self, operations: &[String], limit: u64) -> Result<Vec<Uuid>, StoreError> {
-        self.find_claimable(operations, limit).await
     }
 }
 
