@@ -1239,11 +1239,7 @@ async fn memory() -> Vec<Figure> {
     );
     let base = format!("http://127.0.0.1:{port}");
     let client = bench_client();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !matches!(client.get(format!("{base}/readyz")).send().await, Ok(response) if response.status().is_success()) {
-        assert!(Instant::now() < deadline, "yardmaster serve never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&client, &base).await;
     let idle = rss_kib(process.0.id());
     let db = yardmaster::store::connect(&bench_settings(&scratch.url).store).await.unwrap();
     let sleeper = json!({ "operation": "sleep", "payload": { "seconds": 3600 } });
@@ -1408,11 +1404,7 @@ async fn waiters() -> Vec<Figure> {
     );
     let base = format!("http://127.0.0.1:{port}");
     let client = bench_client();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !matches!(client.get(format!("{base}/readyz")).send().await, Ok(response) if response.status().is_success()) {
-        assert!(Instant::now() < deadline, "yardmaster serve never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&client, &base).await;
     let body = json!({ "jobs": vec![json!({ "operation": "ping" }); 100] });
     let response = client.post(format!("{base}/jobs:batch")).json(&body).send().await.unwrap();
     let ids: Vec<String> = response.json::<Value>().await.unwrap()["jobs"]
@@ -1488,4 +1480,13 @@ fn bench_headers() -> reqwest::header::HeaderMap {
     let bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", bench_token())).unwrap();
     headers.insert(reqwest::header::AUTHORIZATION, bearer);
     headers
+}
+
+/// Waits (a minute at most) until the server at `base` answers `/readyz`.
+async fn wait_ready(client: &reqwest::Client, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(client.get(format!("{base}/readyz")).send().await, Ok(response) if response.status().is_success()) {
+        assert!(Instant::now() < deadline, "yardmaster serve never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -19,5 +19,5 @@ cargo bench --bench throughput --no-run
 mkdir -p bench/results
 result="bench/results/$(date -u +%Y-%m-%dT%H%M%S)-${BENCH_ONLY:-all}${BENCH_LABEL:+-$BENCH_LABEL}.txt"
 echo "commit $(git describe --always --dirty 2>/dev/null || echo unknown): $(git log -1 --format=%s 2>/dev/null)" > "$result"
-cargo bench --bench throughput 2>&1 | tee -a "$result"
+cargo bench --bench throughput 2>&1 | sed -u "s#$HOME#~#g; s#$PWD#.#g" | tee -a "$result"
 echo "kept in $result"
