@@ -25,7 +25,13 @@ pub fn submission(body: &[u8]) {
     if let Ok(new) = parse_submission(&rules, body) {
         assert!(nul_pointer(&new.payload).is_none(), "an accepted payload holds a NUL");
         assert!(!new.operation.contains('\0') && new.idempotency_key.iter().all(|key| !key.contains('\0')));
-        assert_eq!(new.queue.as_str(), "default", "an accepted job names an unknown queue");
+        // A registered type's job waits on the remote queue (its type is checked against the
+        // store once its room is known); any other names a queue this deployment consumes.
+        let queue = match crate::remote::names::is_type_reference(&new.operation) {
+            true => crate::domain::QueueName::REMOTE,
+            false => "default",
+        };
+        assert_eq!(new.queue.as_str(), queue, "an accepted job names an unknown queue");
         assert!((0..=100).contains(&new.max_retries));
     }
 }
