@@ -147,6 +147,7 @@ impl ApplicationBuilder {
             false => Consumers::default(),
         };
         let mut remote_sweeper = None;
+        let closing = tokio_util::sync::CancellationToken::new();
         let (port, server) = match self.api {
             true => {
                 first_admin_token(&db, &settings).await?;
@@ -170,6 +171,7 @@ impl ApplicationBuilder {
                     waiters,
                     max_wait: Duration::from_secs(settings.server.max_wait_seconds),
                     remote,
+                    closing: closing.clone(),
                     auth: match self.check_tokens {
                         true => Authenticator::new(db.clone(), Duration::from_secs(settings.auth.cache_seconds)),
                         false => Authenticator::trusting(db.clone(), auth::Caller::admin_for_benchmarks()),
@@ -184,7 +186,9 @@ impl ApplicationBuilder {
             let (done, stopped) = oneshot::channel();
             let grace = Duration::from_secs(settings.worker.grace_seconds);
             let handle = server.as_ref().map(Server::handle);
-            ShutdownGuard::new(in_flight, store.clone(), dispatcher, grace, consumers.intake(), handle, done).start();
+            ShutdownGuard::new(in_flight, store.clone(), dispatcher, grace, consumers.intake(), handle, done)
+                .closing(closing.clone())
+                .start();
             stopped
         });
         let backend = store::Backend::of_url(&settings.store.url)?;

@@ -39,6 +39,8 @@ pub struct ShutdownGuard {
     /// Registered at construction, before the service reports READY, so no early signal
     /// meets the default disposition (which would kill the process without draining).
     signals: Vec<(Signal, &'static str)>,
+    /// Cancelled when draining starts: what waits for clients ends.
+    closing: tokio_util::sync::CancellationToken,
 }
 
 impl ShutdownGuard {
@@ -59,6 +61,7 @@ impl ShutdownGuard {
             }
         }
         ShutdownGuard {
+            closing: tokio_util::sync::CancellationToken::new(),
             in_flight,
             store,
             dispatcher,
@@ -80,6 +83,14 @@ impl ShutdownGuard {
                 }
             });
         }
+    }
+}
+
+impl ShutdownGuard {
+    /// The token it cancels when draining starts (the API's waiters listen to it).
+    pub fn closing(mut self, closing: tokio_util::sync::CancellationToken) -> Self {
+        self.closing = closing;
+        self
     }
 }
 
@@ -119,6 +130,9 @@ impl Handler<Stop> for ShutdownGuard {
         );
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         self.in_flight.close();
+        // Long-polls, event streams and held claims answer now, so the HTTP drain does not
+        // wait out the grace for clients that would wait forever.
+        self.closing.cancel();
         for consumer in &self.consumers {
             consumer.do_send(StopIntake);
         }

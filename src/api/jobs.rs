@@ -422,6 +422,7 @@ pub async fn get(
         tokio::select! {
             () = watch.changed() => job = find(&state, &caller, *id).await?,
             () = tokio::time::sleep_until(deadline) => break,
+            () = state.closing.cancelled() => break,
         }
     }
     let applied = format!("wait={}", wait.as_secs());

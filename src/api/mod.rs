@@ -54,6 +54,9 @@ pub struct AppState {
     pub max_wait: std::time::Duration,
     /// Registered types and remote workers.
     pub remote: Arc<crate::remote::Remote>,
+    /// Cancelled when the process starts draining (SIGTERM): long-polls answer, event
+    /// streams end (their clients resume with `Last-Event-ID`), held claims answer empty.
+    pub closing: tokio_util::sync::CancellationToken,
 }
 
 /// One resource of the API: its path, the methods it takes, who may call it, and its

@@ -190,6 +190,8 @@ async fn next_frame(mut cursor: Cursor) -> Option<(Result<web::Bytes, actix_web:
         }
         tokio::select! {
             () = cursor.watch.changed() => {}
+            // Draining: the client resumes elsewhere with Last-Event-ID.
+            () = cursor.state.closing.cancelled() => return None,
             () = tokio::time::sleep(KEEP_ALIVE) => {
                 return Some((Ok(web::Bytes::from_static(b": keep-alive\n\n")), cursor));
             }

@@ -378,7 +378,7 @@ pub async fn claim(
     // The claim renewed the worker: a wait shorter than its deadline cannot outlive it.
     let cap = state.max_wait.min(state.remote.workers.ttl().saturating_sub(Duration::from_secs(1)));
     let wait = asked.map(|asked| asked.min(cap)).unwrap_or_default();
-    let task = tasks::claim(&state.remote, state.store.as_ref(), &worker, wait).await?;
+    let task = tasks::claim(&state.remote, state.store.as_ref(), &worker, wait, &state.closing).await?;
     let mut response = HttpResponse::Ok();
     if asked.is_some() {
         response.insert_header(("Preference-Applied", format!("wait={}", wait.as_secs())));

@@ -27,6 +27,7 @@ pub async fn claim(
     runs: &dyn RunWrites,
     worker: &LiveWorker,
     wait: Duration,
+    closing: &tokio_util::sync::CancellationToken,
 ) -> Result<Option<Job>, StoreError> {
     let deadline = tokio::time::Instant::now() + wait;
     // Watching starts before the first look, so a task queued between the two is not missed.
@@ -42,6 +43,8 @@ pub async fn claim(
         tokio::select! {
             _ = woken => {}
             () = tokio::time::sleep_until(deadline) => return Ok(None),
+            // Only the wait is cut short, never a claim being written.
+            () = closing.cancelled() => return Ok(None),
         }
     }
 }

@@ -317,3 +317,38 @@ async fn a_killed_embedded_service_reruns_the_coordinator_whose_batches_it_held(
     restarted.signal(libc::SIGTERM);
     actix_rt::task::spawn_blocking(move || restarted.wait()).await.unwrap();
 }
+
+#[actix_rt::test]
+/// Waiting clients get an answer, not a reset connection: the long-poll the job as it is,
+/// the streams their end (to resume elsewhere with Last-Event-ID), well within the grace.
+async fn sigterm_answers_waiting_clients_before_exiting() {
+    // A grace long enough that waiting it out would show.
+    let env = [("YARDMASTER__WORKER__GRACE_SECONDS", "20"), ("RUST_LOG", "info,yardmaster::api=trace")];
+    let served = Served::start(&["--no-workers"], &env);
+    let base = format!("http://127.0.0.1:{}", served.port);
+    let client = crate::helpers::client_with(&served.token);
+    let body = serde_json::json!({ "operation": "ping" });
+    let job: serde_json::Value =
+        client.post(format!("{base}/jobs")).json(&body).send().await.unwrap().json().await.unwrap();
+    let id = job["id"].as_str().unwrap().to_owned();
+    let mut room = client.get(format!("{base}/rooms/default/events/stream")).send().await.unwrap();
+    assert!(room.chunk().await.unwrap().is_some(), "the room stream sent its first event");
+    let mut stream = client.get(format!("{base}/jobs/{id}/events/stream")).send().await.unwrap();
+    assert!(stream.chunk().await.unwrap().is_some(), "the job stream sent its first event");
+    let poll = actix_rt::spawn(client.get(format!("{base}/jobs/{id}")).header("prefer", "wait=60").send());
+    served.wait_for_log(&format!("GET /jobs/{id}"));
+    let signalled = std::time::Instant::now();
+    served.signal(libc::SIGTERM);
+    // The long-poll answers with the job as it is; both streams end.
+    let answered = poll.await.unwrap().unwrap();
+    assert_eq!(answered.status(), 200);
+    let job: serde_json::Value = answered.json().await.unwrap();
+    assert_eq!(job["status"], "queued");
+    for mut open in [room, stream] {
+        while let Some(_) = open.chunk().await.unwrap() {}
+    }
+    let (status, log) = actix_rt::task::spawn_blocking(move || served.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(143), "{status:?} {log:#?}");
+    let took = signalled.elapsed();
+    assert!(took < Duration::from_secs(10), "the drain waited {took:?} for clients that wait");
+}
