@@ -336,7 +336,15 @@ async fn sigterm_answers_waiting_clients_before_exiting() {
     let mut stream = client.get(format!("{base}/jobs/{id}/events/stream")).send().await.unwrap();
     assert!(stream.chunk().await.unwrap().is_some(), "the job stream sent its first event");
     let poll = actix_rt::spawn(client.get(format!("{base}/jobs/{id}")).header("prefer", "wait=60").send());
-    served.wait_for_log(&format!("GET /jobs/{id}"));
+    // The long-poll's own line (the stream's path goes on past the id), read off this
+    // thread, which must go on sending the long-poll.
+    let needle = format!("request: GET /jobs/{id} ");
+    let served = actix_rt::task::spawn_blocking(move || {
+        served.wait_for_log(&needle);
+        served
+    })
+    .await
+    .unwrap();
     let signalled = std::time::Instant::now();
     served.signal(libc::SIGTERM);
     // The long-poll answers with the job as it is; both streams end.
