@@ -673,10 +673,7 @@ fn bench_token() -> &'static str {
 
 /// A client that sends [`bench_token`] with every request.
 fn bench_client() -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    let bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", bench_token())).unwrap();
-    headers.insert(reqwest::header::AUTHORIZATION, bearer);
-    reqwest::Client::builder().default_headers(headers).build().unwrap()
+    reqwest::Client::builder().default_headers(bench_headers()).build().unwrap()
 }
 
 fn bench_settings(url: &str) -> Settings {

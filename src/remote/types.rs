@@ -162,8 +162,7 @@ impl TypeBook {
     fn validator(&self, name: &TypeName, row: &Model) -> Result<Arc<Validator>, TypeError> {
         let key = name.full();
         let mut compiled = self.compiled.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some((at, validator)) = compiled.get(&key).filter(|(at, _)| *at == row.updated_at) {
-            let _ = at;
+        if let Some((_, validator)) = compiled.get(&key).filter(|(at, _)| *at == row.updated_at) {
             return Ok(validator.clone());
         }
         let validator = Arc::new(schema::compile(&row.schema).map_err(TypeError::InvalidSchema)?);

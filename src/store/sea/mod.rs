@@ -126,6 +126,23 @@ impl SeaStore {
         Ok(job)
     }
 
+    /// Events of the jobs `which` picks, in the order written, after event id `after`.
+    async fn events_where(
+        &self,
+        which: sea_orm::sea_query::SimpleExpr,
+        after: Option<i64>,
+        limit: u64,
+    ) -> Result<Vec<JobEvent>, StoreError> {
+        let rows = job_event::Entity::find()
+            .filter(which)
+            .filter(job_event::Column::Id.gt(after.unwrap_or(0)))
+            .order_by_asc(job_event::Column::Id)
+            .limit(limit)
+            .all(&self.db)
+            .await?;
+        rows.into_iter().map(to_event).collect()
+    }
+
     async fn cancel_once(&self, id: Uuid) -> Result<Option<Cancellation>, StoreError> {
         let txn = self.write_txn().await?;
         let now = clock::now();
@@ -161,14 +178,7 @@ impl JobReads for SeaStore {
     }
 
     async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
-        let rows = job_event::Entity::find()
-            .filter(job_event::Column::JobId.eq(id))
-            .filter(job_event::Column::Id.gt(after.unwrap_or(0)))
-            .order_by_asc(job_event::Column::Id)
-            .limit(limit)
-            .all(&self.db)
-            .await?;
-        rows.into_iter().map(to_event).collect()
+        self.events_where(job_event::Column::JobId.eq(id), after, limit).await
     }
 
     async fn room_events(&self, room: &str, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
@@ -177,14 +187,7 @@ impl JobReads for SeaStore {
             .from(job::Entity)
             .and_where(job::Column::Room.eq(room))
             .to_owned();
-        let rows = job_event::Entity::find()
-            .filter(job_event::Column::JobId.in_subquery(jobs))
-            .filter(job_event::Column::Id.gt(after.unwrap_or(0)))
-            .order_by_asc(job_event::Column::Id)
-            .limit(limit)
-            .all(&self.db)
-            .await?;
-        rows.into_iter().map(to_event).collect()
+        self.events_where(job_event::Column::JobId.in_subquery(jobs), after, limit).await
     }
 
     async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError> {
