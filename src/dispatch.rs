@@ -100,7 +100,7 @@ impl Dispatcher {
     }
 
     async fn commit_and_announce(&self, mut job: NewJob) -> Result<Submission, StoreError> {
-        job.announced = !self.transport.is_durable() || job.queue.is_remote();
+        job.announced = !self.transport.is_durable() || job.queue.is_pulled();
         let submission = self.store.submit(job).await?;
         failpoint::hit("submit.after_commit");
         if submission.created {
@@ -121,7 +121,7 @@ impl Dispatcher {
 
     async fn commit_and_announce_many(&self, mut jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
         let announced = !self.transport.is_durable();
-        jobs.iter_mut().for_each(|job| job.announced = announced || job.queue.is_remote());
+        jobs.iter_mut().for_each(|job| job.announced = announced || job.queue.is_pulled());
         let submissions = self.store.submit_many(jobs).await?;
         failpoint::hit("submit.after_commit");
         let created: Vec<Dispatch> = submissions
@@ -138,14 +138,14 @@ impl Dispatcher {
     /// while this process lives, and a restart forgets every publication; a send that fails
     /// all the same gives its jobs back to the sweep.
     async fn announce(&self, jobs: &[Dispatch]) {
-        // A registered type's jobs were written published: its claimers were woken by the
-        // store's write, and nothing goes to the transport.
-        let remote = jobs.iter().any(|job| job.queue == QueueName::REMOTE);
+        // Jobs of pulled queues (registered types, scripts) were written published: their
+        // claimers were woken by the store's write, and nothing goes to the transport.
+        let remote = jobs.iter().any(|job| QueueName::pulled(&job.queue));
         let owned: Vec<Dispatch>;
         let jobs = match remote {
             false => jobs,
             true => {
-                owned = jobs.iter().filter(|job| job.queue != QueueName::REMOTE).cloned().collect();
+                owned = jobs.iter().filter(|job| !QueueName::pulled(&job.queue)).cloned().collect();
                 &owned
             }
         };
@@ -172,10 +172,10 @@ impl Dispatcher {
         if jobs.is_empty() {
             return 0;
         }
-        // A registered type's job is not sent: its claimers take it over HTTP. Recording it
-        // published is its announcement (the store wakes its claimers).
+        // A pulled queue's job is not sent: its claimers take it. Recording it published is
+        // its announcement (the store wakes its claimers).
         let (remote, jobs): (Vec<Dispatch>, Vec<Dispatch>) =
-            jobs.iter().cloned().partition(|job| job.queue == QueueName::REMOTE);
+            jobs.iter().cloned().partition(|job| QueueName::pulled(&job.queue));
         let messages = self.messages(&jobs);
         let sends = messages.iter().map(|message| {
             let ids: Vec<Uuid> = message.iter().map(|job| job.id).collect();

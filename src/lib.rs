@@ -32,6 +32,7 @@ pub mod startup;
 pub mod store;
 pub mod telemetry;
 pub mod transport;
+pub mod uploads;
 pub mod worker;
 
 pub use config::Settings;

@@ -133,7 +133,12 @@ impl ApplicationBuilder {
             Some(transport) => transport,
             None => build_transport(&settings)?,
         };
-        let registry = Arc::new(crate::inference::register(self.registry, &settings.inference));
+        let uploads = Arc::new(
+            crate::uploads::Uploads::open(db.clone(), &settings.uploads)
+                .with_context(|| format!("opening the upload directory {}", settings.uploads.dir))?,
+        );
+        let registry = uploads.register(crate::inference::register(self.registry, &settings.inference));
+        let registry = Arc::new(registry);
         let grouping = settings.queues.iter().map(|(name, queue)| (name.clone(), queue.ids_per_message)).collect();
         let dispatcher = Dispatcher::new(store.clone(), transport.clone()).with_grouping(grouping);
         let sweeper = start_sweeper(&settings, &dispatcher).await?;
@@ -143,18 +148,37 @@ impl ApplicationBuilder {
         });
         let in_flight = InFlight::new();
         let consumers = match settings.worker.enabled {
-            true => start_workers(&settings, &store, &transport, &registry, &db, &in_flight, &dispatcher),
+            true => {
+                let mut consumers =
+                    start_workers(&settings, &store, &transport, &registry, &db, &in_flight, &dispatcher);
+                if settings.uploads.host_slots > 0 {
+                    let parts = crate::uploads::HostParts {
+                        executor: consumers.executor.clone().context("the executor")?,
+                        store: store.clone(),
+                        in_flight: in_flight.clone(),
+                        claimers: claimers.clone(),
+                        quotas: uploads.quotas.clone(),
+                        heartbeat: Duration::from_millis(settings.worker.heartbeat_ms),
+                    };
+                    consumers.scripts =
+                        Some(crate::uploads::ScriptHost::new(parts, settings.uploads.host_slots).start());
+                }
+                consumers
+            }
             false => Consumers::default(),
         };
         let mut remote_sweeper = None;
         let closing = tokio_util::sync::CancellationToken::new();
+        // Waiting clients (API) and script hosts are woken across processes by NOTIFY.
+        if self.api || consumers.scripts.is_some() {
+            live::listen(&settings.store.url, waiters.clone(), claimers.clone())
+                .await
+                .context("starting the listener")?;
+        }
         let (port, server) = match self.api {
             true => {
                 first_admin_token(&db, &settings).await?;
-                live::listen(&settings.store.url, waiters.clone(), claimers.clone())
-                    .await
-                    .context("starting the listener")?;
-                let remote = Arc::new(crate::remote::Remote::new(db.clone(), &settings.remote, claimers));
+                let remote = Arc::new(crate::remote::Remote::new(db.clone(), &settings.remote, claimers.clone()));
                 remote_sweeper = Some(Supervisor::start({
                     let (remote, interval) = (remote.clone(), Duration::from_millis(settings.remote.sweep_interval_ms));
                     move |_| crate::remote::sweeper::RemoteSweeper::new(remote, interval)
@@ -171,6 +195,7 @@ impl ApplicationBuilder {
                     waiters,
                     max_wait: Duration::from_secs(settings.server.max_wait_seconds),
                     remote,
+                    uploads: uploads.clone(),
                     closing: closing.clone(),
                     auth: match self.check_tokens {
                         true => Authenticator::new(db.clone(), Duration::from_secs(settings.auth.cache_seconds)),
@@ -256,6 +281,7 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
     let server_settings = settings.server.clone();
     let max_body = server_settings.max_body_bytes;
     let body_timeout = Duration::from_secs(server_settings.body_timeout_seconds);
+    let upload_timeout = state.uploads.body_timeout;
     let clients = api::ClientLimit::new(server_settings.max_connections_per_client);
     let document = api::openapi::document(&api::openapi::Deployment {
         max_page_size: server_settings.max_page_size,
@@ -270,7 +296,7 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
             .default_service(web::to(api::not_found))
             .wrap(actix_web::middleware::from_fn(api::fail_fast))
             // Outermost, so it holds an unread body until the response is written.
-            .wrap(api::BodyGuard::new(body_timeout))
+            .wrap(api::BodyGuard::new(body_timeout).longer_for("/uploads", upload_timeout))
     })
     .workers(server_settings.http_workers.max(1))
     .max_connections(server_settings.max_connections)
@@ -290,6 +316,10 @@ struct Consumers {
     jobs: Vec<Addr<QueueConsumer>>,
     operations: Vec<Addr<OperationConsumer>>,
     writes: Vec<Addr<WriteConsumer>>,
+    /// The script host, when this process runs uploaded scripts.
+    scripts: Option<Addr<crate::uploads::ScriptHost>>,
+    /// The executor the job consumers share (and the script host).
+    executor: Option<Arc<Executor>>,
 }
 
 impl Consumers {
@@ -301,7 +331,9 @@ impl Consumers {
     fn intake(&self) -> Vec<actix::Recipient<StopIntake>> {
         let jobs = self.jobs.iter().map(|addr| addr.clone().recipient());
         let operations = self.operations.iter().map(|addr| addr.clone().recipient());
-        jobs.chain(operations).chain(self.writes.iter().map(|addr| addr.clone().recipient())).collect()
+        let writes = self.writes.iter().map(|addr| addr.clone().recipient());
+        let scripts = self.scripts.iter().map(|addr| addr.clone().recipient());
+        jobs.chain(operations).chain(writes).chain(scripts).collect()
     }
 }
 
@@ -325,10 +357,10 @@ fn start_workers(
     };
     let executor = Arc::new(Executor::new(services.clone(), registry.clone(), config));
     let heartbeat = Duration::from_millis(settings.worker.heartbeat_ms);
-    let jobs = Arc::new(JobMessages::new(executor, store.clone(), in_flight.clone(), heartbeat));
+    let jobs = Arc::new(JobMessages::new(executor.clone(), store.clone(), in_flight.clone(), heartbeat));
     let operations = Arc::new(OperationMessages::new(registry.clone(), services));
     let writes = Arc::new(BatchWrites::new(store.clone(), registry.clone()));
-    let mut consumers = Consumers::default();
+    let mut consumers = Consumers { executor: Some(executor), ..Consumers::default() };
     for (queue, queue_settings) in settings.consumed_queues() {
         let (queue, queue_settings, transport) = (queue.clone(), queue_settings.clone(), transport.clone());
         match queue_settings.kind {
@@ -410,6 +442,8 @@ impl Application {
             }
         };
         drop((consumers, sweeper, reaper, remote_sweeper, clock));
+        // Runs that did not stop in time do not outlive the process.
+        crate::uploads::sandbox::kill_all();
         Ok(code)
     }
 }

@@ -15,6 +15,7 @@ mod m20261124_000007_embeddings;
 mod m20261125_000008_rooms_and_tokens;
 mod m20261125_000009_job_event_notify;
 mod m20261125_000010_remote_workers;
+mod m20261125_000011_uploads;
 
 /// Lists every migration in the order it is applied.
 pub struct Migrator;
@@ -33,6 +34,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000008_rooms_and_tokens::Migration),
             Box::new(m20261125_000009_job_event_notify::Migration),
             Box::new(m20261125_000010_remote_workers::Migration),
+            Box::new(m20261125_000011_uploads::Migration),
         ]
     }
 }

@@ -11,7 +11,9 @@ use actix::prelude::*;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::domain::Job;
 use crate::store::{RunRef, RunWrites};
+use crate::worker::{Executor, HandleOutcome};
 
 pub struct Heartbeat {
     run: RunRef,
@@ -75,5 +77,40 @@ impl Handler<StopHeartbeat> for Heartbeat {
 
     fn handle(&mut self, _: StopHeartbeat, ctx: &mut Self::Context) {
         ctx.stop();
+    }
+}
+
+/// Runs a claimed job with the executor, renewing its lease with a [`Heartbeat`] once the
+/// first renewal is due (a short job never has one), and stopping it however the run ends.
+pub async fn run_with_heartbeat(
+    executor: &Executor,
+    store: Arc<dyn RunWrites>,
+    interval: Duration,
+    job: Job,
+    cancel: CancellationToken,
+) -> HandleOutcome {
+    let run = RunRef::from(&job);
+    let running = executor.run(job, cancel.clone());
+    tokio::pin!(running);
+    let heartbeat = tokio::select! {
+        biased;
+        outcome = &mut running => return outcome,
+        () = tokio::time::sleep(interval) => {
+            let lease = executor.config().lease;
+            StopOnDrop(Heartbeat::new(run, store, lease, interval, cancel).start())
+        }
+    };
+    let outcome = running.await;
+    // Stops the heartbeat however the run ends, a panic included.
+    drop(heartbeat);
+    outcome
+}
+
+/// Sends [`StopHeartbeat`] when dropped.
+struct StopOnDrop(Addr<Heartbeat>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.do_send(StopHeartbeat);
     }
 }

@@ -13,7 +13,7 @@ mod write_consumer;
 pub use clock_sync::{ClockSync, SyncClock, CLOCK_SYNC_INTERVAL};
 pub use consumer::{Consumer, DeliveryHandler, Slots, StopIntake};
 pub use dispatch_sweeper::{DispatchSweeper, Tick};
-pub use heartbeat::{Heartbeat, StopHeartbeat};
+pub use heartbeat::{run_with_heartbeat, Heartbeat, StopHeartbeat};
 pub use operation_consumer::{OperationConsumer, OperationMessage, OperationMessages};
 pub use queue_consumer::{JobMessages, QueueConsumer};
 pub use reaper::{Reap, ReapCounts, Reaper};

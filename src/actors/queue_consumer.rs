@@ -17,7 +17,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Actor as _;
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use tokio::sync::OwnedSemaphorePermit;
@@ -25,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::consumer::{dead_letter, requeue_later, settle, Consumer, DeliveryHandler, Slots, RETRY_PAUSE};
-use super::heartbeat::{Heartbeat, StopHeartbeat};
+use super::heartbeat::run_with_heartbeat;
 use crate::dispatch::{decode_job_message, encode_job_ids};
 use crate::store::{JobStore, RunRef};
 use crate::transport::{Delivery, Transport, MAX_MESSAGE_BYTES};
@@ -75,22 +74,7 @@ impl JobMessages {
                 let run = RunRef::from(&*job);
                 let cancel = CancellationToken::new();
                 slot.bind(run, cancel.clone());
-                let running = self.executor.run(*job, cancel.clone());
-                tokio::pin!(running);
-                // No heartbeat until the first renewal is due: a short job never has one.
-                let heartbeat = tokio::select! {
-                    biased;
-                    _ = &mut running => None,
-                    () = tokio::time::sleep(self.heartbeat) => {
-                        let lease = self.executor.config().lease;
-                        Some(StopOnDrop(Heartbeat::new(run, self.store.clone(), lease, self.heartbeat, cancel).start()))
-                    }
-                };
-                if heartbeat.is_some() {
-                    running.await;
-                }
-                // Stops the heartbeat however the run ends, a panic included.
-                drop(heartbeat);
+                run_with_heartbeat(&self.executor, self.store.clone(), self.heartbeat, *job, cancel).await;
                 Step::Done
             }
             Ok(Claim::NotClaimable) => Step::Done,
@@ -174,14 +158,5 @@ impl DeliveryHandler for JobMessages {
                 }
             },
         }
-    }
-}
-
-/// Sends [`StopHeartbeat`] when dropped.
-struct StopOnDrop(actix::Addr<Heartbeat>);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.do_send(StopHeartbeat);
     }
 }

@@ -38,11 +38,19 @@ type Held = Rc<RefCell<Payload>>;
 #[derive(Clone, Copy)]
 pub struct BodyGuard {
     read_timeout: Duration,
+    /// A path whose bodies may take longer (uploads), and how long.
+    longer: Option<(&'static str, Duration)>,
 }
 
 impl BodyGuard {
     pub fn new(read_timeout: Duration) -> Self {
-        BodyGuard { read_timeout }
+        BodyGuard { read_timeout, longer: None }
+    }
+
+    /// Gives bodies sent to `path` `timeout` instead.
+    pub fn longer_for(mut self, path: &'static str, timeout: Duration) -> Self {
+        self.longer = Some((path, timeout));
+        self
     }
 }
 
@@ -58,13 +66,14 @@ where
     type Future = Ready<Result<Self::Transform, Self::InitError>>;
 
     fn new_transform(&self, service: S) -> Self::Future {
-        ready(Ok(BodyGuardService { service, read_timeout: self.read_timeout }))
+        ready(Ok(BodyGuardService { service, read_timeout: self.read_timeout, longer: self.longer }))
     }
 }
 
 pub struct BodyGuardService<S> {
     service: S,
     read_timeout: Duration,
+    longer: Option<(&'static str, Duration)>,
 }
 
 impl<S, B> Service<ServiceRequest> for BodyGuardService<S>
@@ -84,7 +93,11 @@ where
             Payload::None => None,
             body => {
                 let held: Held = Rc::new(RefCell::new(body));
-                let timed = TimedBody { inner: held.clone(), deadline: Box::pin(sleep(self.read_timeout)) };
+                let timeout = match self.longer {
+                    Some((path, longer)) if req.path() == path => longer,
+                    _ => self.read_timeout,
+                };
+                let timed = TimedBody { inner: held.clone(), deadline: Box::pin(sleep(timeout)) };
                 req.set_payload(Payload::Stream { payload: Box::pin(timed) });
                 Some(held)
             }

@@ -89,12 +89,7 @@ pub async fn submit(
     req: HttpRequest,
     body: web::Json<SubmitRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let header_key = req
-        .headers()
-        .get("Idempotency-Key")
-        .map(|value| value.to_str().map(str::to_owned))
-        .transpose()
-        .map_err(|_| ApiError::new(Code::InvalidRequest, "Idempotency-Key must be visible ASCII"))?;
+    let header_key = idempotency_header(&req)?;
     let body = body.into_inner();
     let parent = check_parent(&state, &caller, body.parent_job_id).await?;
     let asked_room = body.room.is_some();
@@ -225,6 +220,7 @@ fn place(caller: &Caller, new: &mut NewJob, asked_room: bool, parent: Option<&Jo
         }
         new.room = RoomId::parse(&parent.room).map_err(|err| ApiError::new(Code::Internal, err))?;
     }
+    new.submitted_by = Some(caller.identity().user.clone());
     caller.may_write(new.room.as_str()).map_err(|err| err.at("/room"))
 }
 
@@ -362,14 +358,7 @@ fn validate_submission(
         }
         (false, name) => known_job_queue(state, name).map_err(|err| err.at("/queue"))?,
     };
-    let idempotency_key = body.idempotency_key.or(header_key);
-    if let Some(key) = &idempotency_key {
-        // Characters, as the `varchar(255)` column counts them.
-        if key.is_empty() || key.chars().count() > MAX_IDEMPOTENCY_KEY {
-            let detail = format!("idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY} characters");
-            return Err(ApiError::new(Code::InvalidRequest, detail).at("/idempotency_key"));
-        }
-    }
+    let idempotency_key = check_idempotency_key(body.idempotency_key.or(header_key))?;
     let max_retries = body.max_retries.unwrap_or(default_retries);
     if !(0..=MAX_RETRIES_LIMIT).contains(&max_retries) {
         let detail = format!("max_retries must be between 0 and {MAX_RETRIES_LIMIT}");
@@ -385,7 +374,30 @@ fn validate_submission(
         retry_policy,
         idempotency_key,
         announced: false,
+        id: None,
+        submitted_by: None,
+        service: None,
     })
+}
+
+/// The `Idempotency-Key` header, if sent.
+pub(crate) fn idempotency_header(req: &HttpRequest) -> Result<Option<String>, ApiError> {
+    req.headers()
+        .get("Idempotency-Key")
+        .map(|value| value.to_str().map(str::to_owned))
+        .transpose()
+        .map_err(|_| ApiError::new(Code::InvalidRequest, "Idempotency-Key must be visible ASCII"))
+}
+
+/// An idempotency key of 1-255 characters (as the `varchar(255)` column counts them).
+pub(crate) fn check_idempotency_key(key: Option<String>) -> Result<Option<String>, ApiError> {
+    if let Some(key) = &key {
+        if key.is_empty() || key.chars().count() > MAX_IDEMPOTENCY_KEY {
+            let detail = format!("idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY} characters");
+            return Err(ApiError::new(Code::InvalidRequest, detail).at("/idempotency_key"));
+        }
+    }
+    Ok(key)
 }
 
 /// A job, payload and result included. With `Prefer: wait=N` (RFC 7240), the answer waits

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use actix_web::{guard, middleware, web, HttpResponse};
 
-pub use body_guard::BodyGuard;
+pub use body_guard::{is_body_timeout, BodyGuard};
 pub use client_limit::ClientLimit;
 pub use error::{ApiError, Code, Problem};
 pub use extract::{required_whole_number, room_id, whole_number};
@@ -54,6 +54,8 @@ pub struct AppState {
     pub max_wait: std::time::Duration,
     /// Registered types and remote workers.
     pub remote: Arc<crate::remote::Remote>,
+    /// Uploaded `run.sh` jobs: their files and services.
+    pub uploads: Arc<crate::uploads::Uploads>,
     /// Cancelled when the process starts draining (SIGTERM): long-polls answer, event
     /// streams end (their clients resume with `Last-Event-ID`), held claims answer empty.
     pub closing: tokio_util::sync::CancellationToken,
@@ -134,6 +136,24 @@ pub const ROUTES: &[Route] = &[
         allow: READ,
         access: Access::Member,
         handlers: |r| r.route(read().to(stream::room_events)),
+    },
+    Route {
+        path: "/uploads",
+        allow: WRITE,
+        access: Access::Member,
+        handlers: |r| r.route(web::post().to(crate::uploads::api::upload)),
+    },
+    Route {
+        path: "/jobs/{id}/result",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(crate::uploads::api::result)),
+    },
+    Route {
+        path: "/jobs/{id}/files/{path:.*}",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(crate::uploads::api::file)),
     },
     Route {
         path: "/embeddings/{set}",

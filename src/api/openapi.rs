@@ -53,6 +53,9 @@ use super::{admin, health, jobs, tokens, Access, ROUTES};
         crate::remote::api::deregister_worker,
         crate::remote::api::claim,
         crate::remote::api::report,
+        crate::uploads::api::upload,
+        crate::uploads::api::result,
+        crate::uploads::api::file,
     ),
     components(schemas(Problem)),
     modifiers(&Completed),
@@ -60,6 +63,7 @@ use super::{admin, health, jobs, tokens, Access, ROUTES};
         (name = "jobs", description = "Submit, read, list, cancel and retry jobs; their children and events"),
         (name = "inference", description = "Stored embedding sets"),
         (name = "remote", description = "Registered job types, and remote workers that claim and report their tasks over HTTP"),
+        (name = "uploads", description = "Upload files with run.sh for a service; download the ZIP of what it made"),
         (name = "admin", description = "Dead letters and tokens: admins only"),
         (name = "health", description = "Liveness and readiness: no token"),
     )

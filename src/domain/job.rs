@@ -52,6 +52,11 @@ pub struct Job {
     /// When this run of a coordinator returned with its work handed on: it holds no lease
     /// from then on.
     pub deferred_at: Option<DateTime<Utc>>,
+    /// The user of the token that submitted it (a child: its parent's submitter); `None`
+    /// for jobs submitted before users were recorded, and by the server itself.
+    pub submitted_by: Option<String>,
+    /// The service an uploaded script runs under (`run_script` jobs): its quotas and limits.
+    pub service: Option<String>,
 }
 
 /// A job as a list shows it: everything but the payload, the result and the retry policy
@@ -117,6 +122,13 @@ pub struct NewJob {
     /// lives (the in-process transport): the row is written as published, so the sweep does
     /// not send it again and no second write records the publication.
     pub announced: bool,
+    /// The id to insert it under; `None` for a fresh one. An upload names its job before
+    /// the row exists, so its files are in place under that id when the row appears.
+    pub id: Option<Uuid>,
+    /// See [`Job::submitted_by`].
+    pub submitted_by: Option<String>,
+    /// See [`Job::service`].
+    pub service: Option<String>,
 }
 
 impl NewJob {
@@ -133,6 +145,9 @@ impl NewJob {
             retry_policy: RetryPolicy::default(),
             idempotency_key: None,
             announced: false,
+            id: None,
+            submitted_by: None,
+            service: None,
         }
     }
 
@@ -185,6 +200,9 @@ impl<'a> Asked<'a> {
     }
 }
 
+/// The operation of uploaded `run.sh` jobs; also the key their claimers wait under.
+pub const RUN_SCRIPT: &str = "run_script";
+
 /// A queue name: 1-64 characters of `[A-Za-z0-9._-]`, safe as an AMQP queue name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -203,6 +221,25 @@ impl QueueName {
 
     pub fn is_remote(&self) -> bool {
         self.0 == QueueName::REMOTE
+    }
+
+    /// Where uploaded scripts wait (operation [`RUN_SCRIPT`]): claimed by script hosts
+    /// under their service's quotas, never published to the transport.
+    pub const SCRIPTS: &'static str = "@scripts";
+
+    pub fn scripts() -> Self {
+        QueueName(QueueName::SCRIPTS.to_owned())
+    }
+
+    /// True for a queue whose jobs are claimed by whoever runs them ([`QueueName::REMOTE`],
+    /// [`QueueName::SCRIPTS`]) rather than sent to a consumer by the transport.
+    pub fn is_pulled(&self) -> bool {
+        QueueName::pulled(&self.0)
+    }
+
+    /// [`QueueName::is_pulled`] of a stored queue name.
+    pub fn pulled(name: &str) -> bool {
+        name.starts_with('@')
     }
 
     pub fn parse(name: &str) -> Result<Self, String> {

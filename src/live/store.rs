@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{JobWaiters, TaskWaiters, ANY_JOB};
-use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, JobStatus, NewEvent, NewJob, QueueName};
+use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, JobStatus, NewEvent, NewJob, QueueName, RUN_SCRIPT};
 use crate::store::{
     BatchRecorded, Cancellation, Completion, Dispatch, DispatchBook, ExpiredLease, JobCommands, JobFilter, JobReads,
     JobStore, Maintenance, Page, Reduce, Requeue, RunRef, RunWrites, StoreError, Submission,
@@ -37,6 +37,10 @@ impl NotifyingStore {
         }
         if job.status == JobStatus::Queued && job.queue == QueueName::REMOTE {
             self.tasks.wake(job.operation.as_str());
+        }
+        // A script job queued is one to claim; one that left RUNNING freed a quota slot.
+        if job.queue == QueueName::SCRIPTS && job.status != JobStatus::Running {
+            self.tasks.wake(RUN_SCRIPT);
         }
     }
 
@@ -99,6 +103,15 @@ impl JobCommands for NotifyingStore {
         let job = self.inner.retry(id).await?;
         self.changed(&job);
         Ok(job)
+    }
+
+    async fn note_queued(&self, id: Uuid, event: NewEvent) -> Result<bool, StoreError> {
+        let noted = self.inner.note_queued(id, event).await?;
+        if noted {
+            self.waiters.wake(&ANY_JOB);
+            self.waiters.wake(&id);
+        }
+        Ok(noted)
     }
 }
 
@@ -210,7 +223,7 @@ impl DispatchBook for NotifyingStore {
         let marked = self.inner.mark_published(jobs).await?;
         // The dispatch sweep announces a registered type's job once its delay is over; the
         // record names no type, so every claimer looks.
-        if marked > 0 && jobs.iter().any(|job| job.queue == QueueName::REMOTE) {
+        if marked > 0 && jobs.iter().any(|job| QueueName::pulled(&job.queue)) {
             self.tasks.wake_all();
         }
         Ok(marked)

@@ -97,6 +97,11 @@ impl JobContext {
         self.cancel.is_cancelled()
     }
 
+    /// The token [`JobContext::cancelled`] waits on, for work handed to another task.
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
     /// Completes when the job is cancelled; race it against slow work with `select!`.
     pub async fn cancelled(&self) {
         self.cancel.cancelled().await

@@ -181,6 +181,7 @@ impl JobContext {
                 room: room.clone(),
                 parent_job_id: Some(run.id),
                 idempotency_key: Some(format!("{}:child:{index}", run.id)),
+                submitted_by: job.submitted_by.clone(),
                 ..child
             })
             .collect();

@@ -67,6 +67,10 @@ pub trait JobCommands: Send + Sync + 'static {
     /// FAILED | CANCELLED → QUEUED by hand, clearing the error; other states are an
     /// [`StoreError::InvalidTransition`].
     async fn retry(&self, id: Uuid) -> Result<Job, StoreError>;
+
+    /// Appends `event` to a job that is still QUEUED (why it waits, say); false, writing
+    /// nothing, once it is not.
+    async fn note_queued(&self, id: Uuid, event: NewEvent) -> Result<bool, StoreError>;
 }
 
 /// What a worker writes about its run, local (a queue consumer) or remote (over HTTP):

@@ -148,6 +148,10 @@ impl JobCommands for Faulty {
     async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
         self.0.retry(id).await
     }
+
+    async fn note_queued(&self, id: Uuid, event: yardmaster::domain::NewEvent) -> Result<bool, StoreError> {
+        self.0.note_queued(id, event).await
+    }
 }
 
 #[async_trait]

@@ -158,6 +158,8 @@ pub struct TestOptions {
     pub max_wait_seconds: u64,
     /// `[remote]`: the defaults unless a test sets it.
     pub remote: Option<yardmaster::config::RemoteSettings>,
+    /// `[uploads]`: the defaults unless a test sets it; its `dir` is always the test's own.
+    pub uploads: Option<yardmaster::config::UploadSettings>,
 }
 
 impl Default for TestOptions {
@@ -177,6 +179,7 @@ impl Default for TestOptions {
             inference: None,
             max_wait_seconds: 60,
             remote: None,
+            uploads: None,
         }
     }
 }
@@ -193,7 +196,26 @@ pub struct TestApp {
     pub seeded: Vec<Uuid>,
     /// The app's run: with `handle_signals`, resolves with the exit code once it drained.
     pub stopped: actix_rt::task::JoinHandle<std::io::Result<i32>>,
+    /// The app's `uploads.dir`, removed with it.
+    pub uploads: ScratchDir,
     _database: TestDatabase,
+}
+
+/// A directory of the test's own under the system's temporary directory, removed on drop.
+pub struct ScratchDir(pub std::path::PathBuf);
+
+impl ScratchDir {
+    pub fn new(what: &str) -> ScratchDir {
+        let dir = std::env::temp_dir().join(format!("yardmaster-{what}-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        ScratchDir(dir)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl TestApp {
@@ -230,6 +252,11 @@ impl TestApp {
         if let Some(inference) = options.inference {
             settings.inference = inference;
         }
+        if let Some(uploads) = options.uploads {
+            settings.uploads = uploads;
+        }
+        let uploads = ScratchDir::new("uploads");
+        settings.uploads.dir = uploads.0.display().to_string();
         if backend == Backend::Amqp {
             settings.transport.kind = TransportKind::Amqp;
             settings.transport.amqp.url = amqp_url();
@@ -283,7 +310,7 @@ impl TestApp {
         let (db, store) = (app.db(), app.store());
         let stopped = actix_rt::spawn(app.run_until_stopped());
         let client = client_with(&admin_token);
-        TestApp { address, client, admin_token, db, store, transport, seeded, stopped, _database: database }
+        TestApp { address, client, admin_token, db, store, transport, seeded, stopped, uploads, _database: database }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -26,3 +26,4 @@ mod stale_runs;
 mod systemd;
 mod test_ops;
 mod tokens_cli;
+mod uploads;

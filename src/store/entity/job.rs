@@ -32,6 +32,8 @@ pub struct Model {
     pub retry_policy: Option<Json>,
     pub fan_out: Option<String>,
     pub deferred_at: Option<ChronoDateTimeUtc>,
+    pub submitted_by: Option<String>,
+    pub service: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -260,6 +260,24 @@ impl JobCommands for SeaStore {
         Err(StoreError::Corrupt(format!("job {id} kept changing state during cancel")))
     }
 
+    async fn note_queued(&self, id: Uuid, event: NewEvent) -> Result<bool, StoreError> {
+        let txn = self.write_txn().await?;
+        // The row is locked (a no-op update) so the event cannot land after a claim.
+        let still = job::Entity::update_many()
+            .col_expr(job::Column::Status, Expr::col(job::Column::Status).into())
+            .filter(job::Column::Id.eq(id))
+            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        if still == 0 {
+            return Ok(false);
+        }
+        append_event(&txn, id, &event).await?;
+        txn.commit().await?;
+        Ok(true)
+    }
+
     async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
         let event = NewEvent::new(EventName::RETRIED).message("re-queued by request");
         let from = [JobStatus::Failed, JobStatus::Cancelled];

@@ -42,7 +42,7 @@ pub(super) fn to_chrono(duration: Duration) -> chrono::Duration {
 
 pub(super) fn new_row(new: &NewJob) -> job::Model {
     job::Model {
-        id: Uuid::now_v7(),
+        id: new.id.unwrap_or_else(Uuid::now_v7),
         room: new.room.as_str().to_owned(),
         operation: new.operation.clone(),
         queue: new.queue.as_str().to_owned(),
@@ -68,6 +68,8 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         retry_policy: serde_json::to_value(&new.retry_policy).ok(),
         fan_out: None,
         deferred_at: None,
+        submitted_by: new.submitted_by.clone(),
+        service: new.service.clone(),
     }
 }
 
@@ -99,6 +101,8 @@ pub(super) fn to_job(row: job::Model) -> Result<Job, StoreError> {
         failures: row.failures,
         fan_out: row.fan_out,
         deferred_at: row.deferred_at,
+        submitted_by: row.submitted_by,
+        service: row.service,
         retry_policy: row
             .retry_policy
             .map(|policy| {

@@ -86,6 +86,9 @@ impl SeaStore {
         if of.queue == QueueName::REMOTE {
             ahead = ahead.filter(job::Column::Operation.eq(of.operation.as_str()));
         }
+        if of.queue == QueueName::SCRIPTS {
+            ahead = ahead.filter(job::Column::Service.eq(of.service.as_deref()));
+        }
         Ok(Some(ahead.count(&self.db).await? as i64 + 1))
     }
 

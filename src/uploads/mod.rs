@@ -1,0 +1,67 @@
+//! Upload-and-run jobs (seed 004): a client uploads files including `run.sh` for a named
+//! service; a script host runs it in a sandbox; the outputs come back as a ZIP.
+//!
+//! An upload streams to disk under the service's limits ([`api`], [`names`], [`files`]) and
+//! becomes a `run_script` job on the `@scripts` queue, in the caller's room, recording the
+//! user and the service. Script hosts claim those jobs under the service's quotas ([`quota`],
+//! [`host`]) and run them with the lifecycle's executor ([`run_script`], [`sandbox`],
+//! [`archive`]): the same events, leases, heartbeats, cancellation, retries and shutdown
+//! requeue as every job.
+
+pub mod api;
+pub mod archive;
+pub mod files;
+pub mod host;
+pub mod names;
+pub mod quota;
+pub mod run_script;
+pub mod sandbox;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use files::LocalFiles;
+pub use host::{HostParts, ScriptHost};
+pub use quota::Quotas;
+pub use run_script::RunScript;
+
+use crate::config::{ServiceSettings, UploadSettings};
+use crate::ops::OperationRegistry;
+
+/// Everything the upload endpoints and script hosts share.
+pub struct Uploads {
+    pub files: LocalFiles,
+    pub services: Arc<BTreeMap<String, ServiceSettings>>,
+    pub quotas: Arc<Quotas>,
+    /// How long an upload's body may take, and stall.
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl Uploads {
+    pub fn open(db: sea_orm::DatabaseConnection, settings: &UploadSettings) -> std::io::Result<Self> {
+        let services = Arc::new(settings.services.clone());
+        Ok(Uploads {
+            files: LocalFiles::open(&settings.dir)?,
+            quotas: Arc::new(Quotas::new(db, services.clone())),
+            services,
+            body_timeout: Duration::from_secs(settings.body_timeout_seconds.max(1)),
+            idle_timeout: Duration::from_secs(settings.idle_timeout_seconds.max(1)),
+        })
+    }
+
+    /// The registry with `run_script`, which runs this deployment's services.
+    pub fn register(&self, registry: OperationRegistry) -> OperationRegistry {
+        registry.with(RunScript::new(self.files.clone(), self.services.clone()))
+    }
+}
+
+/// A service name: 1-64 characters of `[A-Za-z0-9._-]`.
+pub fn check_service_name(name: &str) -> Result<(), String> {
+    let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > 64 || !name.chars().all(valid) {
+        return Err(format!("service name {name:?} must be 1-64 characters of letters, digits, '.', '_' or '-'"));
+    }
+    Ok(())
+}

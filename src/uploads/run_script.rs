@@ -1,0 +1,216 @@
+//! `run_script`: the operation of an uploaded job. It copies the upload into a fresh working
+//! directory, runs `run.sh` there in the sandbox, zips what the run made with its logs, and
+//! reports: exit 0 is the job's success; anything else its failure, named (exit code and
+//! the end of stderr, the signal, the limit it hit, the timeout).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::archive::{self, Packed};
+use super::files::LocalFiles;
+use super::sandbox::{self, signal_name, Exit, Finished, Limits};
+use crate::config::ServiceSettings;
+use crate::domain::{EventLevel, Job, RUN_SCRIPT};
+use crate::ops::{JobContext, Operation, OperationError};
+
+/// Error classes of a run that did not succeed.
+pub const SCRIPT_FAILED: &str = "ScriptFailed";
+pub const SCRIPT_KILLED: &str = "ScriptKilled";
+pub const SCRIPT_TIMEOUT: &str = "ScriptTimeout";
+pub const MEMORY_LIMIT: &str = "MemoryLimit";
+pub const FILE_SIZE_LIMIT: &str = "FileSizeLimit";
+pub const CPU_LIMIT: &str = "CpuLimit";
+pub const SANDBOX_ERROR: &str = "SandboxError";
+
+/// Bytes of stderr quoted in a failure's message.
+const STDERR_TAIL: u64 = 2000;
+
+pub struct RunScript {
+    files: LocalFiles,
+    services: Arc<BTreeMap<String, ServiceSettings>>,
+}
+
+impl RunScript {
+    pub fn new(files: LocalFiles, services: Arc<BTreeMap<String, ServiceSettings>>) -> Self {
+        RunScript { files, services }
+    }
+}
+
+#[async_trait]
+impl Operation for RunScript {
+    fn name(&self) -> &'static str {
+        RUN_SCRIPT
+    }
+
+    fn validate(&self, _payload: &Value) -> Result<(), String> {
+        Err("run_script jobs are made by uploading their files: POST /uploads".into())
+    }
+
+    async fn execute(&self, ctx: JobContext, _payload: Value) -> Result<Value, OperationError> {
+        let job = ctx.job().cloned().ok_or_else(|| OperationError::new(SANDBOX_ERROR, "a run_script needs its job"))?;
+        let service = job.service.clone().unwrap_or_default();
+        let settings = self.services.get(&service).ok_or_else(|| {
+            OperationError::new("UnknownService", format!("service {service:?} is not configured on this worker"))
+        })?;
+        let limits = Limits::from(settings);
+        let (work, logs) = self.prepare(&job).await?;
+        let manifest = {
+            let (input, work) = (self.files.input_dir(job.id), work.clone());
+            blocking(move || archive::prepare(&input, &work)).await?
+        };
+        let env = [
+            ("YARDMASTER_JOB_ID".to_owned(), job.id.to_string()),
+            ("YARDMASTER_ATTEMPT".to_owned(), job.attempts.to_string()),
+            ("YARDMASTER_SERVICE".to_owned(), service.clone()),
+        ];
+        let cancel = ctx.cancel_token();
+        let finished = sandbox::run(&work, &logs, &env, &limits, &cancel)
+            .await
+            .map_err(|err| OperationError::new(SANDBOX_ERROR, format!("run.sh could not be started: {err}")))?;
+        let packed = {
+            let (zip, work, logs) = (self.files.result_path(job.id), work.clone(), logs.clone());
+            blocking(move || archive::pack(&work, &logs, &manifest, &zip)).await?
+        };
+        let fields = json!({
+            "exit": exit_fields(finished.exit),
+            "stdout_bytes": finished.stdout_bytes,
+            "stderr_bytes": finished.stderr_bytes,
+            "files": packed.files.len(),
+            "zip_bytes": packed.zip_bytes,
+        });
+        let level = if finished.exit == Exit::Code(0) { EventLevel::Info } else { EventLevel::Warning };
+        if let Err(err) = ctx.emit("script.exited", None, fields, level).await {
+            tracing::warn!(job_id = %job.id, error = %err, "script.exited not recorded");
+        }
+        outcome(&finished, &packed, &limits, &logs)
+    }
+}
+
+impl RunScript {
+    /// A fresh directory for this run (earlier runs' are removed: the archive holds the
+    /// last run's outputs only).
+    async fn prepare(&self, job: &Job) -> Result<(std::path::PathBuf, std::path::PathBuf), OperationError> {
+        let run = self.files.run_dir(job.id, job.attempts);
+        let runs = run.parent().map(Path::to_path_buf);
+        let work = run.join("work");
+        let logs = run.clone();
+        let ready = work.clone();
+        blocking(move || {
+            if let Some(runs) = runs.filter(|runs| runs.exists()) {
+                for entry in std::fs::read_dir(&runs)? {
+                    std::fs::remove_dir_all(entry?.path())?;
+                }
+            }
+            std::fs::create_dir_all(&ready)
+        })
+        .await?;
+        Ok((work, logs))
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, OperationError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => Err(OperationError::new(SANDBOX_ERROR, format!("the job's files: {err}"))),
+        Err(err) => Err(OperationError::new(SANDBOX_ERROR, format!("the job's files: {err}"))),
+    }
+}
+
+fn exit_fields(exit: Exit) -> Value {
+    match exit {
+        Exit::Code(code) => json!({ "code": code }),
+        Exit::Signal(signal) => json!({ "signal": signal_name(signal) }),
+        Exit::TimedOut => json!({ "timed_out": true }),
+        Exit::Stopped => json!({ "stopped": true }),
+    }
+}
+
+/// The job's result, or its failure in words.
+fn outcome(finished: &Finished, packed: &Packed, limits: &Limits, logs: &Path) -> Result<Value, OperationError> {
+    let tail = stderr_tail(&logs.join("stderr"));
+    let failed = |class: &str, message: String| Err(OperationError::new(class, message));
+    match finished.exit {
+        Exit::Code(0) => Ok(json!({
+            "exit_code": 0,
+            "files": packed.files,
+            "skipped": packed.skipped,
+            "zip_bytes": packed.zip_bytes,
+            "stdout_bytes": finished.stdout_bytes,
+            "stderr_bytes": finished.stderr_bytes,
+        })),
+        // bash reports a command killed by a signal as 128 + the signal.
+        Exit::Code(code) if code == 128 + libc::SIGXFSZ => failed(
+            FILE_SIZE_LIMIT,
+            format!(
+                "a command of run.sh was killed by {}: a file it wrote reached the limit of {} bytes; stderr ends: {tail}",
+                signal_name(libc::SIGXFSZ),
+                limits.file_size_bytes
+            ),
+        ),
+        Exit::Code(code) if code == 128 + libc::SIGXCPU => failed(
+            CPU_LIMIT,
+            format!(
+                "a command of run.sh was killed by {}: it used the {} s of CPU allowed; stderr ends: {tail}",
+                signal_name(libc::SIGXCPU),
+                limits.cpu_seconds
+            ),
+        ),
+        Exit::Code(code) if out_of_memory(&tail) => failed(
+            MEMORY_LIMIT,
+            format!(
+                "run.sh exited with code {code} after running out of memory (limit {} bytes); stderr ends: {tail}",
+                limits.memory_bytes
+            ),
+        ),
+        Exit::Code(code) => failed(SCRIPT_FAILED, format!("run.sh exited with code {code}; stderr ends: {tail}")),
+        Exit::Signal(signal) if signal == libc::SIGXFSZ => failed(
+            FILE_SIZE_LIMIT,
+            format!(
+                "run.sh was killed by {}: a file it wrote reached the limit of {} bytes",
+                signal_name(signal),
+                limits.file_size_bytes
+            ),
+        ),
+        Exit::Signal(signal) if signal == libc::SIGXCPU => failed(
+            CPU_LIMIT,
+            format!("run.sh was killed by {}: it used its {} s of CPU", signal_name(signal), limits.cpu_seconds),
+        ),
+        Exit::Signal(signal) => {
+            failed(SCRIPT_KILLED, format!("run.sh was killed by {}; stderr ends: {tail}", signal_name(signal)))
+        }
+        Exit::TimedOut => failed(
+            SCRIPT_TIMEOUT,
+            format!("run.sh ran past its limit of {} s; its processes were killed", limits.timeout.as_secs()),
+        ),
+        Exit::Stopped => failed("Cancelled", "the run was stopped; its processes were killed".into()),
+    }
+}
+
+/// Whether stderr says the script ran out of memory (bash, Python, C++, Go, Node).
+fn out_of_memory(tail: &str) -> bool {
+    let tail = tail.to_ascii_lowercase();
+    ["cannot allocate memory", "xmalloc", "memoryerror", "bad_alloc", "out of memory", "allocation failed"]
+        .iter()
+        .any(|needle| tail.contains(needle))
+}
+
+/// The last bytes of a log, as text.
+fn stderr_tail(path: &Path) -> String {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else { return String::new() };
+    let len = file.metadata().map(|meta| meta.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(STDERR_TAIL)));
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes).replace('\0', "\u{fffd}");
+    match text.trim() {
+        "" => "(nothing)".into(),
+        trimmed => trimmed.to_owned(),
+    }
+}
