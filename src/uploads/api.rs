@@ -186,28 +186,29 @@ pub async fn upload(
 async fn explain_wait(state: &AppState, job: &Job, service: &str) {
     let uploads = &state.uploads;
     let (Some(limits), Some(user)) = (uploads.services.get(service), job.submitted_by.as_deref()) else { return };
-    let load = match uploads.quotas.load(service, user).await {
+    let load = match uploads.quotas.load(service, user, job.id).await {
         Ok(load) => load,
         Err(err) => return tracing::warn!(job_id = %job.id, error = %err, "quota not read"),
     };
-    let message = if load.user_running >= limits.per_user {
+    let message = if load.user_ahead >= limits.per_user {
         format!(
-            "waiting for a slot: {user:?} has {} of {} runs of service {service:?} under way",
-            load.user_running, limits.per_user
+            "waiting for a slot: {user:?} has {} jobs of service {service:?} running or queued before this one, \
+             and {} may run at once",
+            load.user_ahead, limits.per_user
         )
-    } else if load.service_running >= limits.total {
+    } else if load.service_ahead >= limits.total {
         format!(
-            "waiting for a slot: service {service:?} has {} of {} runs under way",
-            load.service_running, limits.total
+            "waiting for a slot: service {service:?} has {} jobs running or queued before this one, and {} may run at once",
+            load.service_ahead, limits.total
         )
     } else {
         return;
     };
     let fields = json!({
         "service": service,
-        "user_running": load.user_running,
+        "user_ahead": load.user_ahead,
         "per_user": limits.per_user,
-        "service_running": load.service_running,
+        "service_ahead": load.service_ahead,
         "total": limits.total,
     });
     let event = NewEvent::new("job.waiting_for_quota").fields(fields).level(EventLevel::Info).message(message);

@@ -39,11 +39,12 @@ pub struct Quotas {
     next: AtomicUsize,
 }
 
-/// How full a service is for one user, for the event a waiting job gets.
+/// What a new job of a service waits behind: its user's jobs and all the service's jobs
+/// that are running or queued before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Load {
-    pub user_running: u32,
-    pub service_running: u32,
+    pub user_ahead: u32,
+    pub service_ahead: u32,
 }
 
 impl Quotas {
@@ -65,10 +66,25 @@ impl Quotas {
         Ok(None)
     }
 
-    /// The running jobs of `service`: `user`'s and all.
-    pub async fn load(&self, service: &str, user: &str) -> Result<Load, StoreError> {
-        let running = running_by_user(&self.db, service).await?;
-        Ok(Load { user_running: running.get(user).copied().unwrap_or(0), service_running: running.values().sum() })
+    /// What job `id` of `service` waits behind: the service's jobs running or queued before
+    /// it, `user`'s and all. Queued ones count, so the answer does not depend on whether a
+    /// script host has claimed the jobs before it yet.
+    pub async fn load(&self, service: &str, user: &str, id: Uuid) -> Result<Load, StoreError> {
+        let rows: Vec<(String, i64)> = job::Entity::find()
+            .select_only()
+            .column_as(Expr::col(job::Column::SubmittedBy).if_null(""), "user")
+            .column_as(Expr::col(job::Column::Id).count(), "ahead")
+            .filter(Expr::cust("status IN ('queued', 'running') AND queue = '@scripts'"))
+            .filter(job::Column::Service.eq(service))
+            .filter(job::Column::Id.lt(id))
+            .group_by(job::Column::SubmittedBy)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        let ahead = |of: Option<&str>| {
+            rows.iter().filter(|(user, _)| of.is_none_or(|of| of == user)).map(|(_, ahead)| *ahead as u32).sum()
+        };
+        Ok(Load { user_ahead: ahead(Some(user)), service_ahead: ahead(None) })
     }
 
     async fn claim_in(
@@ -88,50 +104,73 @@ impl Quotas {
             let key = format!("yardmaster:scripts:{service}");
             txn.execute_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, [key.into()])).await?;
         }
-        let running = running_by_user(&txn, service).await?;
-        if running.values().sum::<u32>() >= settings.total {
-            return Ok(None);
-        }
-        // Users with runnable jobs, longest waiting first; then fewest running first.
-        let mut waiting: Vec<String> = job::Entity::find()
-            .select_only()
-            .column_as(Expr::col(job::Column::SubmittedBy).if_null(""), "user")
-            .filter(Expr::cust("status = 'queued' AND queue = '@scripts'"))
-            .filter(job::Column::Service.eq(service))
-            .filter(runnable(txn.get_database_backend()))
-            .group_by(job::Column::SubmittedBy)
-            .order_by_asc(Expr::col(job::Column::CreatedAt).min())
-            .into_tuple::<String>()
-            .all(&txn)
-            .await?;
-        waiting.retain(|user| running.get(user).copied().unwrap_or(0) < settings.per_user);
-        waiting.sort_by_key(|user| running.get(user).copied().unwrap_or(0));
-        for user in waiting {
-            let submitted_by = match user.as_str() {
-                "" => job::Column::SubmittedBy.is_null(),
-                user => job::Column::SubmittedBy.eq(user),
-            };
-            let candidates: Vec<Uuid> = job::Entity::find()
-                .select_only()
-                .column(job::Column::Id)
-                .filter(Expr::cust("status = 'queued' AND queue = '@scripts'"))
-                .filter(job::Column::Service.eq(service))
-                .filter(submitted_by)
-                .filter(runnable(txn.get_database_backend()))
-                .order_by_asc(job::Column::Id)
-                .limit(TRIES)
-                .into_tuple()
-                .all(&txn)
-                .await?;
-            for id in candidates {
-                if let Some(job) = runs.claim(id, owner, lease).await? {
-                    txn.commit().await?;
-                    return Ok(Some(job));
-                }
+        let claimed = pick_and_claim(&txn, service, settings, runs, owner, lease).await;
+        // Ended explicitly: a transaction merely dropped is rolled back only when its
+        // connection is next used, and would hold the service's lock until then.
+        match claimed {
+            Ok(job) => {
+                txn.commit().await?;
+                Ok(job)
+            }
+            Err(err) => {
+                let _ = txn.rollback().await;
+                Err(err)
             }
         }
-        Ok(None)
     }
+}
+
+/// Under the service's lock: the next job by the quotas, claimed.
+async fn pick_and_claim(
+    txn: &sea_orm::DatabaseTransaction,
+    service: &str,
+    settings: &ServiceSettings,
+    runs: &dyn RunWrites,
+    owner: &str,
+    lease: Duration,
+) -> Result<Option<Job>, StoreError> {
+    let running = running_by_user(txn, service).await?;
+    if running.values().sum::<u32>() >= settings.total {
+        return Ok(None);
+    }
+    // Users with runnable jobs, longest waiting first; then fewest running first.
+    let mut waiting: Vec<String> = job::Entity::find()
+        .select_only()
+        .column_as(Expr::col(job::Column::SubmittedBy).if_null(""), "user")
+        .filter(Expr::cust("status = 'queued' AND queue = '@scripts'"))
+        .filter(job::Column::Service.eq(service))
+        .filter(runnable(txn.get_database_backend()))
+        .group_by(job::Column::SubmittedBy)
+        .order_by_asc(Expr::col(job::Column::CreatedAt).min())
+        .into_tuple::<String>()
+        .all(txn)
+        .await?;
+    waiting.retain(|user| running.get(user).copied().unwrap_or(0) < settings.per_user);
+    waiting.sort_by_key(|user| running.get(user).copied().unwrap_or(0));
+    for user in waiting {
+        let submitted_by = match user.as_str() {
+            "" => job::Column::SubmittedBy.is_null(),
+            user => job::Column::SubmittedBy.eq(user),
+        };
+        let candidates: Vec<Uuid> = job::Entity::find()
+            .select_only()
+            .column(job::Column::Id)
+            .filter(Expr::cust("status = 'queued' AND queue = '@scripts'"))
+            .filter(job::Column::Service.eq(service))
+            .filter(submitted_by)
+            .filter(runnable(txn.get_database_backend()))
+            .order_by_asc(job::Column::Id)
+            .limit(TRIES)
+            .into_tuple()
+            .all(txn)
+            .await?;
+        for id in candidates {
+            if let Some(job) = runs.claim(id, owner, lease).await? {
+                return Ok(Some(job));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Not waiting out a delay (RetryLater, retry backoff).

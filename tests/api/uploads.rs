@@ -236,8 +236,13 @@ async fn quotas_hold_jobs_and_serve_users_in_turn(backend: Backend) {
     assert_eq!(status, 201, "{created}");
     let bob = client_with(created["token"].as_str().unwrap());
     let mut alice_jobs = Vec::new();
-    for _ in 0..4 {
+    for at in 0..4 {
         alice_jobs.push(upload_script(&app, "pair", FOREVER, &[]).await["id"].as_str().unwrap().to_owned());
+        if at < 2 {
+            // Claimed before anyone else waits: with a user waiting who has fewer runs,
+            // the second slot would go to that user.
+            app.wait_for_status(&alice_jobs[at], "running").await;
+        }
     }
     let mut bob_jobs = Vec::new();
     for _ in 0..2 {
@@ -247,11 +252,11 @@ async fn quotas_hold_jobs_and_serve_users_in_turn(backend: Backend) {
         assert_eq!(job["submitted_by"], "bob");
         bob_jobs.push(job["id"].as_str().unwrap().to_owned());
     }
-    app.wait_for_status(&alice_jobs[0], "running").await;
-    app.wait_for_status(&alice_jobs[1], "running").await;
     let third = app.events(&alice_jobs[2]).await;
     let waiting = third.iter().find(|event| event["event"] == "job.waiting_for_quota").expect("the wait is explained");
-    assert!(waiting["message"].as_str().unwrap().contains("2 of 2"), "{waiting}");
+    assert_eq!((waiting["fields"]["user_ahead"].as_u64(), waiting["fields"]["per_user"].as_u64()), (Some(2), Some(2)));
+    let first = app.events(&alice_jobs[0]).await;
+    assert!(!first.iter().any(|event| event["event"] == "job.waiting_for_quota"), "the first runs at once: {first:?}");
     // Each freed slot goes to the user with fewer runs: bob, alice, bob, alice.
     let order = [(&alice_jobs[0], &bob_jobs[0]), (&alice_jobs[1], &alice_jobs[2]), (&bob_jobs[0], &bob_jobs[1])];
     for (stop, next) in order {
