@@ -222,8 +222,8 @@ async fn cancel_and_timeout_kill_the_whole_process_group(backend: Backend) {
 }
 
 async fn quotas_hold_jobs_and_serve_users_in_turn(backend: Backend) {
-    let pair = ServiceSettings { per_user: 2, total: 2, ..ServiceSettings::default() };
-    let app = TestApp::spawn_with(backend, options(&[("pair", pair)], 4)).await;
+    let trio = ServiceSettings { per_user: 2, total: 3, ..ServiceSettings::default() };
+    let app = TestApp::spawn_with(backend, options(&[("trio", trio)], 4)).await;
     let (status, created) = read(
         app.client
             .post(app.url("/admin/tokens"))
@@ -235,41 +235,45 @@ async fn quotas_hold_jobs_and_serve_users_in_turn(backend: Backend) {
     .await;
     assert_eq!(status, 201, "{created}");
     let bob = client_with(created["token"].as_str().unwrap());
-    let mut alice_jobs = Vec::new();
-    for at in 0..4 {
-        alice_jobs.push(upload_script(&app, "pair", FOREVER, &[]).await["id"].as_str().unwrap().to_owned());
-        if at < 2 {
-            // Claimed before anyone else waits: with a user waiting who has fewer runs,
-            // the second slot would go to that user.
-            app.wait_for_status(&alice_jobs[at], "running").await;
-        }
-    }
-    let mut bob_jobs = Vec::new();
-    for _ in 0..2 {
-        let parts: Vec<Part<'_>> = vec![("service", None, b"pair"), ("file", Some("run.sh"), FOREVER.as_bytes())];
+    let bob_upload = || async {
+        let parts: Vec<Part<'_>> = vec![("service", None, b"trio"), ("file", Some("run.sh"), FOREVER.as_bytes())];
         let (status, job) = upload_with(&bob, &app, &parts).await;
         assert_eq!(status, 201, "{job}");
         assert_eq!(job["submitted_by"], "bob");
-        bob_jobs.push(job["id"].as_str().unwrap().to_owned());
+        job["id"].as_str().unwrap().to_owned()
+    };
+    let mut alice = Vec::new();
+    for at in 0..4 {
+        alice.push(upload_script(&app, "trio", FOREVER, &[]).await["id"].as_str().unwrap().to_owned());
+        if at < 2 {
+            app.wait_for_status(&alice[at], "running").await;
+        }
     }
-    let third = app.events(&alice_jobs[2]).await;
-    let waiting = third.iter().find(|event| event["event"] == "job.waiting_for_quota").expect("the wait is explained");
+    // Alice is at her quota; the service is not: bob's first job runs, alice's third waits.
+    let b1 = bob_upload().await;
+    app.wait_for_status(&b1, "running").await;
+    let (_, third) = app.get(&format!("/jobs/{}", alice[2])).await;
+    assert_eq!(third["status"], "queued", "alice has 2 of 2 runs: {third}");
+    let events = app.events(&alice[2]).await;
+    let waiting = events.iter().find(|event| event["event"] == "job.waiting_for_quota").expect("the wait is explained");
     assert_eq!((waiting["fields"]["user_ahead"].as_u64(), waiting["fields"]["per_user"].as_u64()), (Some(2), Some(2)));
-    let first = app.events(&alice_jobs[0]).await;
+    let first = app.events(&alice[0]).await;
     assert!(!first.iter().any(|event| event["event"] == "job.waiting_for_quota"), "the first runs at once: {first:?}");
-    // Each freed slot goes to the user with fewer runs: bob, alice, bob, alice.
-    let order = [(&alice_jobs[0], &bob_jobs[0]), (&alice_jobs[1], &alice_jobs[2]), (&bob_jobs[0], &bob_jobs[1])];
-    for (stop, next) in order {
+    // The service is full now (3 of 3): bob's second waits too.
+    let b2 = bob_upload().await;
+    // A freed slot goes to the user with fewer runs, the longest waiting on a tie.
+    for (stop, next, still) in [(&alice[0], &alice[2], &b2), (&b1, &b2, &alice[3])] {
         let group: i32 = file_when_written(&app, stop, "pgid").await.trim().parse().unwrap();
         let (status, _) = app.post(&format!("/jobs/{stop}/cancel")).await;
         assert_eq!(status, 200);
         app.wait_for_status(next, "running").await;
+        let (_, waiting) = app.get(&format!("/jobs/{still}")).await;
+        assert_eq!(waiting["status"], "queued", "3 of 3 run: {waiting}");
         group_gone(group).await;
     }
-    let (_, last) = app.get(&format!("/jobs/{}", alice_jobs[3])).await;
-    assert_eq!(last["status"], "queued", "2 running, the quota is full: {last}");
+    let (_, last) = app.get(&format!("/jobs/{}", alice[3])).await;
     assert_eq!(last["queue_position"], 1, "{last}");
-    for id in alice_jobs.iter().chain(&bob_jobs) {
+    for id in alice.iter().chain([&b1, &b2]) {
         app.post(&format!("/jobs/{id}/cancel")).await;
     }
 }
