@@ -32,6 +32,8 @@ pub struct Settings {
     pub remote: RemoteSettings,
     /// Uploaded `run.sh` jobs: their files, services, quotas and sandbox.
     pub uploads: UploadSettings,
+    /// The cleaner: uploaded files past their age, and the history of long finished jobs.
+    pub retention: RetentionSettings,
     /// Queues this process consumes, by name.
     pub queues: BTreeMap<String, QueueSettings>,
 }
@@ -62,6 +64,35 @@ impl Default for RemoteSettings {
             lease_seconds: 30,
             queue_without_worker: false,
             sweep_interval_ms: 5000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSettings {
+    /// Run the cleaner in this process.
+    pub enabled: bool,
+    /// Milliseconds between passes.
+    pub interval_ms: u64,
+    /// Jobs per transaction: each batch of history is deleted in one short transaction.
+    pub batch: u64,
+    /// Days after a job ended SUCCEEDED, FAILED or CANCELLED before its row, its children
+    /// and all their events are deleted; 0 keeps that history.
+    pub succeeded_days: f64,
+    pub failed_days: f64,
+    pub cancelled_days: f64,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        RetentionSettings {
+            enabled: true,
+            interval_ms: 60_000,
+            batch: 500,
+            succeeded_days: 7.0,
+            failed_days: 30.0,
+            cancelled_days: 7.0,
         }
     }
 }
@@ -452,6 +483,7 @@ impl Default for Settings {
             auth: AuthSettings { cache_seconds: 2, bootstrap_token: None },
             remote: RemoteSettings::default(),
             uploads: UploadSettings::default(),
+            retention: RetentionSettings::default(),
             queues: BTreeMap::from([
                 (
                     QueueName::DEFAULT.to_owned(),
@@ -497,6 +529,13 @@ impl Settings {
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
+        let retention = &self.retention;
+        for (name, days) in
+            [("succeeded", retention.succeeded_days), ("failed", retention.failed_days), ("cancelled", retention.cancelled_days)]
+        {
+            anyhow::ensure!(days.is_finite() && days >= 0.0, "retention.{name}_days must be 0 or more");
+        }
+        anyhow::ensure!(retention.batch >= 1, "retention.batch must be at least 1");
         for (name, service) in &self.uploads.services {
             crate::uploads::check_service_name(name).map_err(|err| anyhow::anyhow!("uploads.services: {err}"))?;
             anyhow::ensure!(

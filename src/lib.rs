@@ -28,6 +28,7 @@ pub mod inference;
 pub mod live;
 pub mod ops;
 pub mod remote;
+pub mod retention;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

@@ -43,6 +43,7 @@ pub struct Application {
     reaper: Option<Addr<Reaper>>,
     /// Marks silent remote workers gone and soft-deletes orphaned types (with the API).
     remote_sweeper: Option<Addr<crate::remote::sweeper::RemoteSweeper>>,
+    cleaner: Option<Addr<crate::retention::Cleaner>>,
     /// Keeps the database clock offset fresh.
     clock: Addr<ClockSync>,
     /// Resolves with the exit code when the shutdown guard is done.
@@ -146,6 +147,15 @@ impl ApplicationBuilder {
             let reaper = Reaper::new(store.clone(), dispatcher.clone(), settings.reaper.clone());
             Supervisor::start(move |_| reaper)
         });
+        let cleaner = settings.retention.enabled.then(|| {
+            let cleaner = crate::retention::Cleaner::new(
+                store.clone(),
+                db.clone(),
+                uploads.clone(),
+                settings.retention.clone(),
+            );
+            Supervisor::start(move |_| cleaner)
+        });
         let in_flight = InFlight::new();
         let consumers = match settings.worker.enabled {
             true => {
@@ -228,6 +238,7 @@ impl ApplicationBuilder {
             sweeper,
             reaper,
             remote_sweeper,
+            cleaner,
             clock,
             stopped,
         })
@@ -426,7 +437,7 @@ impl Application {
     /// drained (143). Without: until the HTTP server stops, or a signal for a worker (0).
     pub async fn run_until_stopped(self) -> std::io::Result<i32> {
         // Consumers, sweeper and reaper stay addressable (so supervisable) until the end.
-        let Application { server, consumers, sweeper, reaper, remote_sweeper, clock, stopped, .. } = self;
+        let Application { server, consumers, sweeper, reaper, remote_sweeper, cleaner, clock, stopped, .. } = self;
         let code = match (stopped, server) {
             (Some(stopped), server) => {
                 if let Some(server) = server {
@@ -441,7 +452,7 @@ impl Application {
                 0
             }
         };
-        drop((consumers, sweeper, reaper, remote_sweeper, clock));
+        drop((consumers, sweeper, reaper, remote_sweeper, cleaner, clock));
         // Runs that did not stop in time do not outlive the process.
         crate::uploads::sandbox::kill_all();
         Ok(code)

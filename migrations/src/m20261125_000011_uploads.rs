@@ -5,6 +5,10 @@
 //! and the running ones it counts. On PostgreSQL a row trigger notifies `yardmaster_tasks`
 //! with `run_script` whenever a script job changes state, so a claim held in any process
 //! wakes both when a job is queued and when a running one frees its slot.
+//!
+//! Retention: `cleaned_at` marks an uploaded job whose files the cleaner removed (its row and
+//! events stay); one partial index finds finished script jobs whose files are due, another
+//! the finished top-level jobs whose history is due, oldest first.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::DbBackend;
@@ -27,11 +31,17 @@ impl MigrationTrait for Migration {
                 )
                 .await?;
         }
+        let cleaned = ColumnDef::new(Job::CleanedAt).timestamp_with_time_zone().null().to_owned();
+        manager.alter_table(Table::alter().table(Job::Table).add_column(cleaned).to_owned()).await?;
         for sql in [
             "CREATE INDEX IF NOT EXISTS ix_job_scripts_queued ON job (service, submitted_by, id)
              WHERE status = 'queued' AND queue = '@scripts'",
             "CREATE INDEX IF NOT EXISTS ix_job_scripts_running ON job (service, submitted_by)
              WHERE status = 'running' AND queue = '@scripts'",
+            "CREATE INDEX IF NOT EXISTS ix_job_scripts_files ON job (service, finished_at)
+             WHERE queue = '@scripts' AND cleaned_at IS NULL AND status IN ('succeeded', 'failed', 'cancelled')",
+            "CREATE INDEX IF NOT EXISTS ix_job_history ON job (status, finished_at)
+             WHERE parent_job_id IS NULL AND status IN ('succeeded', 'failed', 'cancelled')",
         ] {
             db.execute_unprepared(sql).await?;
         }
@@ -62,10 +72,10 @@ impl MigrationTrait for Migration {
             db.execute_unprepared("DROP TRIGGER IF EXISTS job_script_notify ON job").await?;
             db.execute_unprepared("DROP FUNCTION IF EXISTS yardmaster_notify_scripts()").await?;
         }
-        for index in ["ix_job_scripts_queued", "ix_job_scripts_running"] {
+        for index in ["ix_job_scripts_queued", "ix_job_scripts_running", "ix_job_scripts_files", "ix_job_history"] {
             db.execute_unprepared(&format!("DROP INDEX IF EXISTS {index}")).await?;
         }
-        for column in [Job::SubmittedBy, Job::Service] {
+        for column in [Job::SubmittedBy, Job::Service, Job::CleanedAt] {
             manager.alter_table(Table::alter().table(Job::Table).drop_column(column).to_owned()).await?;
         }
         Ok(())
@@ -77,4 +87,5 @@ enum Job {
     Table,
     SubmittedBy,
     Service,
+    CleanedAt,
 }

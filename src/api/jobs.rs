@@ -650,7 +650,11 @@ pub async fn retry(
     caller: Caller,
     id: web::Path<Uuid>,
 ) -> Result<web::Json<Job>, ApiError> {
-    find_writable(&state, &caller, *id).await?;
+    let job = find_writable(&state, &caller, *id).await?;
+    if let Some(at) = job.cleaned_at {
+        let detail = format!("job {id}'s files were removed at {at}: upload them again");
+        return Err(ApiError::new(Code::ResultCleaned, detail));
+    }
     let job = state.store.retry(*id).await?;
     state.dispatcher.publish(&job).await;
     Ok(web::Json(job))

@@ -57,6 +57,9 @@ pub struct Job {
     pub submitted_by: Option<String>,
     /// The service an uploaded script runs under (`run_script` jobs): its quotas and limits.
     pub service: Option<String>,
+    /// When the cleaner removed the job's files (`run_script` jobs past their service's
+    /// `max_age_hours`): its row and events stay, its result is gone (410).
+    pub cleaned_at: Option<DateTime<Utc>>,
 }
 
 /// A job as a list shows it: everything but the payload, the result and the retry policy

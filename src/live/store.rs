@@ -13,7 +13,7 @@ use super::{JobWaiters, TaskWaiters, ANY_JOB};
 use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, JobStatus, NewEvent, NewJob, QueueName, RUN_SCRIPT};
 use crate::store::{
     BatchRecorded, Cancellation, Completion, Dispatch, DispatchBook, ExpiredLease, JobCommands, JobFilter, JobReads,
-    JobStore, Maintenance, Page, Reduce, Requeue, RunRef, RunWrites, StoreError, Submission,
+    JobStore, Maintenance, Page, Pruned, Reduce, Requeue, RunRef, RunWrites, StoreError, Submission,
 };
 
 pub struct NotifyingStore {
@@ -214,6 +214,16 @@ impl Maintenance for NotifyingStore {
 
     async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
         self.inner.runs_owned_by(owner, limit).await
+    }
+
+    async fn mark_cleaned(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        let job = self.inner.mark_cleaned(id).await?;
+        self.changed_option(&job);
+        Ok(job)
+    }
+
+    async fn prune(&self, status: JobStatus, older_than: Duration, limit: u64) -> Result<Pruned, StoreError> {
+        self.inner.prune(status, older_than, limit).await
     }
 }
 

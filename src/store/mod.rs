@@ -137,6 +137,15 @@ pub trait RunWrites: Send + Sync + 'static {
     async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError>;
 }
 
+/// What one [`Maintenance::prune`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Top-level jobs, and their children.
+    pub jobs: u64,
+    pub children: u64,
+    pub events: u64,
+}
+
 /// What the reaper and the start-up recovery scan for: expired leases, stalled runs,
 /// overdue queued jobs, runs a given owner holds, coordinators whose batches were lost.
 #[async_trait]
@@ -160,6 +169,16 @@ pub trait Maintenance: Send + Sync + 'static {
 
     /// The RUNNING runs whose lease `owner` holds (a remote worker that leaves).
     async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError>;
+
+    /// Marks a finished job's files removed (`cleaned_at`, `job.cleaned`): the cleaner's
+    /// compare-and-set, so a job retried meanwhile is left alone. `None` when it was not a
+    /// finished job whose files were still there.
+    async fn mark_cleaned(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
+
+    /// Deletes up to `limit` top-level jobs that ended `status` more than `older_than` ago,
+    /// with their children and every event of them, oldest first, in one transaction. A job
+    /// any of whose children is still QUEUED or RUNNING is kept.
+    async fn prune(&self, status: JobStatus, older_than: Duration, limit: u64) -> Result<Pruned, StoreError>;
 }
 
 /// Dispatch bookkeeping: what the transport confirmed, and what must be (re)sent.

@@ -347,6 +347,9 @@ pub async fn result(state: web::Data<AppState>, caller: Caller, id: web::Path<Uu
     if matches!(job.status, JobStatus::Queued | JobStatus::Running) {
         return Ok(HttpResponse::Accepted().json(job));
     }
+    if let Some(at) = job.cleaned_at {
+        return Err(ApiError::new(Code::ResultCleaned, format!("job {}'s files were removed at {at}", job.id)));
+    }
     let path = state.uploads.files.result_path(job.id);
     let file = match web::block(move || std::fs::File::open(path)).await.map_err(internal)? {
         Ok(file) => file,
@@ -397,7 +400,7 @@ pub async fn file(
         return Err(ApiError::new(Code::NotAnUpload, format!("job {} is a {} job", job.id, job.operation)));
     }
     let files = state.uploads.files.clone();
-    if !files.job_dir(job.id).exists() {
+    if job.cleaned_at.is_some() || !files.job_dir(job.id).exists() {
         return Err(ApiError::new(Code::ResultCleaned, format!("job {}'s files are gone", job.id)));
     }
     let work = files.run_dir(job.id, job.attempts.max(1)).join("work").join(&name);

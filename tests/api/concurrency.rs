@@ -246,6 +246,19 @@ impl Maintenance for Faulty {
     async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
         self.0.runs_owned_by(owner, limit).await
     }
+
+    async fn mark_cleaned(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        self.0.mark_cleaned(id).await
+    }
+
+    async fn prune(
+        &self,
+        status: yardmaster::domain::JobStatus,
+        older_than: Duration,
+        limit: u64,
+    ) -> Result<yardmaster::store::Pruned, StoreError> {
+        self.0.prune(status, older_than, limit).await
+    }
 }
 
 #[async_trait]

@@ -255,6 +255,8 @@ impl TestApp {
         if let Some(uploads) = options.uploads {
             settings.uploads = uploads;
         }
+        // Tests run the cleaner's passes themselves.
+        settings.retention.enabled = false;
         let uploads = ScratchDir::new("uploads");
         settings.uploads.dir = uploads.0.display().to_string();
         if backend == Backend::Amqp {

@@ -22,6 +22,7 @@ mod lifecycle;
 mod live;
 mod openapi;
 mod remote;
+mod retention;
 mod stale_runs;
 mod systemd;
 mod test_ops;

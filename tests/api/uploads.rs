@@ -380,7 +380,31 @@ async fn another_rooms_job_and_a_plain_job_have_no_files(backend: Backend) {
     assert_eq!((status, body["code"].as_str()), (422, Some("invalid_payload")), "{body}");
 }
 
+/// SIGTERM to the worker: once the grace (1 s here) is over, the run is requeued for another
+/// worker, as any job, and its whole process group is killed before the process exits.
+async fn a_redeploy_requeues_the_run_and_kills_its_processes(backend: Backend) {
+    let options = TestOptions { handle_signals: true, ..options(&[], 2) };
+    let mut app = TestApp::spawn_with(backend, options).await;
+    let job = upload_script(&app, "default", FOREVER, &[]).await;
+    let id = job["id"].as_str().unwrap();
+    let group: i32 = file_when_written(&app, id, "pgid").await.trim().parse().unwrap();
+    assert!(alive(group).len() >= 2, "run.sh and its child run");
+    // Each test runs in a process of its own (nextest), whose SIGTERM the app's guard owns.
+    // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+    let code = tokio::time::timeout(Duration::from_secs(30), &mut app.stopped).await;
+    assert_eq!(code.expect("the app stops within 30 s").unwrap().unwrap(), 143);
+    group_gone(group).await;
+    let job = app.store.get(id.parse().unwrap()).await.unwrap().unwrap();
+    assert_eq!(job.status.as_str(), "queued", "requeued for another worker: {job:?}");
+    let events: Vec<String> = app.store.events(job.id, None, 100).await.unwrap().into_iter().map(|e| e.event).collect();
+    assert!(events.contains(&"job.requeued_on_shutdown".to_owned()), "{events:?}");
+}
+
 on_both_backends!(
+    a_redeploy_requeues_the_run_and_kills_its_processes,
     an_upload_runs_and_its_zip_holds_exactly_what_it_made,
     a_failing_script_reports_its_exit_code_and_stderr,
     limits_fail_the_run_with_a_clear_error,

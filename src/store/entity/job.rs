@@ -34,6 +34,7 @@ pub struct Model {
     pub deferred_at: Option<ChronoDateTimeUtc>,
     pub submitted_by: Option<String>,
     pub service: Option<String>,
+    pub cleaned_at: Option<ChronoDateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -10,6 +10,7 @@ mod group_commit;
 mod listing;
 mod maintenance;
 mod postgres_batch;
+mod retention;
 mod rows;
 mod runs;
 mod tasks;
@@ -34,7 +35,7 @@ use self::rows::{new_row, to_event, to_job};
 use super::entity::{job, job_event};
 use super::{
     BatchRecorded, Cancellation, Completion, Dispatch, DispatchBook, ExpiredLease, JobCommands, JobFilter, JobReads,
-    Maintenance, Page, Reduce, Requeue, RunRef, RunWrites, StoreError, Submission,
+    Maintenance, Page, Pruned, Reduce, Requeue, RunRef, RunWrites, StoreError, Submission,
 };
 use crate::domain::{
     BatchOutcome, EventName, FanOutForm, InvalidTransition, Job, JobEvent, JobStatus, NewEvent, NewJob,
@@ -283,7 +284,15 @@ impl JobCommands for SeaStore {
         let from = [JobStatus::Failed, JobStatus::Cancelled];
         let backend = self.db.get_database_backend();
         if let Some(job) =
-            self.transition(id, &from, JobStatus::Queued, |update| retried(backend, update), event).await?
+            // A job whose files the cleaner removed has nothing left to run.
+            self.transition(
+                id,
+                &from,
+                JobStatus::Queued,
+                |update| retried(backend, update).filter(job::Column::CleanedAt.is_null()),
+                event,
+            )
+            .await?
         {
             return Ok(job);
         }
@@ -414,6 +423,14 @@ impl Maintenance for SeaStore {
 
     async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
         self.find_runs_owned_by(owner, limit).await
+    }
+
+    async fn mark_cleaned(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        self.mark_files_cleaned(id).await
+    }
+
+    async fn prune(&self, status: JobStatus, older_than: Duration, limit: u64) -> Result<Pruned, StoreError> {
+        self.prune_finished(status, older_than, limit).await
     }
 }
 

@@ -70,6 +70,7 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         deferred_at: None,
         submitted_by: new.submitted_by.clone(),
         service: new.service.clone(),
+        cleaned_at: None,
     }
 }
 
@@ -103,6 +104,7 @@ pub(super) fn to_job(row: job::Model) -> Result<Job, StoreError> {
         deferred_at: row.deferred_at,
         submitted_by: row.submitted_by,
         service: row.service,
+        cleaned_at: row.cleaned_at,
         retry_policy: row
             .retry_policy
             .map(|policy| {

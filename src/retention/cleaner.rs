@@ -1,0 +1,230 @@
+//! `Cleaner`: every `interval`, one pass (the reaper's shape: a pass skipped while one
+//! runs, `run_once` returning counts):
+//!
+//! 1. finished uploaded jobs past their service's age: marked cleaned (compare-and-set,
+//!    `job.cleaned`), then their directory removed;
+//! 2. upload directories nothing refers to any more: staging left by a crash, the files of a
+//!    job whose row is gone or that is marked cleaned (a crash between mark and removal);
+//! 3. history past its age, batch after batch until none is left: each batch one short
+//!    transaction, so submissions and claims keep flowing between them.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use actix::prelude::*;
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{ColumnTrait, DatabaseConnection, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::config::RetentionSettings;
+use crate::domain::JobStatus;
+use crate::store::entity::job;
+use crate::store::{clock, Maintenance, StoreError};
+use crate::uploads::Uploads;
+
+/// How old a directory with no job must be before it is taken for an orphan: an upload
+/// writes its files before its row exists.
+const ORPHAN_GRACE: Duration = Duration::from_secs(3600);
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, MessageResponse)]
+pub struct CleanCounts {
+    pub files_cleaned: u64,
+    pub orphans_removed: u64,
+    pub jobs_pruned: u64,
+    pub children_pruned: u64,
+    pub events_pruned: u64,
+}
+
+impl CleanCounts {
+    pub fn total(&self) -> u64 {
+        self.files_cleaned + self.orphans_removed + self.jobs_pruned
+    }
+}
+
+/// One pass.
+pub async fn run_once(
+    store: &dyn Maintenance,
+    db: &DatabaseConnection,
+    uploads: &Uploads,
+    settings: &RetentionSettings,
+) -> Result<CleanCounts, StoreError> {
+    let mut counts = CleanCounts::default();
+    for (service, limits) in uploads.services.iter() {
+        let age = Duration::from_secs(limits.max_age_hours.saturating_mul(3600));
+        for id in due_for_cleaning(db, service, age, settings.batch).await? {
+            if store.mark_cleaned(id).await?.is_some() {
+                remove(uploads, id).await;
+                counts.files_cleaned += 1;
+            }
+        }
+    }
+    counts.orphans_removed = remove_orphans(db, uploads, settings.batch).await?;
+    let ages = [
+        (JobStatus::Succeeded, settings.succeeded_days),
+        (JobStatus::Failed, settings.failed_days),
+        (JobStatus::Cancelled, settings.cancelled_days),
+    ];
+    for (status, days) in ages.into_iter().filter(|(_, days)| *days > 0.0) {
+        let age = Duration::from_secs_f64(days * 86_400.0);
+        loop {
+            let pruned = store.prune(status, age, settings.batch).await?;
+            counts.jobs_pruned += pruned.jobs;
+            counts.children_pruned += pruned.children;
+            counts.events_pruned += pruned.events;
+            if pruned.jobs < settings.batch {
+                break;
+            }
+            // Between batches, everything else gets the database.
+            tokio::task::yield_now().await;
+        }
+    }
+    if counts.total() > 0 {
+        info!(?counts, "cleaner pass");
+    }
+    Ok(counts)
+}
+
+/// Finished uploaded jobs of `service` whose files are older than `age`, oldest first.
+async fn due_for_cleaning(
+    db: &DatabaseConnection,
+    service: &str,
+    age: Duration,
+    limit: u64,
+) -> Result<Vec<Uuid>, StoreError> {
+    let cutoff = match db.get_database_backend() {
+        DbBackend::Postgres => Expr::cust(format!("CURRENT_TIMESTAMP - INTERVAL '{} seconds'", age.as_secs())),
+        _ => Expr::value(clock::now() - chrono::Duration::seconds(age.as_secs() as i64)),
+    };
+    Ok(job::Entity::find()
+        .select_only()
+        .column(job::Column::Id)
+        // Literals, so both engines use the partial index on files not yet cleaned.
+        .filter(Expr::cust(
+            "queue = '@scripts' AND cleaned_at IS NULL AND status IN ('succeeded', 'failed', 'cancelled')",
+        ))
+        .filter(job::Column::Service.eq(service))
+        .filter(Expr::col(job::Column::FinishedAt).lt(cutoff))
+        .order_by_asc(job::Column::FinishedAt)
+        .limit(limit)
+        .into_tuple()
+        .all(db)
+        .await?)
+}
+
+async fn remove(uploads: &Uploads, id: Uuid) {
+    let files = uploads.files.clone();
+    match tokio::task::spawn_blocking(move || files.remove(id)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(err)) => warn!(job_id = %id, error = %err, "files not removed; the next pass tries again"),
+        Err(err) => warn!(job_id = %id, error = %err, "files not removed; the next pass tries again"),
+    }
+}
+
+/// Directories of the upload store that no job needs, up to `limit`.
+async fn remove_orphans(db: &DatabaseConnection, uploads: &Uploads, limit: u64) -> Result<u64, StoreError> {
+    let files = uploads.files.clone();
+    let entries = match tokio::task::spawn_blocking(move || files.entries()).await {
+        Ok(Ok(entries)) => entries,
+        Ok(Err(err)) => {
+            warn!(error = %err, "the upload store cannot be listed");
+            return Ok(0);
+        }
+        Err(_) => return Ok(0),
+    };
+    let now = SystemTime::now();
+    let old = |modified: SystemTime| now.duration_since(modified).is_ok_and(|age| age >= ORPHAN_GRACE);
+    let mut removed = 0;
+    for (id, partial, modified) in entries {
+        if removed >= limit {
+            break;
+        }
+        let orphan = match partial {
+            true => old(modified),
+            false => {
+                let row: Option<Option<chrono::DateTime<chrono::Utc>>> = job::Entity::find_by_id(id)
+                    .select_only()
+                    .column(job::Column::CleanedAt)
+                    .into_tuple()
+                    .one(db)
+                    .await?;
+                match row {
+                    None => old(modified),
+                    Some(cleaned) => cleaned.is_some(),
+                }
+            }
+        };
+        if !orphan {
+            continue;
+        }
+        let files = uploads.files.clone();
+        let gone = tokio::task::spawn_blocking(move || match partial {
+            true => files.remove_partial(id),
+            false => files.remove(id),
+        })
+        .await;
+        match gone {
+            Ok(Ok(true)) => removed += 1,
+            Ok(Ok(false)) => {}
+            Ok(Err(err)) => warn!(job_id = %id, error = %err, "orphaned upload files not removed"),
+            Err(err) => warn!(job_id = %id, error = %err, "orphaned upload files not removed"),
+        }
+    }
+    Ok(removed)
+}
+
+pub struct Cleaner {
+    store: Arc<dyn Maintenance>,
+    db: DatabaseConnection,
+    uploads: Arc<Uploads>,
+    settings: RetentionSettings,
+    busy: bool,
+}
+
+impl Cleaner {
+    pub fn new(
+        store: Arc<dyn Maintenance>,
+        db: DatabaseConnection,
+        uploads: Arc<Uploads>,
+        settings: RetentionSettings,
+    ) -> Self {
+        Cleaner { store, db, uploads, settings, busy: false }
+    }
+}
+
+impl Actor for Cleaner {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(Duration::from_millis(Ord::max(self.settings.interval_ms, 1)), |_, ctx| ctx.notify(Clean));
+    }
+}
+
+impl Supervised for Cleaner {}
+
+/// Runs one pass now (the interval sends it too); answers what it did.
+#[derive(Message)]
+#[rtype(result = "CleanCounts")]
+pub struct Clean;
+
+impl Handler<Clean> for Cleaner {
+    type Result = ResponseActFuture<Self, CleanCounts>;
+
+    fn handle(&mut self, _: Clean, _ctx: &mut Self::Context) -> Self::Result {
+        if self.busy {
+            return Box::pin(fut::ready(CleanCounts::default()));
+        }
+        self.busy = true;
+        let (store, db, uploads, settings) =
+            (self.store.clone(), self.db.clone(), self.uploads.clone(), self.settings.clone());
+        let pass = async move { run_once(store.as_ref(), &db, &uploads, &settings).await };
+        Box::pin(pass.into_actor(self).map(|result, actor, _| {
+            actor.busy = false;
+            result.unwrap_or_else(|err| {
+                warn!(error = %err, "cleaner pass failed");
+                CleanCounts::default()
+            })
+        }))
+    }
+}
