@@ -530,9 +530,11 @@ impl Settings {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         let retention = &self.retention;
-        for (name, days) in
-            [("succeeded", retention.succeeded_days), ("failed", retention.failed_days), ("cancelled", retention.cancelled_days)]
-        {
+        for (name, days) in [
+            ("succeeded", retention.succeeded_days),
+            ("failed", retention.failed_days),
+            ("cancelled", retention.cancelled_days),
+        ] {
             anyhow::ensure!(days.is_finite() && days >= 0.0, "retention.{name}_days must be 0 or more");
         }
         anyhow::ensure!(retention.batch >= 1, "retention.batch must be at least 1");

@@ -148,12 +148,8 @@ impl ApplicationBuilder {
             Supervisor::start(move |_| reaper)
         });
         let cleaner = settings.retention.enabled.then(|| {
-            let cleaner = crate::retention::Cleaner::new(
-                store.clone(),
-                db.clone(),
-                uploads.clone(),
-                settings.retention.clone(),
-            );
+            let cleaner =
+                crate::retention::Cleaner::new(store.clone(), db.clone(), uploads.clone(), settings.retention.clone());
             Supervisor::start(move |_| cleaner)
         });
         let in_flight = InFlight::new();

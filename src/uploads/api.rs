@@ -47,11 +47,14 @@ impl From<NameError> for ApiError {
 #[allow(dead_code)]
 pub struct UploadForm {
     /// The service to run under (its limits and quotas). Must come before the files.
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     service: String,
     /// The room of the job; default: the token's first room.
+    #[schema(pattern = r"^(@global|@internal|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$")]
     room: Option<String>,
     /// As `POST /jobs`' `idempotency_key` (or the `Idempotency-Key` header): the same key
     /// with the same files answers the job made first.
+    #[schema(min_length = 1, max_length = 255, pattern = r"^[^\u0000]*$")]
     idempotency_key: Option<String>,
     /// The files, `run.sh` among them, each a part with a `filename` (`dir/name` nests).
     #[schema(value_type = Vec<String>, format = Binary)]
@@ -278,7 +281,7 @@ async fn text_field(field: &mut Field, name: &str, idle: Duration) -> Result<Str
     if text.contains('\0') {
         return Err(ApiError::new(Code::NulCharacter, format!("field {name:?} holds a NUL character")));
     }
-    Ok(text.trim().to_owned())
+    Ok(text)
 }
 
 async fn next_chunk(field: &mut Field, idle: Duration) -> Result<Option<web::Bytes>, ApiError> {
@@ -376,7 +379,11 @@ pub struct FilePath {
 /// `Range: bytes=a-b` honoured.
 #[utoipa::path(
     get, path = "/jobs/{id}/files/{path}", tag = "uploads", operation_id = "get_job_file",
-    params(("id" = Uuid, Path, description = "The job"), ("path" = String, Path, description = "The file, relative to the run's working directory")),
+    params(
+        ("id" = Uuid, Path, description = "The job"),
+        ("path" = String, Path, description = "The file, relative to the run's working directory (`dir/name`)",
+         pattern = r"^[^\u0000-\u001f\u007f\\]{1,1024}$"),
+    ),
     responses(
         (status = 200, description = "The file", content_type = "application/octet-stream", body = Vec<u8>),
         (status = 206, description = "The range asked for", content_type = "application/octet-stream", body = Vec<u8>),

@@ -64,7 +64,9 @@ async fn old_files_go_and_the_history_stays(backend: Backend) {
     // A staging directory a crash left, and files of a job that never got its row.
     let jobs = app.uploads.0.join("jobs");
     let (stray, staging, fresh) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
-    for dir in [jobs.join(stray.to_string()), jobs.join(format!("{staging}.partial")), jobs.join(format!("{fresh}.partial"))] {
+    for dir in
+        [jobs.join(stray.to_string()), jobs.join(format!("{staging}.partial")), jobs.join(format!("{fresh}.partial"))]
+    {
         std::fs::create_dir_all(&dir).unwrap();
     }
     modified_ago(&jobs.join(stray.to_string()), Duration::from_secs(7200));
@@ -100,13 +102,15 @@ async fn history_past_its_age_is_pruned_in_batches(backend: Backend) {
         old_succeeded.push(job["id"].as_str().unwrap().to_owned());
     }
     let (_, young) = app.submit(json!({ "operation": "count" })).await;
-    let (_, failed) = app.submit(json!({ "operation": "fail", "payload": { "error_class": "Boom", "message": "no" } })).await;
+    let (_, failed) =
+        app.submit(json!({ "operation": "fail", "payload": { "error_class": "Boom", "message": "no" } })).await;
     let (_, group) = app
         .submit(json!({ "operation": "group", "payload": { "jobs": [{ "operation": "count" }, { "operation": "count" }] } }))
         .await;
     let (_, cancelled) = app.submit(json!({ "operation": "count", "queue": PARKED })).await;
     app.post(&format!("/jobs/{}/cancel", cancelled["id"].as_str().unwrap())).await;
-    for id in old_succeeded.iter().chain([&young, &failed, &group].map(|job| job["id"].as_str().unwrap().to_owned()).iter())
+    for id in
+        old_succeeded.iter().chain([&young, &failed, &group].map(|job| job["id"].as_str().unwrap().to_owned()).iter())
     {
         app.wait_for_status(id, if id == failed["id"].as_str().unwrap() { "failed" } else { "succeeded" }).await;
     }

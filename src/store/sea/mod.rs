@@ -285,14 +285,15 @@ impl JobCommands for SeaStore {
         let backend = self.db.get_database_backend();
         if let Some(job) =
             // A job whose files the cleaner removed has nothing left to run.
-            self.transition(
-                id,
-                &from,
-                JobStatus::Queued,
-                |update| retried(backend, update).filter(job::Column::CleanedAt.is_null()),
-                event,
-            )
-            .await?
+            self
+                .transition(
+                    id,
+                    &from,
+                    JobStatus::Queued,
+                    |update| retried(backend, update).filter(job::Column::CleanedAt.is_null()),
+                    event,
+                )
+                .await?
         {
             return Ok(job);
         }
