@@ -1,4 +1,4 @@
-//! The command line: `serve`, `worker`, `reaper`, `migrate`, `model init`, `token …`. SIGTERM or SIGINT stops a
+//! The command line: `serve`, `worker`, `reaper`, `migrate`, `model init`, `token …`, `script-host`. SIGTERM or SIGINT stops a
 //! process gracefully (see `actors::ShutdownGuard`); it then exits with 143. The `yardmaster` binary calls
 //! [`main_with`] with the built-in operations; an application with operations of its own
 //! calls it with its registry (see `examples/custom_operation.rs`).
@@ -41,6 +41,36 @@ enum Command {
     /// API tokens: create, list, revoke (on the store directly; no server needed).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Run uploaded scripts on this host for a server elsewhere, over HTTP only (no shared
+    /// files, no database): a remote worker with a `worker` token in YARDMASTER_TOKEN.
+    ScriptHost(ScriptHostArgs),
+}
+
+#[derive(Debug, Args)]
+struct ScriptHostArgs {
+    /// The server, e.g. https://jobs.example.com.
+    #[arg(long, value_name = "URL")]
+    url: String,
+
+    /// An upload service to run; repeat for several.
+    #[arg(long = "service", value_name = "NAME", required = true)]
+    services: Vec<String>,
+
+    /// Scripts run at once.
+    #[arg(long, default_value_t = 2)]
+    slots: usize,
+
+    /// Where uploads are fetched to and run (each run's directory is removed after it).
+    #[arg(long, value_name = "DIR", default_value = "data/script-host")]
+    dir: PathBuf,
+
+    /// A name for people (default: the token's user).
+    #[arg(long)]
+    name: Option<String>,
+
+    /// Seconds runs get to finish after SIGTERM before they are killed and handed back.
+    #[arg(long, default_value_t = 30)]
+    grace_seconds: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -147,6 +177,21 @@ async fn run(cli: Cli, registry: OperationRegistry) -> anyhow::Result<i32> {
             let db = store::connect(&settings.store).await?;
             store::migrate(&db).await?;
             return crate::auth::commands::run(&db, command).await;
+        }
+        Command::ScriptHost(args) => {
+            let token = std::env::var("YARDMASTER_TOKEN").map_err(|_| {
+                anyhow::anyhow!("set YARDMASTER_TOKEN to a worker token (yardmaster token create --role worker)")
+            })?;
+            let options = crate::uploads::remote_host::HostOptions {
+                url: args.url.trim_end_matches('/').to_owned(),
+                token,
+                services: args.services,
+                slots: args.slots,
+                dir: args.dir,
+                name: args.name,
+                grace: std::time::Duration::from_secs(args.grace_seconds),
+            };
+            return crate::uploads::remote_host::run(options).await;
         }
         Command::Migrate => {
             let db = store::connect(&settings.store).await?;

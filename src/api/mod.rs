@@ -198,6 +198,27 @@ pub const ROUTES: &[Route] = &[
         handlers: |r| r.route(web::patch().to(remote::report)),
     },
     Route {
+        path: "/scripts/claim",
+        allow: WRITE,
+        access: Access::Worker,
+        handlers: |r| r.route(web::post().to(crate::uploads::hosts::claim)),
+    },
+    Route {
+        path: "/tasks/{id}/files/{path:.*}",
+        allow: READ,
+        access: Access::Worker,
+        handlers: |r| r.route(read().to(crate::uploads::hosts::task_file)),
+    },
+    Route {
+        path: "/tasks/{id}/result",
+        allow: READ_PUT,
+        access: Access::Worker,
+        handlers: |r| {
+            r.route(web::put().to(crate::uploads::hosts::put_result))
+                .route(read().to(crate::uploads::hosts::result_progress))
+        },
+    },
+    Route {
         path: "/admin/dead-letters",
         allow: READ,
         access: Access::Admin,
@@ -250,6 +271,7 @@ const WRITE: &str = "POST";
 const READ_WRITE: &str = "GET, HEAD, POST";
 const DELETE: &str = "DELETE";
 const PATCH: &str = "PATCH";
+const READ_PUT: &str = "GET, HEAD, PUT";
 
 /// A route for GET and HEAD (actix-web sends a HEAD answer's headers without its body).
 fn read() -> actix_web::Route {

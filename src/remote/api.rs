@@ -197,9 +197,15 @@ pub struct RegisterWorker {
     #[serde(default)]
     #[schema(min_length = 1, max_length = 128)]
     pub name: Option<String>,
-    /// The active types it serves, by full name (`room:category:name`), 1-100.
-    #[schema(min_items = 1, max_items = 100)]
+    /// The active types it serves, by full name (`room:category:name`), up to 100.
+    #[serde(default)]
+    #[schema(max_items = 100)]
     pub types: Vec<String>,
+    /// The upload services whose `run.sh` jobs it runs (`POST /scripts/claim`), up to 100.
+    /// A worker serves at least one type or service.
+    #[serde(default)]
+    #[schema(max_items = 100)]
+    pub services: Vec<String>,
 }
 
 /// Registers a remote worker serving active types of rooms its token may serve. Its
@@ -210,7 +216,7 @@ pub struct RegisterWorker {
     responses(
         (status = 201, description = "Registered", body = WorkerInfo),
         (status = 403, description = "`room_forbidden`, `read_only_token`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`unknown_type`, `invalid_type_name`, `invalid_request`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`unknown_type`, `unknown_service`, `invalid_type_name`, `invalid_request`", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn register_worker(
@@ -225,9 +231,12 @@ pub async fn register_worker(
             ApiError::new(Code::InvalidRequest, "name must be 1-128 characters, no control character").at("/name")
         );
     }
-    if body.types.is_empty() || body.types.len() > MAX_TYPES {
-        let detail = format!("types must name 1-{MAX_TYPES} types");
+    if body.types.len() > MAX_TYPES || body.services.len() > MAX_TYPES {
+        let detail = format!("types and services may name {MAX_TYPES} each at most");
         return Err(ApiError::new(Code::InvalidRequest, detail).at("/types"));
+    }
+    if body.types.is_empty() && body.services.is_empty() {
+        return Err(ApiError::new(Code::InvalidRequest, "name at least one type or service").at("/types"));
     }
     let mut types: Vec<TypeName> = Vec::with_capacity(body.types.len());
     for (at, text) in body.types.iter().enumerate() {
@@ -243,7 +252,18 @@ pub async fn register_worker(
             types.push(name);
         }
     }
-    let (id, _) = state.remote.workers.register(caller.identity().token_id, &name, &types).await.map_err(db)?;
+    let mut served: Vec<String> = types.iter().map(TypeName::full).collect();
+    for (at, service) in body.services.iter().enumerate() {
+        if !state.uploads.services.contains_key(service) {
+            let detail = format!("no upload service {service:?} is configured here");
+            return Err(ApiError::new(Code::UnknownService, detail).at(format!("/services/{at}")));
+        }
+        let name = format!("{}{service}", super::workers::SERVICE_PREFIX);
+        if !served.contains(&name) {
+            served.push(name);
+        }
+    }
+    let (id, _) = state.remote.workers.register(caller.identity().token_id, &name, &served).await.map_err(db)?;
     let info = state.remote.workers.info(id, state.remote.lease).await.map_err(db)?;
     Ok(HttpResponse::Created().insert_header(("Location", format!("/workers/{id}"))).json(info))
 }
@@ -378,7 +398,8 @@ pub async fn claim(
     // The claim renewed the worker: a wait shorter than its deadline cannot outlive it.
     let cap = state.max_wait.min(state.remote.workers.ttl().saturating_sub(Duration::from_secs(1)));
     let wait = asked.map(|asked| asked.min(cap)).unwrap_or_default();
-    let task = tasks::claim(&state.remote, state.store.as_ref(), &worker, wait, &state.closing).await?;
+    let token = caller.identity().token_id;
+    let task = tasks::claim(&state.remote, state.store.as_ref(), &worker, token, wait, &state.closing).await?;
     let mut response = HttpResponse::Ok();
     if asked.is_some() {
         response.insert_header(("Preference-Applied", format!("wait={}", wait.as_secs())));

@@ -26,6 +26,7 @@ pub async fn claim(
     remote: &Remote,
     runs: &dyn RunWrites,
     worker: &LiveWorker,
+    token: Uuid,
     wait: Duration,
     closing: &tokio_util::sync::CancellationToken,
 ) -> Result<Option<Job>, StoreError> {
@@ -45,6 +46,11 @@ pub async fn claim(
             () = tokio::time::sleep_until(deadline) => return Ok(None),
             // Only the wait is cut short, never a claim being written.
             () = closing.cancelled() => return Ok(None),
+        }
+        // A worker that left (or was marked gone) while its claim waited takes nothing:
+        // its own DELETE requeues a task, whose write wakes this very claim.
+        if remote.workers.check_lately(worker.id, token).await.is_err() {
+            return Ok(None);
         }
     }
 }
@@ -218,9 +224,15 @@ async fn running(remote: &Remote, runs: &dyn RunWrites, run: RunRef, report: &Re
 }
 
 /// The task, when `attempt` is its RUNNING run held by `worker`; otherwise why not.
-async fn current(reads: &dyn JobReads, worker: &LiveWorker, id: Uuid, attempt: i32) -> Result<Job, ReportError> {
-    let job = reads.get(id).await?.filter(|job| job.queue == QueueName::REMOTE).ok_or(ReportError::NotFound(id))?;
-    if !worker.types.contains(&job.operation) {
+pub async fn current(reads: &dyn JobReads, worker: &LiveWorker, id: Uuid, attempt: i32) -> Result<Job, ReportError> {
+    let job = reads.get(id).await?.ok_or(ReportError::NotFound(id))?;
+    let served = match job.queue.as_str() {
+        QueueName::REMOTE => worker.types.contains(&job.operation),
+        // An uploaded script, run by a script host elsewhere.
+        QueueName::SCRIPTS => job.service.as_deref().is_some_and(|service| worker.serves_service(service)),
+        _ => false,
+    };
+    if !served {
         return Err(ReportError::NotFound(id));
     }
     let mine = job.owner.as_deref() == Some(worker.owner().as_str());
@@ -272,7 +284,7 @@ pub async fn renew(
             continue;
         }
         let status = match reads.get(task.id).await? {
-            Some(job) if owned || job.queue == QueueName::REMOTE => job.status,
+            Some(job) if owned || QueueName::pulled(&job.queue) => job.status,
             _ => JobStatus::Cancelled,
         };
         stop.push(Stop { id: task.id, attempt: task.attempt, status });

@@ -15,7 +15,6 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::entity::{remote_worker, remote_worker_type};
-use super::names::TypeName;
 use crate::store::clock;
 
 /// Most workers [`WorkerBook`] remembers before it drops the stale ones.
@@ -28,6 +27,8 @@ pub struct WorkerInfo {
     pub name: String,
     /// The types it serves (full names).
     pub types: Vec<String>,
+    /// The upload services whose scripts it runs.
+    pub services: Vec<String>,
     pub registered_at: DateTime<Utc>,
     pub last_seen_at: DateTime<Utc>,
     /// It is gone (its tasks go back to the queue) unless heard from before this.
@@ -55,10 +56,25 @@ pub enum WorkerError {
 #[derive(Debug, Clone)]
 pub struct LiveWorker {
     pub id: Uuid,
+    /// What it serves: registered types by full name, and upload services as
+    /// [`SERVICE_PREFIX`]`name`.
     pub types: Vec<String>,
 }
 
+/// How a served upload service is recorded among a worker's types (no type's room starts
+/// with `@scripts`, so none can clash).
+pub const SERVICE_PREFIX: &str = "@scripts:";
+
 impl LiveWorker {
+    /// The upload services it runs scripts of.
+    pub fn services(&self) -> Vec<String> {
+        self.types.iter().filter_map(|name| name.strip_prefix(SERVICE_PREFIX)).map(str::to_owned).collect()
+    }
+
+    pub fn serves_service(&self, service: &str) -> bool {
+        self.types.iter().any(|name| name.strip_prefix(SERVICE_PREFIX) == Some(service))
+    }
+
     /// What its claims write to `job.owner`.
     pub fn owner(&self) -> String {
         owner(self.id)
@@ -133,8 +149,9 @@ impl WorkerBook {
         now + chrono::Duration::from_std(self.ttl).unwrap_or_default()
     }
 
-    /// Registers a worker of `token` serving `types`, in one transaction.
-    pub async fn register(&self, token: Uuid, name: &str, types: &[TypeName]) -> Result<(Uuid, DateTime<Utc>), DbErr> {
+    /// Registers a worker of `token` serving `types` (full names, and services as
+    /// [`SERVICE_PREFIX`]`name`), in one transaction.
+    pub async fn register(&self, token: Uuid, name: &str, types: &[String]) -> Result<(Uuid, DateTime<Utc>), DbErr> {
         let (id, now) = (Uuid::now_v7(), clock::now());
         let expires_at = self.deadline(now);
         let txn = self.db.begin().await?;
@@ -150,7 +167,7 @@ impl WorkerBook {
         remote_worker::Entity::insert(row).exec_without_returning(&txn).await?;
         let served = types
             .iter()
-            .map(|name| remote_worker_type::ActiveModel { worker_id: Set(id), type_name: Set(name.full()) });
+            .map(|name| remote_worker_type::ActiveModel { worker_id: Set(id), type_name: Set(name.clone()) });
         remote_worker_type::Entity::insert_many(served).exec_without_returning(&txn).await?;
         txn.commit().await?;
         Ok((id, expires_at))
@@ -213,10 +230,14 @@ impl WorkerBook {
     /// The worker as its answers show it.
     pub async fn info(&self, id: Uuid, lease: Duration) -> Result<Option<WorkerInfo>, DbErr> {
         let Some(row) = remote_worker::Entity::find_by_id(id).one(&self.db).await? else { return Ok(None) };
+        let (services, types): (Vec<String>, Vec<String>) =
+            self.types_of(id).await?.into_iter().partition(|name| name.starts_with(SERVICE_PREFIX));
+        let services = services.iter().map(|name| name[SERVICE_PREFIX.len()..].to_owned()).collect();
         Ok(Some(WorkerInfo {
             id: row.id,
             name: row.name,
-            types: self.types_of(id).await?,
+            types,
+            services,
             registered_at: row.registered_at,
             last_seen_at: row.last_seen_at,
             expires_at: row.expires_at,

@@ -231,7 +231,7 @@ fn known_service(uploads: &super::Uploads, name: &str) -> Result<(String, Servic
     }
 }
 
-fn internal(err: impl std::fmt::Display) -> ApiError {
+pub(super) fn internal(err: impl std::fmt::Display) -> ApiError {
     tracing::error!(error = %err, "upload storage failed");
     ApiError::new(Code::Internal, "the upload could not be stored")
 }
@@ -425,7 +425,7 @@ pub async fn file(
 /// Opens a regular file of the job: never through a link at its last component, and only
 /// when its real path lies in the job's directory (a link the script made among its parent
 /// directories cannot lead out).
-fn open_regular(job_dir: &std::path::Path, path: &std::path::Path) -> std::io::Result<std::fs::File> {
+pub(super) fn open_regular(job_dir: &std::path::Path, path: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
     let inside = std::fs::canonicalize(path)?.starts_with(std::fs::canonicalize(job_dir)?);
@@ -436,7 +436,7 @@ fn open_regular(job_dir: &std::path::Path, path: &std::path::Path) -> std::io::R
 }
 
 /// A file as the response body, whole or the one range asked (`bytes=a-b`, `a-`, `-n`).
-async fn stream_file(
+pub(super) async fn stream_file(
     mut file: std::fs::File,
     range: Option<String>,
     content_type: &str,

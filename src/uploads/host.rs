@@ -12,7 +12,7 @@ use actix::prelude::*;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::quota::Quotas;
+use super::quota::{Quotas, Scope};
 use crate::actors::{run_with_heartbeat, StopIntake};
 use crate::domain::RUN_SCRIPT;
 use crate::live::TaskWaiters;
@@ -82,7 +82,7 @@ async fn slot_loop(parts: HostParts, stop: CancellationToken) {
         if stop.is_cancelled() {
             return;
         }
-        match parts.quotas.claim(parts.store.as_ref(), &owner, lease).await {
+        match parts.quotas.claim(parts.store.as_ref(), &owner, lease, &Scope::default()).await {
             Ok(Some(job)) => {
                 info!(job_id = %job.id, service = ?job.service, attempt = job.attempts, "script claimed");
                 let cancel = CancellationToken::new();

@@ -12,8 +12,10 @@ pub mod api;
 pub mod archive;
 pub mod files;
 pub mod host;
+pub mod hosts;
 pub mod names;
 pub mod quota;
+pub mod remote_host;
 pub mod run_script;
 pub mod sandbox;
 

@@ -29,6 +29,13 @@ use crate::store::{clock, RunWrites, StoreError};
 /// Runnable jobs of one user tried per claim (others may take them meanwhile).
 const TRIES: u64 = 8;
 
+/// Which script jobs a claimer may take: of these services, in these rooms (`None`: all).
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    pub services: Option<Vec<String>>,
+    pub rooms: Option<Vec<String>>,
+}
+
 /// The quota gate of every service.
 pub struct Quotas {
     db: DatabaseConnection,
@@ -53,13 +60,26 @@ impl Quotas {
         Quotas { db, services, locks, next: AtomicUsize::new(0) }
     }
 
-    /// Claims the next script job of any service under its quotas, for `owner`.
-    pub async fn claim(&self, runs: &dyn RunWrites, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
-        let names: Vec<&String> = self.services.keys().collect();
+    /// Claims the next script job of any service in `scope` under its quotas, for `owner`.
+    pub async fn claim(
+        &self,
+        runs: &dyn RunWrites,
+        owner: &str,
+        lease: Duration,
+        scope: &Scope,
+    ) -> Result<Option<Job>, StoreError> {
+        let names: Vec<&String> = self
+            .services
+            .keys()
+            .filter(|name| scope.services.as_ref().is_none_or(|only| only.contains(name)))
+            .collect();
+        if names.is_empty() {
+            return Ok(None);
+        }
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         for offset in 0..names.len() {
             let name = names[(start + offset) % names.len()];
-            if let Some(job) = self.claim_in(name, runs, owner, lease).await? {
+            if let Some(job) = self.claim_in(name, runs, owner, lease, scope).await? {
                 return Ok(Some(job));
             }
         }
@@ -93,6 +113,7 @@ impl Quotas {
         runs: &dyn RunWrites,
         owner: &str,
         lease: Duration,
+        scope: &Scope,
     ) -> Result<Option<Job>, StoreError> {
         let (Some(settings), Some(lock)) = (self.services.get(service), self.locks.get(service)) else {
             return Ok(None);
@@ -104,7 +125,7 @@ impl Quotas {
             let key = format!("yardmaster:scripts:{service}");
             txn.execute_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, [key.into()])).await?;
         }
-        let claimed = pick_and_claim(&txn, service, settings, runs, owner, lease).await;
+        let claimed = pick_and_claim(&txn, service, settings, runs, owner, lease, scope).await;
         // Ended explicitly: a transaction merely dropped is rolled back only when its
         // connection is next used, and would hold the service's lock until then.
         match claimed {
@@ -128,8 +149,13 @@ async fn pick_and_claim(
     runs: &dyn RunWrites,
     owner: &str,
     lease: Duration,
+    scope: &Scope,
 ) -> Result<Option<Job>, StoreError> {
     let running = running_by_user(txn, service).await?;
+    let in_scope = || match &scope.rooms {
+        Some(rooms) => job::Column::Room.is_in(rooms.iter().map(String::as_str)),
+        None => Expr::value(true).into(),
+    };
     if running.values().sum::<u32>() >= settings.total {
         return Ok(None);
     }
@@ -140,6 +166,7 @@ async fn pick_and_claim(
         .filter(Expr::cust("status = 'queued' AND queue = '@scripts'"))
         .filter(job::Column::Service.eq(service))
         .filter(runnable(txn.get_database_backend()))
+        .filter(in_scope())
         .group_by(job::Column::SubmittedBy)
         .order_by_asc(Expr::col(job::Column::CreatedAt).min())
         .into_tuple::<String>()
@@ -159,6 +186,7 @@ async fn pick_and_claim(
             .filter(job::Column::Service.eq(service))
             .filter(submitted_by)
             .filter(runnable(txn.get_database_backend()))
+            .filter(in_scope())
             .order_by_asc(job::Column::Id)
             .limit(TRIES)
             .into_tuple()

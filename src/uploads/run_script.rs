@@ -4,7 +4,7 @@
 //! the end of stderr, the signal, the limit it hit, the timeout).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -16,6 +16,7 @@ use super::sandbox::{self, signal_name, Exit, Finished, Limits};
 use crate::config::ServiceSettings;
 use crate::domain::{EventLevel, Job, RUN_SCRIPT};
 use crate::ops::{JobContext, Operation, OperationError};
+use tokio_util::sync::CancellationToken;
 
 /// Error classes of a run that did not succeed.
 pub const SCRIPT_FAILED: &str = "ScriptFailed";
@@ -56,60 +57,86 @@ impl Operation for RunScript {
         let settings = self.services.get(&service).ok_or_else(|| {
             OperationError::new("UnknownService", format!("service {service:?} is not configured on this worker"))
         })?;
-        let limits = Limits::from(settings);
-        let (work, logs) = self.prepare(&job).await?;
-        let manifest = {
-            let (input, work) = (self.files.input_dir(job.id), work.clone());
-            blocking(move || archive::prepare(&input, &work)).await?
+        let place = Place {
+            input: self.files.input_dir(job.id),
+            run: self.files.run_dir(job.id, job.attempts),
+            zip: self.files.result_path(job.id),
         };
-        let env = [
-            ("YARDMASTER_JOB_ID".to_owned(), job.id.to_string()),
-            ("YARDMASTER_ATTEMPT".to_owned(), job.attempts.to_string()),
-            ("YARDMASTER_SERVICE".to_owned(), service.clone()),
-        ];
-        let cancel = ctx.cancel_token();
-        let finished = sandbox::run(&work, &logs, &env, &limits, &cancel)
-            .await
-            .map_err(|err| OperationError::new(SANDBOX_ERROR, format!("run.sh could not be started: {err}")))?;
-        let packed = {
-            let (zip, work, logs) = (self.files.result_path(job.id), work.clone(), logs.clone());
-            blocking(move || archive::pack(&work, &logs, &manifest, &zip)).await?
-        };
-        let fields = json!({
-            "exit": exit_fields(finished.exit),
-            "stdout_bytes": finished.stdout_bytes,
-            "stderr_bytes": finished.stderr_bytes,
-            "files": packed.files.len(),
-            "zip_bytes": packed.zip_bytes,
-        });
-        let level = if finished.exit == Exit::Code(0) { EventLevel::Info } else { EventLevel::Warning };
-        if let Err(err) = ctx.emit("script.exited", None, fields, level).await {
+        let ran = run(&job, &place, &Limits::from(settings), &ctx.cancel_token()).await?;
+        let level = if ran.finished.exit == Exit::Code(0) { EventLevel::Info } else { EventLevel::Warning };
+        if let Err(err) = ctx.emit("script.exited", None, ran.fields(), level).await {
             tracing::warn!(job_id = %job.id, error = %err, "script.exited not recorded");
         }
-        outcome(&finished, &packed, &limits, &logs)
+        ran.outcome
     }
 }
 
-impl RunScript {
-    /// A fresh directory for this run (earlier runs' are removed: the archive holds the
-    /// last run's outputs only).
-    async fn prepare(&self, job: &Job) -> Result<(std::path::PathBuf, std::path::PathBuf), OperationError> {
-        let run = self.files.run_dir(job.id, job.attempts);
-        let runs = run.parent().map(Path::to_path_buf);
-        let work = run.join("work");
-        let logs = run.clone();
-        let ready = work.clone();
-        blocking(move || {
-            if let Some(runs) = runs.filter(|runs| runs.exists()) {
-                for entry in std::fs::read_dir(&runs)? {
-                    std::fs::remove_dir_all(entry?.path())?;
-                }
-            }
-            std::fs::create_dir_all(&ready)
+/// Where a run reads its upload and writes its directory and archive.
+#[derive(Debug, Clone)]
+pub struct Place {
+    /// The uploaded files.
+    pub input: PathBuf,
+    /// This run's directory: `work/` (the script's working directory) and its logs.
+    pub run: PathBuf,
+    /// The archive to write.
+    pub zip: PathBuf,
+}
+
+/// A finished run: how it ended, what its archive holds, and the job's outcome.
+pub struct Ran {
+    pub finished: Finished,
+    pub packed: Packed,
+    pub outcome: Result<Value, OperationError>,
+}
+
+impl Ran {
+    /// The `script.exited` event's fields.
+    pub fn fields(&self) -> Value {
+        json!({
+            "exit": exit_fields(self.finished.exit),
+            "stdout_bytes": self.finished.stdout_bytes,
+            "stderr_bytes": self.finished.stderr_bytes,
+            "files": self.packed.files.len(),
+            "zip_bytes": self.packed.zip_bytes,
         })
-        .await?;
-        Ok((work, logs))
     }
+}
+
+/// Runs `job`'s `run.sh`: a fresh working directory from the upload (earlier runs' are
+/// removed: the archive holds the last run's outputs only), the sandbox, the archive. The
+/// same for a script host in this process and one on another host (its own copy of the
+/// upload, fetched over HTTP).
+pub async fn run(job: &Job, place: &Place, limits: &Limits, cancel: &CancellationToken) -> Result<Ran, OperationError> {
+    let work = place.run.join("work");
+    let (runs, ready) = (place.run.parent().map(Path::to_path_buf), work.clone());
+    blocking(move || {
+        if let Some(runs) = runs.filter(|runs| runs.exists()) {
+            for entry in std::fs::read_dir(&runs)? {
+                std::fs::remove_dir_all(entry?.path())?;
+            }
+        }
+        std::fs::create_dir_all(&ready)
+    })
+    .await?;
+    let manifest = {
+        let (input, work) = (place.input.clone(), work.clone());
+        blocking(move || archive::prepare(&input, &work)).await?
+    };
+    let env = [
+        ("YARDMASTER_JOB_ID".to_owned(), job.id.to_string()),
+        ("YARDMASTER_ATTEMPT".to_owned(), job.attempts.to_string()),
+        ("YARDMASTER_SERVICE".to_owned(), job.service.clone().unwrap_or_default()),
+    ];
+    let logs = place.run.clone();
+    let finished = sandbox::run(&work, &logs, &env, limits, cancel)
+        .await
+        .map_err(|err| OperationError::new(SANDBOX_ERROR, format!("run.sh could not be started: {err}")))?;
+    let packed = {
+        let (zip, work, logs) = (place.zip.clone(), work.clone(), logs.clone());
+        blocking(move || archive::pack(&work, &logs, &manifest, &zip)).await?
+    };
+    let outcome = outcome(&finished, &packed, limits, &logs);
+    Ok(Ran { finished, packed, outcome })
 }
 
 async fn blocking<T: Send + 'static>(
@@ -186,7 +213,7 @@ fn outcome(finished: &Finished, packed: &Packed, limits: &Limits, logs: &Path) -
         }
         Exit::TimedOut => failed(
             SCRIPT_TIMEOUT,
-            format!("run.sh ran past its limit of {} s; its processes were killed", limits.timeout.as_secs()),
+            format!("run.sh ran past its limit of {} s; its processes were killed", limits.timeout_seconds),
         ),
         Exit::Stopped => failed("Cancelled", "the run was stopped; its processes were killed".into()),
     }

@@ -25,10 +25,12 @@ pub const SCRIPT: &str = "run.sh";
 /// The variable that marks every process of a run.
 const MARKER: &str = "YARDMASTER_RUN";
 
-/// What bounds one run.
-#[derive(Debug, Clone)]
+/// What bounds one run: its service's limits, as a script host elsewhere gets them with
+/// its claim.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Limits {
-    pub timeout: Duration,
+    /// Wall clock, seconds.
+    pub timeout_seconds: u64,
     pub cpu_seconds: u64,
     pub memory_bytes: u64,
     pub file_size_bytes: u64,
@@ -40,7 +42,7 @@ pub struct Limits {
 impl From<&ServiceSettings> for Limits {
     fn from(service: &ServiceSettings) -> Self {
         Limits {
-            timeout: Duration::from_secs(service.timeout_seconds),
+            timeout_seconds: service.timeout_seconds,
             cpu_seconds: service.cpu_seconds,
             memory_bytes: service.memory_bytes,
             file_size_bytes: service.file_size_bytes,
@@ -122,7 +124,7 @@ pub async fn run(
     let stderr = tokio::spawn(stderr);
     let exit = tokio::select! {
         status = child.wait() => exit_of(status?),
-        () = tokio::time::sleep(limits.timeout) => Exit::TimedOut,
+        () = tokio::time::sleep(Duration::from_secs(limits.timeout_seconds)) => Exit::TimedOut,
         () = cancel.cancelled() => Exit::Stopped,
     };
     // Whatever ended the run, nothing of it survives: children holding the pipes open

@@ -403,7 +403,113 @@ async fn a_redeploy_requeues_the_run_and_kills_its_processes(backend: Backend) {
     assert!(events.contains(&"job.requeued_on_shutdown".to_owned()), "{events:?}");
 }
 
+/// Processes whose environment says they belong to job `id` (the sandbox sets it).
+fn processes_of(id: &str) -> Vec<i32> {
+    let needle = format!("YARDMASTER_JOB_ID={id}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')));
+        if !zombie && environ.split(|byte| *byte == 0).any(|pair| pair == needle.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A script host on "another host": its own directory, nothing shared with the server but
+/// HTTP. It fetches the upload, runs it, sends the archive back; a cancel reaches it through
+/// its heartbeat and kills the run's processes; SIGTERM hands its runs back.
+async fn a_script_host_elsewhere_runs_jobs_over_http(backend: Backend) {
+    let remote = yardmaster::config::RemoteSettings { worker_ttl_seconds: 3, ..Default::default() };
+    let app = TestApp::spawn_with(backend, TestOptions { remote: Some(remote), ..options(&[], 0) }).await;
+    let (status, created) = read(
+        app.client
+            .post(app.url("/admin/tokens"))
+            .json(&json!({ "user": "far-host", "role": "worker", "rooms": ["default"] }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let elsewhere = crate::helpers::ScratchDir::new("script-host");
+    let host = std::process::Command::new(env!("CARGO_BIN_EXE_yardmaster"))
+        .args(["script-host", "--url", &app.address, "--service", "default", "--slots", "2", "--grace-seconds", "1"])
+        .arg("--dir")
+        .arg(&elsewhere.0)
+        .env("YARDMASTER_TOKEN", created["token"].as_str().unwrap())
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut host = Reaped(host);
+    let data = vec![b'z'; 3 * 1024 * 1024];
+    let job = upload_script(
+        &app,
+        "default",
+        "mkdir out
+wc -c < data.bin > out/size.txt
+",
+        &[("data.bin", &data)],
+    )
+    .await;
+    let id = job["id"].as_str().unwrap();
+    let done = ended(&app, id).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert!(done["owner"].as_str().unwrap().starts_with("remote:"), "run elsewhere: {done}");
+    let files = archive(&app, id).await;
+    assert_eq!(files["out/size.txt"].trim(), "3145728", "the upload arrived whole: {files:?}");
+    // A cancel reaches the host through its heartbeat, and its run's processes die.
+    let forever = upload_script(&app, "default", FOREVER, &[]).await;
+    let forever = forever["id"].as_str().unwrap().to_owned();
+    app.wait_for_status(&forever, "running").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while processes_of(&forever).len() < 2 {
+        assert!(Instant::now() < deadline, "the run never started on the host");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, _) = app.post(&format!("/jobs/{forever}/cancel")).await;
+    assert_eq!(status, 200);
+    while !processes_of(&forever).is_empty() {
+        assert!(Instant::now() < deadline, "the host's run survives its cancel: {:?}", processes_of(&forever));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // SIGTERM: a run under way is handed back, and the host exits 143.
+    let last = upload_script(&app, "default", FOREVER, &[]).await;
+    let last = last["id"].as_str().unwrap().to_owned();
+    app.wait_for_status(&last, "running").await;
+    // SAFETY: kill(2) on the child we started.
+    unsafe { libc::kill(host.0.id() as i32, libc::SIGTERM) };
+    let code = actix_rt::task::spawn_blocking(move || {
+        let status = host.0.wait();
+        (host, status)
+    });
+    let (_host, status) = tokio::time::timeout(Duration::from_secs(20), code).await.unwrap().unwrap();
+    assert_eq!(status.unwrap().code(), Some(143));
+    let job = app.wait_for_status(&last, "queued").await;
+    assert_eq!(job["attempts"], 1, "{job}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_of(&last).is_empty() {
+        assert!(Instant::now() < deadline, "the host's run survives its exit");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 on_both_backends!(
+    a_script_host_elsewhere_runs_jobs_over_http,
     a_redeploy_requeues_the_run_and_kills_its_processes,
     an_upload_runs_and_its_zip_holds_exactly_what_it_made,
     a_failing_script_reports_its_exit_code_and_stderr,
