@@ -508,7 +508,87 @@ wc -c < data.bin > out/size.txt
     }
 }
 
+/// The endpoints of script hosts elsewhere refuse other workers, other runs, other tokens
+/// and bad pieces, and serve and take what they should.
+async fn task_files_and_results_refuse_strangers(backend: Backend) {
+    let app = TestApp::spawn_with(backend, options(&[], 0)).await;
+    let worker_client = |user: &'static str| {
+        let app = &app;
+        async move {
+            let body = json!({ "user": user, "role": "worker", "rooms": ["default"] });
+            let (status, created) =
+                read(app.client.post(app.url("/admin/tokens")).json(&body).send().await.unwrap()).await;
+            assert_eq!(status, 201, "{created}");
+            let client = client_with(created["token"].as_str().unwrap());
+            let (status, worker) =
+                read(client.post(app.url("/workers")).json(&json!({ "services": ["default"] })).send().await.unwrap())
+                    .await;
+            assert_eq!(status, 201, "{worker}");
+            assert_eq!(worker["services"], json!(["default"]));
+            (client, worker["id"].as_str().unwrap().to_owned())
+        }
+    };
+    let (a, a_id) = worker_client("host-a").await;
+    let (b, b_id) = worker_client("host-b").await;
+    let (status, body) =
+        read(a.post(app.url("/workers")).json(&json!({ "services": ["nope"] })).send().await.unwrap()).await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("unknown_service")), "{body}");
+    let job = upload_script(&app, "default", "true\n", &[]).await;
+    let id = job["id"].as_str().unwrap();
+    let (status, claimed) =
+        read(a.post(app.url("/scripts/claim")).json(&json!({ "worker_id": a_id })).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{claimed}");
+    assert_eq!(claimed["task"]["id"], id);
+    assert_eq!(claimed["limits"]["timeout_seconds"], 3600);
+    let file = |client: &reqwest::Client, worker: &str, attempt: i32, path: &str| {
+        let url = app.url(&format!("/tasks/{id}/files/{path}?worker_id={worker}&attempt={attempt}"));
+        let request = client.get(url);
+        async move { read(request.send().await.unwrap()).await }
+    };
+    let cases = [
+        (&b, b_id.as_str(), 1, "run.sh", 403, "task_forbidden"),
+        (&a, a_id.as_str(), 2, "run.sh", 409, "invalid_transition"),
+        (&a, b_id.as_str(), 1, "run.sh", 403, "worker_forbidden"),
+        (&a, a_id.as_str(), 1, "..%2Fx", 400, "path_traversal"),
+        (&a, a_id.as_str(), 1, "a%00b", 400, "invalid_file_name"),
+        (&a, a_id.as_str(), 1, "missing.txt", 404, "file_not_found"),
+    ];
+    for (client, worker, attempt, path, status, code) in cases {
+        let (got, body) = file(client, worker, attempt, path).await;
+        assert_eq!((got, body["code"].as_str()), (status, Some(code)), "{path}: {body}");
+    }
+    let url = app.url(&format!("/tasks/{id}/files/run.sh?worker_id={a_id}&attempt=1"));
+    let response = a.get(&url).header("Range", "bytes=0-1").send().await.unwrap();
+    assert_eq!((response.status().as_u16(), response.text().await.unwrap()), (206, "tr".to_owned()));
+    let put = |client: &reqwest::Client, worker: &str, range: Option<&str>, body: Vec<u8>| {
+        let url = app.url(&format!("/tasks/{id}/result?worker_id={worker}&attempt=1"));
+        let mut request = client.put(url).body(body);
+        if let Some(range) = range {
+            request = request.header("Content-Range", range.to_owned());
+        }
+        async move { read(request.send().await.unwrap()).await }
+    };
+    let (status, body) = put(&b, &b_id, None, b"x".to_vec()).await;
+    assert_eq!((status, body["code"].as_str()), (403, Some("task_forbidden")), "{body}");
+    let (status, body) = put(&a, &a_id, Some("bytes nonsense"), b"x".to_vec()).await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("invalid_request")), "{body}");
+    let (status, body) = put(&a, &a_id, Some("bytes 0-0/99999999999999"), b"x".to_vec()).await;
+    assert_eq!((status, body["code"].as_str()), (413, Some("upload_too_large")), "{body}");
+    let (status, body) = put(&a, &a_id, Some("bytes 0-3/8"), b"abcd".to_vec()).await;
+    assert_eq!((status, body["received"].as_u64(), body["complete"].as_bool()), (200, Some(4), Some(false)), "{body}");
+    let (status, body) = put(&a, &a_id, Some("bytes 6-7/8"), b"gh".to_vec()).await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("invalid_request")), "a gap: {body}");
+    let progress = app.url(&format!("/tasks/{id}/result?worker_id={a_id}&attempt=1"));
+    let (_, body) = read(a.get(progress).send().await.unwrap()).await;
+    assert_eq!(body["received"], 4, "{body}");
+    let (status, body) = put(&a, &a_id, Some("bytes 4-7/8"), b"efgh".to_vec()).await;
+    assert_eq!((status, body["complete"].as_bool()), (200, Some(true)), "{body}");
+    let stored = std::fs::read(app.uploads.0.join("jobs").join(id).join("result.zip")).unwrap();
+    assert_eq!(stored, b"abcdefgh", "the pieces, in order, put in place whole");
+}
+
 on_both_backends!(
+    task_files_and_results_refuse_strangers,
     a_script_host_elsewhere_runs_jobs_over_http,
     a_redeploy_requeues_the_run_and_kills_its_processes,
     an_upload_runs_and_its_zip_holds_exactly_what_it_made,
