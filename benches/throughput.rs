@@ -238,6 +238,9 @@ async fn run(sizes: Sizes) {
     if wanted("waiters") {
         memory.extend(waiters().await);
     }
+    if sizes.history > 0 && wanted("prune") {
+        latencies.extend(prune_under_load(sizes.history, sizes.latency_jobs).await);
+    }
     if wanted("uploads") {
         uploads(number_or("BENCH_UPLOADS", 100)).await;
     }
@@ -1378,6 +1381,58 @@ async fn remote_http(tasks: usize, claimers: usize) -> Figure {
     let name = format!("yardmaster remote workers over HTTP: PostgreSQL, {claimers} claimers");
     let note = "claim (compare-and-set) + PATCH succeeded per task, 2 events durable".to_owned();
     Figure { kind: Kind::Remote, ..Figure::rate(name, tasks as f64 / seconds, note) }.with_cpu(usage, tasks)
+}
+
+/// Pruning a million finished jobs while jobs keep flowing (embedded default): the idle
+/// submit → start latency, then the same offered load while the cleaner deletes 1,000,000
+/// jobs finished 10 days ago (and their events) in batches; the ratio of the p99s, and how
+/// long the pruning took.
+async fn prune_under_load(rows: usize, jobs: usize) -> Vec<Latency> {
+    let idle = embedded_latency(0, jobs).await;
+    let scratch = Scratch::create(Store::Sqlite).await;
+    fill_history(&scratch.url, rows).await;
+    {
+        let db = migrated(&scratch.url).await;
+        let old = (Utc::now() - chrono::Duration::days(10)).format("%Y-%m-%d %H:%M:%S%.f+00:00").to_string();
+        db.execute_unprepared(&format!("UPDATE job SET finished_at = '{old}' WHERE operation = 'history'")).await.unwrap();
+        db.close().await.ok();
+    }
+    let mut settings = bench_settings(&scratch.url);
+    settings.retention.interval_ms = 100;
+    let app = Application::builder(settings).build().await.unwrap();
+    let url = format!("http://127.0.0.1:{}/jobs", app.port().unwrap());
+    let db = app.db();
+    actix_rt::spawn(app.run_until_stopped());
+    let started = Instant::now();
+    let client = bench_client();
+    let sent = offer(jobs, || {
+        let request = client.post(&url).json(&json!({ "operation": "ping" })).send();
+        async move {
+            let job: Value = request.await.unwrap().json().await.unwrap();
+            job["id"].as_str().unwrap().parse().unwrap()
+        }
+    })
+    .await;
+    wait_for(&db, PINGS_SUCCEEDED, jobs as i64).await;
+    let left_during = count(&db, "SELECT COUNT(*) FROM job WHERE operation = 'history'").await;
+    let (p50, p99, p999) = latencies(&db, sent).await;
+    // The pruning goes on to the end: how long it took in all.
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    while count(&db, "SELECT COUNT(*) FROM job WHERE operation = 'history'").await > 0 {
+        assert!(Instant::now() < deadline, "the pruning never finished");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let events = count(&db, "SELECT COUNT(*) FROM job_event e WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.id = e.job_id)").await;
+    assert_eq!(events, 0, "no event outlives its job");
+    println!(
+        "prune: {} finished jobs and their events deleted in {seconds:.0} s ({:.0} jobs/s); {left_during} were left when the latency window closed",
+        rows + 1,
+        (rows + 1) as f64 / seconds
+    );
+    scratch.remove().await;
+    let name = format!("yardmaster embedded: POST /jobs → start while pruning {rows} finished jobs");
+    vec![idle, Latency { name, p50, p99, p999 }]
 }
 
 /// An environment variable's number, or `default`.
