@@ -75,7 +75,8 @@ pub struct RetentionSettings {
     pub enabled: bool,
     /// Milliseconds between passes.
     pub interval_ms: u64,
-    /// Jobs per transaction: each batch of history is deleted in one short transaction.
+    /// Most jobs per transaction: each batch of history is deleted in one transaction,
+    /// sized to last a few milliseconds, at most this many.
     pub batch: u64,
     /// Days after a job ended SUCCEEDED, FAILED or CANCELLED before its row, its children
     /// and all their events are deleted; 0 keeps that history.

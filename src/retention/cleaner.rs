@@ -5,9 +5,10 @@
 //!    `job.cleaned`), then their directory removed;
 //! 2. upload directories nothing refers to any more: staging left by a crash, the files of a
 //!    job whose row is gone or that is marked cleaned (a crash between mark and removal);
-//! 3. history past its age, batch after batch until none is left: each batch one short
-//!    transaction followed by a pause as long as it took, so submissions and claims keep
-//!    flowing between them even while a large backlog is pruned.
+//! 3. history past its age, batch after batch until none is left: each batch one
+//!    transaction sized to last a few milliseconds, then a pause twice as long, so
+//!    submissions and claims keep flowing between them even while a large backlog is
+//!    pruned (on SQLite, the one writer, a submission waits at most one batch).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -27,6 +28,10 @@ use crate::uploads::Uploads;
 /// How old a directory with no job must be before it is taken for an orphan: an upload
 /// writes its files before its row exists.
 const ORPHAN_GRACE: Duration = Duration::from_secs(3600);
+
+/// How long one history batch should hold its transaction, and the first batch's size.
+const BATCH_TIME: Duration = Duration::from_millis(4);
+const FIRST_BATCH: u64 = 50;
 
 /// What one pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, MessageResponse)]
@@ -69,18 +74,23 @@ pub async fn run_once(
     ];
     for (status, days) in ages.into_iter().filter(|(_, days)| *days > 0.0) {
         let age = Duration::from_secs_f64(days * 86_400.0);
+        let mut size = Ord::min(settings.batch, FIRST_BATCH);
         loop {
             let started = std::time::Instant::now();
-            let pruned = store.prune(status, age, settings.batch).await?;
+            let pruned = store.prune(status, age, size).await?;
             counts.jobs_pruned += pruned.jobs;
             counts.children_pruned += pruned.children;
             counts.events_pruned += pruned.events;
-            if pruned.jobs < settings.batch {
+            if pruned.jobs < size {
                 break;
             }
-            // Between batches everything else gets the database, as long as a batch took:
-            // pruning a backlog never holds the writer more than half the time.
-            tokio::time::sleep(started.elapsed()).await;
+            // The next batch sized to take about BATCH_TIME (a transaction that long delays a
+            // submission behind it by as much at most), within 1..=batch; then everything
+            // else gets the database for twice as long as the batch took.
+            let took = started.elapsed();
+            let scaled = size as f64 * BATCH_TIME.as_secs_f64() / took.as_secs_f64().max(1e-4);
+            size = (scaled as u64).clamp(1, settings.batch);
+            tokio::time::sleep(took * 2).await;
         }
     }
     if counts.total() > 0 {
