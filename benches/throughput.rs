@@ -1385,8 +1385,8 @@ async fn remote_http(tasks: usize, claimers: usize) -> Figure {
 
 /// Pruning a million finished jobs while jobs keep flowing (embedded default): the idle
 /// submit → start latency, then the same offered load while the cleaner deletes 1,000,000
-/// jobs finished 10 days ago (and their events) in batches; the ratio of the p99s, and how
-/// long the pruning took.
+/// jobs finished 10 days ago (and their events) in batches; the ratio of the p99s, and the
+/// pruning's rate over the window (it goes on after it; the case does not wait for the end).
 async fn prune_under_load(rows: usize, jobs: usize) -> Vec<Latency> {
     let idle = embedded_latency(0, jobs).await;
     let scratch = Scratch::create(Store::Sqlite).await;
@@ -1414,21 +1414,23 @@ async fn prune_under_load(rows: usize, jobs: usize) -> Vec<Latency> {
     })
     .await;
     wait_for(&db, PINGS_SUCCEEDED, jobs as i64).await;
-    let left_during = count(&db, "SELECT COUNT(*) FROM job WHERE operation = 'history'").await;
-    let (p50, p99, p999) = latencies(&db, sent).await;
-    // The pruning goes on to the end: how long it took in all.
-    let deadline = Instant::now() + Duration::from_secs(1800);
-    while count(&db, "SELECT COUNT(*) FROM job WHERE operation = 'history'").await > 0 {
-        assert!(Instant::now() < deadline, "the pruning never finished");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
     let seconds = started.elapsed().as_secs_f64();
-    let events = count(&db, "SELECT COUNT(*) FROM job_event e WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.id = e.job_id)").await;
-    assert_eq!(events, 0, "no event outlives its job");
+    let left = count(&db, "SELECT COUNT(*) FROM job WHERE operation = 'history'").await as usize;
+    let (p50, p99, p999) = latencies(&db, sent).await;
+    let orphans = "SELECT COUNT(*) FROM job_event e WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.id = e.job_id)";
+    assert_eq!(count(&db, orphans).await, 0, "no event outlives its job");
+    let rate = (rows + 1 - left) as f64 / seconds;
     println!(
-        "prune: {} finished jobs and their events deleted in {seconds:.0} s ({:.0} jobs/s); {left_during} were left when the latency window closed",
+        "prune: {} of {} finished jobs (and their events) deleted in the {seconds:.0} s window: {rate:.0} jobs/s, \
+         {:.0} min for all of them at that rate",
+        rows + 1 - left,
         rows + 1,
-        (rows + 1) as f64 / seconds
+        (rows + 1) as f64 / rate / 60.0
+    );
+    println!(
+        "prune: submit → start p99 {p99:.1} ms while pruning, {:.1} ms idle: {:.2}× (target ≤ 2×)",
+        idle.p99,
+        p99 / idle.p99
     );
     scratch.remove().await;
     let name = format!("yardmaster embedded: POST /jobs → start while pruning {rows} finished jobs");
