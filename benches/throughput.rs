@@ -1394,7 +1394,9 @@ async fn prune_under_load(rows: usize, jobs: usize) -> Vec<Latency> {
     {
         let db = migrated(&scratch.url).await;
         let old = (Utc::now() - chrono::Duration::days(10)).format("%Y-%m-%d %H:%M:%S%.f+00:00").to_string();
-        db.execute_unprepared(&format!("UPDATE job SET finished_at = '{old}' WHERE operation = 'history'")).await.unwrap();
+        db.execute_unprepared(&format!("UPDATE job SET finished_at = '{old}' WHERE operation = 'history'"))
+            .await
+            .unwrap();
         db.close().await.ok();
     }
     let mut settings = bench_settings(&scratch.url);
@@ -1527,9 +1529,17 @@ async fn uploads(jobs: usize) {
     println!();
     println!("== uploads: upload → downloadable ZIP, trivial run.sh, SQLite, {jobs} uploads one at a time ==");
     println!("{:<72} {p50:>9.1} ms p50  {p99:>7.1} ms p99", "yardmaster, long-polling client (Prefer: wait)");
-    println!("{:<72} {polled_p50:>9.1} ms p50  {:>6.2}× the long-poll", "baseline: client polling every 500 ms (seed 004's clients)", polled_p50 / p50);
+    println!(
+        "{:<72} {polled_p50:>9.1} ms p50  {:>6.2}× the long-poll",
+        "baseline: client polling every 500 ms (seed 004's clients)",
+        polled_p50 / p50
+    );
     println!("{:<72} {bash:>9.1} ms p50", "bash run.sh run directly (the script's own time)");
-    println!("{:<72} {:>9.1} ms p50  (target < 100 ms)", "yardmaster's own time: latency less the script's", p50 - bash);
+    println!(
+        "{:<72} {:>9.1} ms p50  (target < 100 ms)",
+        "yardmaster's own time: latency less the script's",
+        p50 - bash
+    );
     println!("(seed 004's own design, polling at each of its three hops, measured 1,000–1,500 ms for this; quoted, not run here)");
     // Five users at once, each with its own token, under the default quotas.
     let users = 5;

@@ -106,6 +106,8 @@ impl ApplicationBuilder {
     /// `System`.
     pub async fn build(self) -> anyhow::Result<Application> {
         let settings = self.settings;
+        // Caught from now on: a consumer may claim a job long before the guard exists.
+        let signals = self.signals.then(crate::actors::Signals::listen);
         let db = store::connect(&settings.store).await?;
         if settings.store.migrate_on_start {
             store::migrate(&db).await?;
@@ -213,11 +215,11 @@ impl ApplicationBuilder {
             }
             false => (None, None),
         };
-        let stopped = self.signals.then(|| {
+        let stopped = signals.map(|signals| {
             let (done, stopped) = oneshot::channel();
             let grace = Duration::from_secs(settings.worker.grace_seconds);
             let handle = server.as_ref().map(Server::handle);
-            ShutdownGuard::new(in_flight, store.clone(), dispatcher, grace, consumers.intake(), handle, done)
+            ShutdownGuard::new(in_flight, store.clone(), dispatcher, grace, consumers.intake(), handle, done, signals)
                 .closing(closing.clone())
                 .start();
             stopped

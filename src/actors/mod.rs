@@ -17,5 +17,5 @@ pub use heartbeat::{run_with_heartbeat, Heartbeat, StopHeartbeat};
 pub use operation_consumer::{OperationConsumer, OperationMessage, OperationMessages};
 pub use queue_consumer::{JobMessages, QueueConsumer};
 pub use reaper::{Reap, ReapCounts, Reaper};
-pub use shutdown_guard::{ShutdownGuard, Stop, EXIT_CODE, WORKER_SHUTDOWN};
+pub use shutdown_guard::{ShutdownGuard, Signals, Stop, EXIT_CODE, WORKER_SHUTDOWN};
 pub use write_consumer::{BatchWrites, WriteConsumer};

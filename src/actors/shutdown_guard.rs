@@ -36,11 +36,30 @@ pub struct ShutdownGuard {
     /// Resolved with the exit code once shutdown is complete.
     done: Option<oneshot::Sender<i32>>,
     armed: bool,
-    /// Registered at construction, before the service reports READY, so no early signal
-    /// meets the default disposition (which would kill the process without draining).
+    /// Registered first thing at start-up (see [`Signals`]), so no early signal meets the
+    /// default disposition (which would kill the process without draining).
     signals: Vec<(Signal, &'static str)>,
     /// Cancelled when draining starts: what waits for clients ends.
     closing: tokio_util::sync::CancellationToken,
+}
+
+/// SIGTERM and SIGINT, caught from the moment this is made: made first thing at start-up,
+/// before any consumer can claim a job, so no signal meets the default disposition (which
+/// would kill the process mid-job without draining); one that arrives before the guard runs
+/// waits for it.
+pub struct Signals(Vec<(Signal, &'static str)>);
+
+impl Signals {
+    pub fn listen() -> Signals {
+        let mut signals = Vec::new();
+        for (kind, name) in [(SignalKind::terminate(), "SIGTERM"), (SignalKind::interrupt(), "SIGINT")] {
+            match signal(kind) {
+                Ok(stream) => signals.push((stream, name)),
+                Err(err) => error!(signal = name, error = %err, "cannot listen for the signal"),
+            }
+        }
+        Signals(signals)
+    }
 }
 
 impl ShutdownGuard {
@@ -52,14 +71,9 @@ impl ShutdownGuard {
         consumers: Vec<Recipient<StopIntake>>,
         server: Option<ServerHandle>,
         done: oneshot::Sender<i32>,
+        signals: Signals,
     ) -> Self {
-        let mut signals = Vec::new();
-        for (kind, name) in [(SignalKind::terminate(), "SIGTERM"), (SignalKind::interrupt(), "SIGINT")] {
-            match signal(kind) {
-                Ok(stream) => signals.push((stream, name)),
-                Err(err) => error!(signal = name, error = %err, "cannot listen for the signal"),
-            }
-        }
+        let Signals(signals) = signals;
         ShutdownGuard {
             closing: tokio_util::sync::CancellationToken::new(),
             in_flight,
