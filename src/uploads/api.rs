@@ -382,7 +382,7 @@ pub struct FilePath {
     params(
         ("id" = Uuid, Path, description = "The job"),
         ("path" = String, Path, description = "The file, relative to the run's working directory (`dir/name`)",
-         pattern = r"^[^\u0000-\u001f\u007f\\]{1,1024}$"),
+         pattern = r"^[^\u0000-\u001f\u007f-\u009f\\]{1,1024}$"),
     ),
     responses(
         (status = 200, description = "The file", content_type = "application/octet-stream", body = Vec<u8>),

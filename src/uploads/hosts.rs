@@ -130,7 +130,7 @@ async fn held(state: &AppState, caller: &Caller, id: Uuid, query: &RunQuery) -> 
     get, path = "/tasks/{id}/files/{path}", tag = "uploads", operation_id = "get_task_file",
     params(
         ("id" = Uuid, Path, description = "The task"),
-        ("path" = String, Path, description = "The uploaded file's name", pattern = r"^[^\u0000-\u001f\u007f\\]{1,1024}$"),
+        ("path" = String, Path, description = "The uploaded file's name", pattern = r"^[^\u0000-\u001f\u007f-\u009f\\]{1,1024}$"),
         RunQuery,
     ),
     responses(
@@ -177,7 +177,7 @@ pub struct Received {
 #[utoipa::path(
     put, path = "/tasks/{id}/result", tag = "uploads", operation_id = "put_task_result",
     params(("id" = Uuid, Path, description = "The task"), RunQuery),
-    request_body(content = Vec<u8>, content_type = "application/zip"),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The archive's bytes (or the piece `Content-Range` names)"),
     responses(
         (status = 200, description = "Stored", body = Received),
         (status = 403, description = "`worker_forbidden`, `task_forbidden`", body = Problem, content_type = "application/problem+json"),
