@@ -10,6 +10,7 @@
 //!    submissions and claims keep flowing between them even while a large backlog is
 //!    pruned (on SQLite, the one writer, a submission waits at most one batch).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -28,6 +29,8 @@ use crate::uploads::Uploads;
 /// How old a directory with no job must be before it is taken for an orphan: an upload
 /// writes its files before its row exists.
 const ORPHAN_GRACE: Duration = Duration::from_secs(3600);
+/// Directories looked up per query.
+const LOOKUP_CHUNK: usize = 500;
 
 /// How long one history batch should hold its transaction, and the first batch's size.
 const BATCH_TIME: Duration = Duration::from_millis(4);
@@ -148,25 +151,29 @@ async fn remove_orphans(db: &DatabaseConnection, uploads: &Uploads, limit: u64) 
     };
     let now = SystemTime::now();
     let old = |modified: SystemTime| now.duration_since(modified).is_ok_and(|age| age >= ORPHAN_GRACE);
+    // Which directories' jobs still exist, and which of those are cleaned: one query per
+    // chunk of directories, not one per directory.
+    let named: Vec<Uuid> = entries.iter().filter(|(_, partial, _)| !partial).map(|(id, _, _)| *id).collect();
+    let mut known: HashMap<Uuid, bool> = HashMap::with_capacity(named.len());
+    for chunk in named.chunks(LOOKUP_CHUNK) {
+        let rows: Vec<(Uuid, Option<chrono::DateTime<chrono::Utc>>)> = job::Entity::find()
+            .select_only()
+            .column(job::Column::Id)
+            .column(job::Column::CleanedAt)
+            .filter(job::Column::Id.is_in(chunk.iter().copied()))
+            .into_tuple()
+            .all(db)
+            .await?;
+        known.extend(rows.into_iter().map(|(id, cleaned)| (id, cleaned.is_some())));
+    }
     let mut removed = 0;
     for (id, partial, modified) in entries {
         if removed >= limit {
             break;
         }
-        let orphan = match partial {
-            true => old(modified),
-            false => {
-                let row: Option<Option<chrono::DateTime<chrono::Utc>>> = job::Entity::find_by_id(id)
-                    .select_only()
-                    .column(job::Column::CleanedAt)
-                    .into_tuple()
-                    .one(db)
-                    .await?;
-                match row {
-                    None => old(modified),
-                    Some(cleaned) => cleaned.is_some(),
-                }
-            }
+        let orphan = match (partial, known.get(&id)) {
+            (true, _) | (false, None) => old(modified),
+            (false, Some(cleaned)) => *cleaned,
         };
         if !orphan {
             continue;

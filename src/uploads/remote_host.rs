@@ -291,17 +291,30 @@ async fn download(http: &reqwest::Client, url: &str, path: &Path, sha256: &str) 
             Err(err) => return Err(err),
         }
     }
-    let bytes = tokio::fs::read(path).await?;
-    let digest = hex::encode(Sha256::digest(&bytes));
-    anyhow::ensure!(digest == sha256, "the file does not match its SHA-256");
+    anyhow::ensure!(digest_of(path).await? == sha256, "the file does not match its SHA-256");
     Ok(())
+}
+
+/// A file's SHA-256, read in pieces (an upload's file may be large).
+async fn digest_of(path: &Path) -> anyhow::Result<String> {
+    use tokio::io::AsyncReadExt as _;
+    let mut file = tokio::fs::File::open(path).await?;
+    let (mut digest, mut buffer) = (Sha256::new(), vec![0u8; 256 * 1024]);
+    loop {
+        let read = file.read(&mut buffer).await?;
+        if read == 0 {
+            return Ok(hex::encode(digest.finalize()));
+        }
+        digest.update(&buffer[..read]);
+    }
 }
 
 /// Sends the archive in pieces; after a failure, asks where the server stopped and goes on
 /// from there.
 async fn send_archive(http: &reqwest::Client, url: &str, zip: &Path) -> anyhow::Result<()> {
-    let bytes = tokio::fs::read(zip).await?;
-    let total = bytes.len() as u64;
+    use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
+    let mut file = tokio::fs::File::open(zip).await?;
+    let total = file.metadata().await?.len();
     let mut sent = 0u64;
     let mut tries = 0;
     while sent < total || total == 0 {
@@ -310,7 +323,10 @@ async fn send_archive(http: &reqwest::Client, url: &str, zip: &Path) -> anyhow::
         if total > 0 {
             request = request.header("Content-Range", format!("bytes {sent}-{}/{total}", end - 1));
         }
-        let piece = bytes[sent as usize..end as usize].to_vec();
+        // One piece in memory at a time, read from where the server says it stopped.
+        let mut piece = vec![0u8; (end - sent) as usize];
+        file.seek(std::io::SeekFrom::Start(sent)).await?;
+        file.read_exact(&mut piece).await?;
         match request.body(piece).send().await.map_err(anyhow::Error::from) {
             Ok(response) if response.status().is_success() => {
                 sent = end;
