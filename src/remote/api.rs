@@ -1,7 +1,5 @@
 //! The HTTP face of registered types and remote workers: `/types`, `/workers`, `/tasks`.
 
-use std::time::Duration;
-
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -395,9 +393,7 @@ pub async fn claim(
     // A claim renews the worker too, unless this process did lately.
     let worker = state.remote.workers.renew_lately(body.worker_id, caller.identity().token_id).await?;
     let asked = crate::api::prefer_wait(req.headers());
-    // The claim renewed the worker: a wait shorter than its deadline cannot outlive it.
-    let cap = state.max_wait.min(state.remote.workers.ttl().saturating_sub(Duration::from_secs(1)));
-    let wait = asked.map(|asked| asked.min(cap)).unwrap_or_default();
+    let wait = tasks::claim_wait(&state.remote, asked, state.max_wait).unwrap_or_default();
     let token = caller.identity().token_id;
     let task = tasks::claim(&state.remote, state.store.as_ref(), &worker, token, wait, &state.closing).await?;
     let mut response = HttpResponse::Ok();

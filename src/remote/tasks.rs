@@ -30,11 +30,33 @@ pub async fn claim(
     wait: Duration,
     closing: &tokio_util::sync::CancellationToken,
 ) -> Result<Option<Job>, StoreError> {
+    let owner = worker.owner();
+    let attempt = || claim_now(runs, &worker.types, &owner, remote.lease);
+    hold_claim(remote, worker, token, &worker.types, wait, closing, attempt).await
+}
+
+/// The held claim of every remote worker: tries `attempt` now, and, while it finds nothing,
+/// waits for a write that wakes one of `keys` (a task queued, a slot freed) and tries again,
+/// up to `wait`. Watching starts before each look, so nothing written between the two is
+/// missed. A worker that left (or was marked gone) while its claim waited takes nothing:
+/// its own DELETE requeues a task, whose write wakes this very claim.
+pub async fn hold_claim<F, Fut>(
+    remote: &Remote,
+    worker: &LiveWorker,
+    token: Uuid,
+    keys: &[String],
+    wait: Duration,
+    closing: &tokio_util::sync::CancellationToken,
+    attempt: F,
+) -> Result<Option<Job>, StoreError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<Job>, StoreError>>,
+{
     let deadline = tokio::time::Instant::now() + wait;
-    // Watching starts before the first look, so a task queued between the two is not missed.
-    let mut watches: Vec<_> = worker.types.iter().map(|name| remote.claimers.watch(name.clone())).collect();
     loop {
-        if let Some(job) = claim_now(runs, &worker.types, &worker.owner(), remote.lease).await? {
+        let mut watches: Vec<_> = keys.iter().map(|key| remote.claimers.watch(key.clone())).collect();
+        if let Some(job) = attempt().await? {
             return Ok(Some(job));
         }
         if watches.is_empty() || tokio::time::Instant::now() >= deadline {
@@ -47,12 +69,17 @@ pub async fn claim(
             // Only the wait is cut short, never a claim being written.
             () = closing.cancelled() => return Ok(None),
         }
-        // A worker that left (or was marked gone) while its claim waited takes nothing:
-        // its own DELETE requeues a task, whose write wakes this very claim.
         if remote.workers.check_lately(worker.id, token).await.is_err() {
             return Ok(None);
         }
     }
+}
+
+/// The longest a claim may be held: `server.max_wait_seconds`, and less than the worker's
+/// deadline (the claim renewed it, so the wait cannot outlive it).
+pub fn claim_wait(remote: &Remote, asked: Option<Duration>, max_wait: Duration) -> Option<Duration> {
+    let cap = max_wait.min(remote.workers.ttl().saturating_sub(Duration::from_secs(1)));
+    asked.map(|asked| asked.min(cap))
 }
 
 async fn claim_now(

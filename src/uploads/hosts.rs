@@ -25,7 +25,7 @@ use super::sandbox::Limits;
 use crate::api::{prefer_wait, ApiError, AppState, Code, Problem};
 use crate::auth::Caller;
 use crate::domain::{Job, RUN_SCRIPT};
-use crate::remote::tasks::{current, ReportError};
+use crate::remote::tasks::{claim_wait, current, hold_claim, ReportError};
 use crate::remote::workers::LiveWorker;
 
 /// Body of `POST /scripts/claim`.
@@ -63,34 +63,18 @@ pub async fn claim(
     body: web::Json<ScriptClaim>,
 ) -> Result<HttpResponse, ApiError> {
     let worker = state.remote.workers.renew_lately(body.worker_id, caller.identity().token_id).await?;
-    // The claim renewed the worker: a wait shorter than its deadline cannot outlive it.
-    let cap = state.max_wait.min(state.remote.workers.ttl().saturating_sub(std::time::Duration::from_secs(1)));
-    let wait = prefer_wait(req.headers()).unwrap_or_default().min(cap);
+    let wait = claim_wait(&state.remote, prefer_wait(req.headers()), state.max_wait).unwrap_or_default();
     let scope = Scope {
         services: Some(worker.services()),
         rooms: (!caller.is_admin())
             .then(|| caller.identity().rooms.iter().map(|room| room.as_str().to_owned()).collect()),
     };
-    let deadline = tokio::time::Instant::now() + wait;
-    let task = loop {
-        // Watching starts before the look, so a job queued between the two is not missed.
-        let mut watch = state.remote.claimers.watch(RUN_SCRIPT.to_owned());
-        let claimed =
-            state.uploads.quotas.claim(state.store.as_ref(), &worker.owner(), state.remote.lease, &scope).await?;
-        if claimed.is_some() || tokio::time::Instant::now() >= deadline {
-            break claimed;
-        }
-        tokio::select! {
-            () = watch.changed() => {}
-            () = tokio::time::sleep_until(deadline) => break None,
-            () = state.closing.cancelled() => break None,
-        }
-        // A worker that left while its claim waited takes nothing (its DELETE requeued a
-        // run, and that write woke this claim).
-        if state.remote.workers.check_lately(worker.id, caller.identity().token_id).await.is_err() {
-            break None;
-        }
-    };
+    // Woken when a script job is queued or a running one frees its quota slot.
+    let keys = [RUN_SCRIPT.to_owned()];
+    let (quotas, owner) = (&state.uploads.quotas, worker.owner());
+    let attempt = || quotas.claim(state.store.as_ref(), &owner, state.remote.lease, &scope);
+    let token = caller.identity().token_id;
+    let task = hold_claim(&state.remote, &worker, token, &keys, wait, &state.closing, attempt).await?;
     let limits = task
         .as_ref()
         .and_then(|job| job.service.as_deref())
