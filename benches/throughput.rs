@@ -1095,19 +1095,24 @@ async fn embedded_latency(history: usize, jobs: usize) -> Latency {
     let url = format!("http://127.0.0.1:{}/jobs", app.port().unwrap());
     let db = app.db();
     actix_rt::spawn(app.run_until_stopped());
+    let sent = offer_pings(&url, jobs).await;
+    wait_for(&db, PINGS_SUCCEEDED, jobs as i64).await;
+    let (p50, p99, p999) = latencies(&db, sent).await;
+    scratch.remove().await;
+    Latency { name: with_history("yardmaster embedded: POST /jobs → start", history), p50, p99, p999 }
+}
+
+/// `jobs` pings offered to `POST {url}` at the latency rate: their ids and submission times.
+async fn offer_pings(url: &str, jobs: usize) -> Vec<(Uuid, DateTime<Utc>)> {
     let client = bench_client();
-    let sent = offer(jobs, || {
-        let request = client.post(&url).json(&json!({ "operation": "ping" })).send();
+    offer(jobs, || {
+        let request = client.post(url).json(&json!({ "operation": "ping" })).send();
         async move {
             let job: Value = request.await.unwrap().json().await.unwrap();
             job["id"].as_str().unwrap().parse().unwrap()
         }
     })
-    .await;
-    wait_for(&db, PINGS_SUCCEEDED, jobs as i64).await;
-    let (p50, p99, p999) = latencies(&db, sent).await;
-    scratch.remove().await;
-    Latency { name: with_history("yardmaster embedded: POST /jobs → start", history), p50, p99, p999 }
+    .await
 }
 
 /// PostgreSQL + RabbitMQ, one worker process; this process submits and publishes.
@@ -1406,15 +1411,7 @@ async fn prune_under_load(rows: usize, jobs: usize) -> Vec<Latency> {
     let db = app.db();
     actix_rt::spawn(app.run_until_stopped());
     let started = Instant::now();
-    let client = bench_client();
-    let sent = offer(jobs, || {
-        let request = client.post(&url).json(&json!({ "operation": "ping" })).send();
-        async move {
-            let job: Value = request.await.unwrap().json().await.unwrap();
-            job["id"].as_str().unwrap().parse().unwrap()
-        }
-    })
-    .await;
+    let sent = offer_pings(&url, jobs).await;
     wait_for(&db, PINGS_SUCCEEDED, jobs as i64).await;
     let seconds = started.elapsed().as_secs_f64();
     let left = count(&db, "SELECT COUNT(*) FROM job WHERE operation = 'history'").await as usize;
