@@ -14,6 +14,7 @@ mod retention;
 mod rows;
 mod runs;
 mod tasks;
+mod write_gate;
 
 use crate::store::clock;
 use std::collections::HashMap;
@@ -25,13 +26,14 @@ use chrono::Utc;
 use sea_orm::sea_query::{Expr, IntoCondition};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
-    IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, SqlErr, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait, UpdateMany,
+    IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, SqlErr,
+    UpdateMany,
 };
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use self::rows::{new_row, to_event, to_job};
+use self::write_gate::{WriteGate, WriteTxn};
 use super::entity::{job, job_event};
 use super::{
     BatchRecorded, Cancellation, Completion, Dispatch, DispatchBook, ExpiredLease, JobCommands, JobFilter, JobReads,
@@ -45,13 +47,16 @@ use crate::domain::{
 #[derive(Clone)]
 pub struct SeaStore {
     db: DatabaseConnection,
+    /// Write transactions in turn, shared with the group-commit writer.
+    gate: WriteGate,
     /// When set, claims and outcomes go through the group-commit writer.
     writer: Option<group_commit::Writer>,
 }
 
 impl SeaStore {
     pub fn new(db: DatabaseConnection) -> Self {
-        SeaStore { db, writer: None }
+        let gate = WriteGate::for_backend(db.get_database_backend());
+        SeaStore { db, gate, writer: None }
     }
 
     /// Writes claims and outcomes of concurrent jobs in shared transactions of up to
@@ -66,18 +71,14 @@ impl SeaStore {
     /// connection's page and statement caches warm and never waits behind readers.
     pub fn with_group_commit_on(mut self, max_batch: usize, writer_db: DatabaseConnection) -> Self {
         if max_batch > 1 {
-            let writer_store = SeaStore { db: writer_db, writer: None };
+            let writer_store = SeaStore { db: writer_db, gate: self.gate.clone(), writer: None };
             self.writer = Some(group_commit::Writer::start(writer_store, max_batch));
         }
         self
     }
 
-    async fn write_txn(&self) -> Result<DatabaseTransaction, DbErr> {
-        let options = TransactionOptions {
-            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-            ..Default::default()
-        };
-        self.db.begin_with_options(options).await
+    async fn write_txn(&self) -> Result<WriteTxn, DbErr> {
+        self.gate.begin(&self.db).await
     }
 
     async fn find(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
