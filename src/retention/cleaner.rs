@@ -129,9 +129,12 @@ async fn due_for_cleaning(
         .await?)
 }
 
+/// Removes a job's blobs and its runs' directories.
 async fn remove(uploads: &Uploads, id: Uuid) {
-    let files = uploads.files.clone();
-    match tokio::task::spawn_blocking(move || files.remove(id)).await {
+    let (blobs, workspace) = (uploads.blobs.clone(), uploads.workspace.clone());
+    let removed =
+        tokio::task::spawn_blocking(move || Ok::<_, std::io::Error>(blobs.remove(id)? | workspace.remove(id)?));
+    match removed.await {
         Ok(Ok(_)) => {}
         Ok(Err(err)) => warn!(job_id = %id, error = %err, "files not removed; the next pass tries again"),
         Err(err) => warn!(job_id = %id, error = %err, "files not removed; the next pass tries again"),
@@ -140,8 +143,22 @@ async fn remove(uploads: &Uploads, id: Uuid) {
 
 /// Directories of the upload store that no job needs, up to `limit`.
 async fn remove_orphans(db: &DatabaseConnection, uploads: &Uploads, limit: u64) -> Result<u64, StoreError> {
-    let files = uploads.files.clone();
-    let entries = match tokio::task::spawn_blocking(move || files.entries()).await {
+    let (blobs, workspace) = (uploads.blobs.clone(), uploads.workspace.clone());
+    let listed = tokio::task::spawn_blocking(move || {
+        // Runs' directories count as the job's files (a job's runs left after its blobs
+        // went, or runs of a job whose row is gone, are orphans too); a job with both is
+        // as young as the younger.
+        let mut newest: HashMap<(Uuid, bool), SystemTime> = HashMap::new();
+        let runs = workspace.entries()?.into_iter().map(|(id, modified)| (id, false, modified));
+        for (id, partial, modified) in blobs.entries()?.into_iter().chain(runs) {
+            let seen = newest.entry((id, partial)).or_insert(modified);
+            *seen = Ord::max(*seen, modified);
+        }
+        Ok::<Vec<_>, std::io::Error>(
+            newest.into_iter().map(|((id, partial), modified)| (id, partial, modified)).collect(),
+        )
+    });
+    let entries = match listed.await {
         Ok(Ok(entries)) => entries,
         Ok(Err(err)) => {
             warn!(error = %err, "the upload store cannot be listed");
@@ -178,10 +195,10 @@ async fn remove_orphans(db: &DatabaseConnection, uploads: &Uploads, limit: u64) 
         if !orphan {
             continue;
         }
-        let files = uploads.files.clone();
+        let (blobs, workspace) = (uploads.blobs.clone(), uploads.workspace.clone());
         let gone = tokio::task::spawn_blocking(move || match partial {
-            true => files.remove_partial(id),
-            false => files.remove(id),
+            true => blobs.remove_partial(id),
+            false => Ok(blobs.remove(id)? | workspace.remove(id)?),
         })
         .await;
         match gone {

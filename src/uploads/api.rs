@@ -6,7 +6,7 @@
 //! removes what it wrote, and no job exists until every file is in place under the job's
 //! id. A text field `service` must come before the files (it decides their limits).
 
-use std::io::{Seek as _, SeekFrom, Write as _};
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::time::Duration;
 
 use actix_multipart::{Field, Multipart};
@@ -18,7 +18,7 @@ use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use uuid::Uuid;
 
-use super::files::Staging;
+use super::files::{open_inside, Blob, BlobWriter, StagedUpload};
 use super::names::{normalise, NameError, NameSet};
 use super::sandbox::SCRIPT;
 use crate::api::jobs::{check_idempotency_key, find, idempotency_header};
@@ -98,7 +98,7 @@ pub async fn upload(
     let mut form = Form { multipart, idle: uploads.idle_timeout };
     let mut service: Option<(String, ServiceSettings)> = None;
     let mut room: Option<RoomId> = None;
-    let mut staging: Option<Staging> = None;
+    let mut staging: Option<Box<dyn StagedUpload>> = None;
     let mut names = NameSet::default();
     let mut files = Vec::new();
     let mut total = 0u64;
@@ -135,8 +135,8 @@ pub async fn upload(
             // field sent after the files).
             let room = room.clone().unwrap_or_else(|| caller.default_room());
             caller.may_write(room.as_str()).map_err(|err| err.at("/room"))?;
-            let files = uploads.files.clone();
-            staging = Some(web::block(move || files.stage(id)).await.map_err(internal)?.map_err(internal)?);
+            let blobs = uploads.blobs.clone();
+            staging = Some(web::block(move || blobs.stage(id)).await.map_err(internal)?.map_err(internal)?);
         }
         let target = staging.as_ref().map(|staging| staging.create(&filename)).transpose().map_err(internal)?;
         let Some(target) = target else { continue };
@@ -169,8 +169,8 @@ pub async fn upload(
         Ok(submission) if submission.created => submission,
         // Not ours (an earlier upload's job answers), or nothing made: our files go.
         other => {
-            let files = uploads.files.clone();
-            let _ = web::block(move || files.remove(id)).await;
+            let blobs = uploads.blobs.clone();
+            let _ = web::block(move || blobs.remove(id)).await;
             other?
         }
     };
@@ -296,7 +296,7 @@ async fn next_chunk(field: &mut Field, idle: Duration) -> Result<Option<web::Byt
 /// Streams one file to disk, counting it against the limits; answers its size and digest.
 async fn receive_file(
     field: &mut Field,
-    target: std::fs::File,
+    target: Box<dyn BlobWriter>,
     limits: &ServiceSettings,
     total: &mut u64,
     idle: Duration,
@@ -324,7 +324,7 @@ async fn receive_file(
         file = Some(writing);
     }
     if let Some(file) = file {
-        web::block(move || file.sync_all()).await.map_err(internal)?.map_err(internal)?;
+        web::block(move || file.finish()).await.map_err(internal)?.map_err(internal)?;
     }
     Ok((bytes, hex::encode(digest.finalize())))
 }
@@ -353,11 +353,13 @@ pub async fn result(state: web::Data<AppState>, caller: Caller, id: web::Path<Uu
     if let Some(at) = job.cleaned_at {
         return Err(ApiError::new(Code::ResultCleaned, format!("job {}'s files were removed at {at}", job.id)));
     }
-    let path = state.uploads.files.result_path(job.id);
-    let file = match web::block(move || std::fs::File::open(path)).await.map_err(internal)? {
-        Ok(file) => file,
+    let blobs = state.uploads.blobs.clone();
+    let blob = match web::block(move || blobs.open_result(job.id)).await.map_err(internal)? {
+        Ok(blob) => blob,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            return Err(match state.uploads.files.job_dir(job.id).exists() {
+            let blobs = state.uploads.blobs.clone();
+            let holds = web::block(move || blobs.holds(job.id)).await.map_err(internal)?.map_err(internal)?;
+            return Err(match holds {
                 true => ApiError::new(Code::NoResult, format!("job {} is {} and left no archive", job.id, job.status)),
                 false => ApiError::new(Code::ResultCleaned, format!("job {}'s files are gone", job.id)),
             });
@@ -365,7 +367,7 @@ pub async fn result(state: web::Data<AppState>, caller: Caller, id: web::Path<Uu
         Err(err) => return Err(internal(err)),
     };
     let disposition = format!("attachment; filename=\"{}.zip\"", job.id);
-    stream_file(file, None, "application/zip", Some(disposition)).await
+    stream_blob(blob, None, "application/zip", Some(disposition)).await
 }
 
 /// Path of `GET /jobs/{id}/files/{path}`.
@@ -406,43 +408,39 @@ pub async fn file(
     if job.operation != RUN_SCRIPT {
         return Err(ApiError::new(Code::NotAnUpload, format!("job {} is a {} job", job.id, job.operation)));
     }
-    let files = state.uploads.files.clone();
-    if job.cleaned_at.is_some() || !files.job_dir(job.id).exists() {
+    let (blobs, workspace) = (state.uploads.blobs.clone(), state.uploads.workspace.clone());
+    let holds = {
+        let blobs = blobs.clone();
+        web::block(move || blobs.holds(id)).await.map_err(internal)?.map_err(internal)?
+    };
+    if job.cleaned_at.is_some() || !holds {
         return Err(ApiError::new(Code::ResultCleaned, format!("job {}'s files are gone", job.id)));
     }
-    let work = files.run_dir(job.id, job.attempts.max(1)).join("work").join(&name);
-    let input = files.input_dir(job.id).join(&name);
-    // The run's working directory when it has one, else the upload; never through a link.
-    let job_dir = files.job_dir(job.id);
-    let opened = web::block(move || open_regular(&job_dir, &work).or_else(|_| open_regular(&job_dir, &input)))
-        .await
-        .map_err(internal)?;
-    let file = opened.map_err(|_| ApiError::new(Code::FileNotFound, format!("no file {name:?} in job {id}")))?;
+    // The working directory of its latest run on this host when there is one, else the
+    // upload; never through a link.
+    let runs = workspace.job_dir(id);
+    let work = workspace.run_dir(id, job.attempts.max(1)).join("work").join(&name);
+    let wanted = name.clone();
+    let opened = web::block(move || match open_inside(&runs, &work) {
+        Ok(file) => Blob::file(file),
+        Err(_) => blobs.open_input(id, &wanted),
+    })
+    .await
+    .map_err(internal)?;
+    let blob = opened.map_err(|_| ApiError::new(Code::FileNotFound, format!("no file {name:?} in job {id}")))?;
     let range = req.headers().get(header::RANGE).and_then(|value| value.to_str().ok()).map(str::to_owned);
-    stream_file(file, range, "application/octet-stream", None).await
+    stream_blob(blob, range, "application/octet-stream", None).await
 }
 
-/// Opens a regular file of the job: never through a link at its last component, and only
-/// when its real path lies in the job's directory (a link the script made among its parent
-/// directories cannot lead out).
-pub(super) fn open_regular(job_dir: &std::path::Path, path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
-    let inside = std::fs::canonicalize(path)?.starts_with(std::fs::canonicalize(job_dir)?);
-    if !inside || !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, "not a regular file of the job"));
-    }
-    Ok(file)
-}
-
-/// A file as the response body, whole or the one range asked (`bytes=a-b`, `a-`, `-n`).
-pub(super) async fn stream_file(
-    mut file: std::fs::File,
+/// A blob as the response body, whole or the one range asked (`bytes=a-b`, `a-`, `-n`),
+/// read a piece at a time on a blocking thread.
+pub(super) async fn stream_blob(
+    blob: Blob,
     range: Option<String>,
     content_type: &str,
     disposition: Option<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let len = file.metadata().map_err(internal)?.len();
+    let len = blob.len;
     let (start, end, partial) = match range.as_deref().map(|range| parse_range(range, len)) {
         None | Some(Ok(None)) => (0, len, false),
         Some(Ok(Some((start, end)))) => (start, end, true),
@@ -451,9 +449,30 @@ pub(super) async fn stream_file(
             return Err(ApiError::new(Code::RangeNotSatisfiable, detail));
         }
     };
-    file.seek(SeekFrom::Start(start)).map_err(internal)?;
-    let reader = tokio::io::AsyncReadExt::take(tokio::fs::File::from_std(file), end - start);
-    let body = tokio_util::io::ReaderStream::new(reader);
+    let mut reader = blob.reader;
+    let reader = web::block(move || reader.seek(SeekFrom::Start(start)).map(|_| reader))
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+    let body = futures_util::stream::try_unfold((reader, end - start), |(mut reader, left)| async move {
+        if left == 0 {
+            return Ok(None);
+        }
+        let want = left.min(PIECE) as usize;
+        let (reader, piece) = web::block(move || {
+            let mut piece = vec![0; want];
+            let got = reader.read(&mut piece)?;
+            piece.truncate(got);
+            Ok::<_, std::io::Error>((reader, piece))
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        if piece.is_empty() {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file shrank while sent"));
+        }
+        let left = left - piece.len() as u64;
+        Ok(Some((actix_web::web::Bytes::from(piece), (reader, left))))
+    });
     let mut response = match partial {
         true => HttpResponse::PartialContent(),
         false => HttpResponse::Ok(),
@@ -465,8 +484,11 @@ pub(super) async fn stream_file(
     if let Some(disposition) = disposition {
         response.insert_header((header::CONTENT_DISPOSITION, disposition));
     }
-    Ok(response.body(actix_web::body::SizedStream::new(end - start, body)))
+    Ok(response.body(actix_web::body::SizedStream::new(end - start, Box::pin(body))))
 }
+
+/// Bytes read per piece of a response body.
+const PIECE: u64 = 64 * 1024;
 
 /// One byte range of `len`: `Ok(None)` for a header this ignores (several ranges, another
 /// unit: the whole file is sent), `Err` for a range outside the file.

@@ -7,11 +7,14 @@
 //! the script made to `/etc/passwd` is left out, its target never read.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use super::files::{open_no_follow, BlobStore};
+
+use uuid::Uuid;
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipWriter};
 
@@ -32,18 +35,19 @@ pub struct Packed {
     pub zip_bytes: u64,
 }
 
-/// Copies the upload in `input` into a fresh `work` directory; answers what it copied.
-pub fn prepare(input: &Path, work: &Path) -> io::Result<Manifest> {
+/// Copies job `id`'s upload from the blob store into a fresh `work` directory; answers what
+/// it copied.
+pub fn prepare(blobs: &dyn BlobStore, id: Uuid, work: &Path) -> io::Result<Manifest> {
     fs::create_dir_all(work)?;
     let mut manifest = Manifest::new();
-    for (name, path) in walk(input, &mut Vec::new())? {
+    for (name, _) in blobs.inputs(id)? {
         let target = work.join(&name);
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent)?;
         }
-        let mut from = File::open(&path)?;
+        let mut from = blobs.open_input(id, &name)?;
         let mut to = super::files::open_new(&target)?;
-        io::copy(&mut from, &mut to)?;
+        io::copy(&mut from.reader, &mut to)?;
         drop(to);
         let meta = fs::symlink_metadata(&target)?;
         manifest.insert(name, (meta.len(), meta.modified()?));
@@ -86,11 +90,6 @@ pub fn pack(work: &Path, logs: &Path, started_with: &Manifest, zip_path: &Path) 
     })?;
     packed.zip_bytes = fs::metadata(zip_path)?.len();
     Ok(packed)
-}
-
-fn open_no_follow(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)
 }
 
 /// The regular files under `root` as `(relative name, path)`, sorted, without following

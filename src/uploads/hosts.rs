@@ -18,7 +18,7 @@ use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::api::{internal, open_regular, stream_file};
+use super::api::{internal, stream_blob};
 use super::names::normalise;
 use super::quota::Scope;
 use super::sandbox::Limits;
@@ -138,13 +138,12 @@ pub async fn task_file(
     let TaskFilePath { id, path } = path.into_inner();
     let name = normalise(&path)?;
     let (_, job) = held(&state, &caller, id, &query).await?;
-    let files = state.uploads.files.clone();
-    let (job_dir, input) = (files.job_dir(job.id), files.input_dir(job.id).join(&name));
-    let opened = web::block(move || open_regular(&job_dir, &input)).await.map_err(internal)?;
-    let file =
+    let (blobs, wanted) = (state.uploads.blobs.clone(), name.clone());
+    let opened = web::block(move || blobs.open_input(job.id, &wanted)).await.map_err(internal)?;
+    let blob =
         opened.map_err(|_| ApiError::new(Code::FileNotFound, format!("no uploaded file {name:?} in task {id}")))?;
     let range = req.headers().get(header::RANGE).and_then(|value| value.to_str().ok()).map(str::to_owned);
-    stream_file(file, range, "application/octet-stream", None).await
+    stream_blob(blob, range, "application/octet-stream", None).await
 }
 
 /// How much of an archive has arrived.
@@ -200,12 +199,14 @@ pub async fn put_result(
             format!("an archive of this service is {limit} bytes at most"),
         ));
     }
-    let files = state.uploads.files.clone();
-    let partial = files.job_dir(job.id).join(format!("result.zip.part-{}", job.attempts));
+    let partial = partial_result(&state, &job);
     let start = range.map_or(0, |(first, _, _)| first);
     let opened = {
         let partial = partial.clone();
         web::block(move || {
+            if let Some(dir) = partial.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
             let mut file = std::fs::OpenOptions::new().create(true).write(true).truncate(false).open(&partial)?;
             let len = file.metadata()?.len();
             if start == 0 {
@@ -235,11 +236,11 @@ pub async fn put_result(
         file = web::block(move || file.write_all(&chunk).map(|()| file)).await.map_err(internal)?.map_err(internal)?;
     }
     let complete = total.is_none_or(|total| written == total);
-    let target = files.result_path(job.id);
+    let blobs = state.uploads.blobs.clone();
     web::block(move || {
         file.sync_all()?;
         if complete {
-            std::fs::rename(&partial, &target)?;
+            blobs.put_result(job.id, &partial)?;
         }
         Ok::<_, std::io::Error>(())
     })
@@ -268,11 +269,16 @@ pub async fn result_progress(
     query: web::Query<RunQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (_, job) = held(&state, &caller, *id, &query).await?;
-    let files = state.uploads.files.clone();
-    let partial = files.job_dir(job.id).join(format!("result.zip.part-{}", job.attempts));
+    let partial = partial_result(&state, &job);
     let stored =
         web::block(move || std::fs::metadata(partial).map(|meta| meta.len()).unwrap_or(0)).await.map_err(internal)?;
     Ok(HttpResponse::Ok().json(Received { received: stored, complete: false }))
+}
+
+/// Where the pieces of a run's archive gather until the last arrives: this process's
+/// workspace, beside the job's local runs.
+fn partial_result(state: &AppState, job: &Job) -> std::path::PathBuf {
+    state.uploads.workspace.job_dir(job.id).join(format!("result.zip.part-{}", job.attempts))
 }
 
 /// `bytes FIRST-LAST/TOTAL` → (first, last, total).

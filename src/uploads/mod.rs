@@ -1,12 +1,12 @@
 //! Upload-and-run jobs (seed 004): a client uploads files including `run.sh` for a named
 //! service; a script host runs it in a sandbox; the outputs come back as a ZIP.
 //!
-//! An upload streams to disk under the service's limits ([`api`], [`names`], [`files`]) and
-//! becomes a `run_script` job on the `@scripts` queue, in the caller's room, recording the
-//! user and the service. Script hosts claim those jobs under the service's quotas ([`quota`],
-//! [`host`]) and run them with the lifecycle's executor ([`run_script`], [`sandbox`],
-//! [`archive`]): the same events, leases, heartbeats, cancellation, retries and shutdown
-//! requeue as every job.
+//! An upload streams into the blob store ([`files`]) under the service's limits ([`api`],
+//! [`names`]) and becomes a `run_script` job on the `@scripts` queue, in the caller's room,
+//! recording the user and the service. Script hosts claim those jobs under the service's
+//! quotas ([`quota`], [`host`]) and run them in their [`workspace`] with the lifecycle's
+//! executor ([`run_script`], [`sandbox`], [`archive`]): the same events, leases, heartbeats,
+//! cancellation, retries and shutdown requeue as every job.
 
 pub mod api;
 pub mod archive;
@@ -18,22 +18,27 @@ pub mod quota;
 pub mod remote_host;
 pub mod run_script;
 pub mod sandbox;
+pub mod workspace;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use files::LocalFiles;
+pub use files::{BlobStore, LocalFiles};
 pub use host::{HostParts, ScriptHost};
 pub use quota::Quotas;
 pub use run_script::RunScript;
+pub use workspace::Workspace;
 
 use crate::config::{ServiceSettings, UploadSettings};
 use crate::ops::OperationRegistry;
 
 /// Everything the upload endpoints and script hosts share.
 pub struct Uploads {
-    pub files: LocalFiles,
+    /// The uploaded files and result archives.
+    pub blobs: Arc<dyn BlobStore>,
+    /// Where this process's script hosts run them.
+    pub workspace: Workspace,
     pub services: Arc<BTreeMap<String, ServiceSettings>>,
     pub quotas: Arc<Quotas>,
     /// How long an upload's body may take, and stall.
@@ -45,7 +50,8 @@ impl Uploads {
     pub fn open(db: sea_orm::DatabaseConnection, settings: &UploadSettings) -> std::io::Result<Self> {
         let services = Arc::new(settings.services.clone());
         Ok(Uploads {
-            files: LocalFiles::open(&settings.dir)?,
+            blobs: Arc::new(LocalFiles::open(&settings.dir)?),
+            workspace: Workspace::open(&settings.dir)?,
             quotas: Arc::new(Quotas::new(db, services.clone())),
             services,
             body_timeout: Duration::from_secs(settings.body_timeout_seconds.max(1)),
@@ -55,7 +61,7 @@ impl Uploads {
 
     /// The registry with `run_script`, which runs this deployment's services.
     pub fn register(&self, registry: OperationRegistry) -> OperationRegistry {
-        registry.with(RunScript::new(self.files.clone(), self.services.clone()))
+        registry.with(RunScript::new(self.blobs.clone(), self.workspace.clone(), self.services.clone()))
     }
 }
 

@@ -20,8 +20,10 @@ use tokio::io::AsyncWriteExt as _;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::files::{BlobStore as _, LocalFiles};
 use super::run_script::{self, Place};
 use super::sandbox::Limits;
+use super::workspace::Workspace;
 use crate::domain::Job;
 use crate::ops::OperationError;
 
@@ -72,6 +74,9 @@ type Held = Arc<Mutex<HashMap<(Uuid, i32), CancellationToken>>>;
 struct Host {
     http: reqwest::Client,
     options: HostOptions,
+    /// This host's copies of the uploads it runs (fetched over HTTP) and their archives.
+    copies: LocalFiles,
+    workspace: Workspace,
     worker: Uuid,
     held: Held,
 }
@@ -87,7 +92,8 @@ pub async fn run(options: HostOptions) -> anyhow::Result<i32> {
     let response = http.post(format!("{}/workers", options.url)).json(&body).send().await?;
     let registered: Registered = answer(response).await.context("registering")?;
     tracing::info!(worker_id = %registered.id, services = ?options.services, "script host registered");
-    let host = Arc::new(Host { http, options, worker: registered.id, held: Held::default() });
+    let (copies, workspace) = (LocalFiles::open(&options.dir)?, Workspace::open(&options.dir)?);
+    let host = Arc::new(Host { http, options, copies, workspace, worker: registered.id, held: Held::default() });
     let stop = CancellationToken::new();
     let beat =
         tokio::spawn(heartbeat(host.clone(), Duration::from_secs(registered.heartbeat_seconds.max(1)), stop.clone()));
@@ -194,13 +200,13 @@ async fn slot(host: Arc<Host>, stop: CancellationToken) {
         if let Ok(mut held) = host.held.lock() {
             held.remove(&key);
         }
-        let _ = tokio::fs::remove_dir_all(host.options.dir.join(job.id.to_string())).await;
+        let (copies, workspace, id) = (host.copies.clone(), host.workspace.clone(), job.id);
+        let _ = tokio::task::spawn_blocking(move || (copies.remove(id), workspace.remove(id))).await;
     }
 }
 
 async fn run_task(host: &Host, job: &Job, limits: &Limits, cancel: &CancellationToken) -> anyhow::Result<()> {
-    let dir = host.options.dir.join(job.id.to_string());
-    let input = dir.join("input");
+    let input = host.copies.input_dir(job.id);
     let query = format!("worker_id={}&attempt={}", host.worker, job.attempts);
     let files = job.payload["files"].as_array().cloned().unwrap_or_default();
     for file in files {
@@ -209,7 +215,7 @@ async fn run_task(host: &Host, job: &Job, limits: &Limits, cancel: &Cancellation
         let url = format!("{}/tasks/{}/files/{name}?{query}", host.options.url, job.id);
         download(&host.http, &url, &input.join(&name), sha256).await.with_context(|| format!("downloading {name}"))?;
     }
-    let place = Place { input, run: dir.join("runs").join(job.attempts.to_string()), zip: dir.join("result.zip") };
+    let place = Place { blobs: Arc::new(host.copies.clone()), run: host.workspace.run_dir(job.id, job.attempts) };
     let ran = run_script::run(job, &place, limits, cancel).await;
     if cancel.is_cancelled() {
         return Ok(());
@@ -217,7 +223,7 @@ async fn run_task(host: &Host, job: &Job, limits: &Limits, cancel: &Cancellation
     let report = match ran {
         Ok(ran) => {
             let url = format!("{}/tasks/{}/result?{query}", host.options.url, job.id);
-            send_archive(&host.http, &url, &place.zip).await.context("sending the archive")?;
+            send_archive(&host.http, &url, &host.copies.result_path(job.id)).await.context("sending the archive")?;
             match ran.outcome {
                 Ok(result) => json!({ "status": "succeeded", "result": result }),
                 Err(err) => failure(err),

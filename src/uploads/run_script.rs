@@ -11,8 +11,9 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use super::archive::{self, Packed};
-use super::files::LocalFiles;
+use super::files::BlobStore;
 use super::sandbox::{self, signal_name, Exit, Finished, Limits};
+use super::workspace::Workspace;
 use crate::config::ServiceSettings;
 use crate::domain::{EventLevel, Job, RUN_SCRIPT};
 use crate::ops::{JobContext, Operation, OperationError};
@@ -31,13 +32,18 @@ pub const SANDBOX_ERROR: &str = "SandboxError";
 const STDERR_TAIL: u64 = 2000;
 
 pub struct RunScript {
-    files: LocalFiles,
+    blobs: Arc<dyn BlobStore>,
+    workspace: Workspace,
     services: Arc<BTreeMap<String, ServiceSettings>>,
 }
 
 impl RunScript {
-    pub fn new(files: LocalFiles, services: Arc<BTreeMap<String, ServiceSettings>>) -> Self {
-        RunScript { files, services }
+    pub fn new(
+        blobs: Arc<dyn BlobStore>,
+        workspace: Workspace,
+        services: Arc<BTreeMap<String, ServiceSettings>>,
+    ) -> Self {
+        RunScript { blobs, workspace, services }
     }
 }
 
@@ -57,11 +63,7 @@ impl Operation for RunScript {
         let settings = self.services.get(&service).ok_or_else(|| {
             OperationError::new("UnknownService", format!("service {service:?} is not configured on this worker"))
         })?;
-        let place = Place {
-            input: self.files.input_dir(job.id),
-            run: self.files.run_dir(job.id, job.attempts),
-            zip: self.files.result_path(job.id),
-        };
+        let place = Place { blobs: self.blobs.clone(), run: self.workspace.run_dir(job.id, job.attempts) };
         let ran = run(&job, &place, &Limits::from(settings), &ctx.cancel_token()).await?;
         let level = if ran.finished.exit == Exit::Code(0) { EventLevel::Info } else { EventLevel::Warning };
         if let Err(err) = ctx.emit("script.exited", None, ran.fields(), level).await {
@@ -71,15 +73,13 @@ impl Operation for RunScript {
     }
 }
 
-/// Where a run reads its upload and writes its directory and archive.
+/// Where a run reads its upload and puts its archive, and where it works.
 #[derive(Debug, Clone)]
 pub struct Place {
-    /// The uploaded files.
-    pub input: PathBuf,
+    /// The upload, and the archive once made.
+    pub blobs: Arc<dyn BlobStore>,
     /// This run's directory: `work/` (the script's working directory) and its logs.
     pub run: PathBuf,
-    /// The archive to write.
-    pub zip: PathBuf,
 }
 
 /// A finished run: how it ended, what its archive holds, and the job's outcome.
@@ -119,8 +119,8 @@ pub async fn run(job: &Job, place: &Place, limits: &Limits, cancel: &Cancellatio
     })
     .await?;
     let manifest = {
-        let (input, work) = (place.input.clone(), work.clone());
-        blocking(move || archive::prepare(&input, &work)).await?
+        let (blobs, id, work) = (place.blobs.clone(), job.id, work.clone());
+        blocking(move || archive::prepare(&*blobs, id, &work)).await?
     };
     let env = [
         ("YARDMASTER_JOB_ID".to_owned(), job.id.to_string()),
@@ -132,8 +132,14 @@ pub async fn run(job: &Job, place: &Place, limits: &Limits, cancel: &Cancellatio
         .await
         .map_err(|err| OperationError::new(SANDBOX_ERROR, format!("run.sh could not be started: {err}")))?;
     let packed = {
-        let (zip, work, logs) = (place.zip.clone(), work.clone(), logs.clone());
-        blocking(move || archive::pack(&work, &logs, &manifest, &zip)).await?
+        let (blobs, id, work, logs) = (place.blobs.clone(), job.id, work.clone(), logs.clone());
+        let zip = logs.join(super::files::RESULT_ZIP);
+        blocking(move || {
+            let packed = archive::pack(&work, &logs, &manifest, &zip)?;
+            blobs.put_result(id, &zip)?;
+            Ok(packed)
+        })
+        .await?
     };
     let outcome = outcome(&finished, &packed, limits, &logs);
     Ok(Ran { finished, packed, outcome })

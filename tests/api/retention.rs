@@ -71,10 +71,19 @@ async fn old_files_go_and_the_history_stays(backend: Backend) {
     }
     modified_ago(&jobs.join(stray.to_string()), Duration::from_secs(7200));
     modified_ago(&jobs.join(format!("{staging}.partial")), Duration::from_secs(7200));
+    // Runs' working directories live apart from the blobs: an old job's go with its files,
+    // and a run of a job whose row is gone is an orphan too.
+    let runs = app.uploads.0.join("runs");
+    let lost_run = Uuid::now_v7();
+    std::fs::create_dir_all(runs.join(lost_run.to_string()).join("1").join("work")).unwrap();
+    modified_ago(&runs.join(lost_run.to_string()), Duration::from_secs(7200));
+    assert!(runs.join(&old).join("1").join("work").join("out.txt").exists() && runs.join(&young).exists());
     let settings = RetentionSettings::default();
     let counts = run_once(app.store.as_ref(), &app.db, &uploads, &settings).await.unwrap();
-    assert_eq!((counts.files_cleaned, counts.orphans_removed, counts.jobs_pruned), (1, 2, 0), "{counts:?}");
+    assert_eq!((counts.files_cleaned, counts.orphans_removed, counts.jobs_pruned), (1, 3, 0), "{counts:?}");
     assert!(!jobs.join(&old).exists() && jobs.join(&young).exists());
+    assert!(!runs.join(&old).exists() && runs.join(&young).exists(), "runs go with their job's files");
+    assert!(!runs.join(lost_run.to_string()).exists());
     assert!(!jobs.join(stray.to_string()).exists() && !jobs.join(format!("{staging}.partial")).exists());
     assert!(jobs.join(format!("{fresh}.partial")).exists(), "an upload may still be arriving");
     let (status, job) = app.get(&format!("/jobs/{old}")).await;

@@ -585,6 +585,8 @@ async fn task_files_and_results_refuse_strangers(backend: Backend) {
     assert_eq!((status, body["complete"].as_bool()), (200, Some(true)), "{body}");
     let stored = std::fs::read(app.uploads.0.join("jobs").join(id).join("result.zip")).unwrap();
     assert_eq!(stored, b"abcdefgh", "the pieces, in order, put in place whole");
+    let pieces = app.uploads.0.join("runs").join(id).join("result.zip.part-1");
+    assert!(!pieces.exists(), "the pieces' file became the result");
 }
 
 on_both_backends!(

@@ -26,8 +26,7 @@ use chrono::Utc;
 use sea_orm::sea_query::{Expr, IntoCondition};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
-    IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, SqlErr,
-    UpdateMany,
+    IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, SqlErr, UpdateMany,
 };
 use serde_json::{json, Value};
 use uuid::Uuid;

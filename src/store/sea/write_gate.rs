@@ -38,8 +38,10 @@ impl WriteGate {
             Some(turn) => Some(turn.clone().lock_owned().await),
             None => None,
         };
-        let options =
-            TransactionOptions { sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate), ..Default::default() };
+        let options = TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..Default::default()
+        };
         let txn = db.begin_with_options(options).await?;
         Ok(WriteTxn { txn, _turn: turn })
     }
