@@ -632,11 +632,18 @@ async fn fill_history(url: &str, rows: usize) {
     let template = store.submit(NewJob::new("history")).await.unwrap().job;
     let claimed = store.claim(template.id, "bench", Duration::from_secs(60)).await.unwrap().unwrap();
     store.finish(RunRef::from(&claimed), &Completion::Succeeded { result: json!({}) }).await.unwrap().unwrap();
+    // Ids as yardmaster makes them (UUIDv7: time first, so a job made earlier sorts
+    // earlier), one millisecond apart from eleven days ago, not random: the order of the
+    // indexes keyed by id is the order jobs age and are pruned in, as in a real history.
+    let since = (Utc::now() - chrono::Duration::days(11)).timestamp_millis();
     let (series, new_id) = match db.get_database_backend() {
-        sea_orm::DbBackend::Postgres => (format!("SELECT generate_series(1, {rows}) AS i"), "gen_random_uuid()"),
+        sea_orm::DbBackend::Postgres => (
+            format!("SELECT generate_series(1, {rows}) AS i"),
+            format!("(lpad(to_hex({since} + i), 12, '0') || '70008000' || lpad(to_hex(i), 12, '0'))::uuid"),
+        ),
         _ => (
             format!("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {rows}) SELECT i FROM n"),
-            "randomblob(16)",
+            format!("unhex(printf('%012x', {since} + i) || '70008000' || printf('%012x', i))"),
         ),
     };
     let columns = "operation, queue, payload, result, status, parent_job_id, progress_current, progress_total, \
@@ -650,7 +657,7 @@ async fn fill_history(url: &str, rows: usize) {
         format!("INSERT INTO job (id, {columns}) SELECT {new_id}, {columns} FROM ({series}) n CROSS JOIN template_job"),
         "INSERT INTO job_event (job_id, ts, event, message, fields, level) \
          SELECT j.id, e.ts, e.event, e.message, e.fields, e.level FROM job j CROSS JOIN template_event e \
-         WHERE j.operation = 'history' AND j.id <> e.job_id"
+         WHERE j.operation = 'history' AND j.id <> e.job_id ORDER BY j.id, e.id"
             .to_owned(),
     ] {
         txn.execute_unprepared(&sql).await.unwrap_or_else(|err| panic!("{sql}: {err}"));

@@ -16,7 +16,9 @@ use std::time::{Duration, SystemTime};
 
 use actix::prelude::*;
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, DatabaseConnection, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+};
 use tracing::{info, warn};
 use uuid::Uuid;
 
@@ -33,7 +35,7 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(3600);
 const LOOKUP_CHUNK: usize = 500;
 
 /// How long one history batch should hold its transaction, and the first batch's size.
-const BATCH_TIME: Duration = Duration::from_millis(4);
+const BATCH_TIME: Duration = Duration::from_micros(2500);
 const FIRST_BATCH: u64 = 50;
 
 /// What one pass did.
@@ -79,7 +81,6 @@ pub async fn run_once(
         let age = Duration::from_secs_f64(days * 86_400.0);
         let mut size = Ord::min(settings.batch, FIRST_BATCH);
         loop {
-            let started = std::time::Instant::now();
             let pruned = store.prune(status, age, size).await?;
             counts.jobs_pruned += pruned.jobs;
             counts.children_pruned += pruned.children;
@@ -87,13 +88,23 @@ pub async fn run_once(
             if pruned.jobs < size {
                 break;
             }
-            // The next batch sized to take about BATCH_TIME (a transaction that long delays a
-            // submission behind it by as much at most), within 1..=batch; then everything
-            // else gets the database for twice as long as the batch took.
-            let took = started.elapsed();
-            let scaled = size as f64 * BATCH_TIME.as_secs_f64() / took.as_secs_f64().max(1e-4);
-            size = (scaled as u64).clamp(1, settings.batch);
-            tokio::time::sleep(took * 2).await;
+            // The next batch sized to hold the writer about BATCH_TIME (a submission behind
+            // it waits as much at most), within 1..=batch and at most half or twice this one
+            // (one slow commit does not collapse the size); then everything else gets the
+            // database for twice as long as the batch held it.
+            let held = pruned.held.max(Duration::from_micros(100));
+            let scaled = size as f64 * BATCH_TIME.as_secs_f64() / held.as_secs_f64();
+            let (floor, ceiling) = (Ord::max(size / 2, 1), size * 2);
+            size = Ord::min((scaled as u64).clamp(floor, ceiling), settings.batch);
+            // SQLite: the log this batch wrote goes into the database file now, by the
+            // cleaner (a passive checkpoint takes no writer's turn), not by whichever
+            // submission's commit next finds it long.
+            if db.get_database_backend() == DbBackend::Sqlite {
+                if let Err(err) = db.execute_unprepared("PRAGMA wal_checkpoint(PASSIVE)").await {
+                    warn!(error = %err, "checkpoint after a history batch failed");
+                }
+            }
+            tokio::time::sleep(held * 2).await;
         }
     }
     if counts.total() > 0 {

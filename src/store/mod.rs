@@ -144,6 +144,9 @@ pub struct Pruned {
     pub jobs: u64,
     pub children: u64,
     pub events: u64,
+    /// How long the delete held its write transaction (on SQLite, the one writer's turn):
+    /// what the cleaner sizes its next batch and its pause by.
+    pub held: std::time::Duration,
 }
 
 /// What the reaper and the start-up recovery scan for: expired leases, stalled runs,

@@ -71,6 +71,7 @@ impl SeaStore {
             return Ok(Pruned::default());
         }
         let txn = self.write_txn().await?;
+        let turn = std::time::Instant::now();
         // Locked on PostgreSQL (SQLite's write transaction is exclusive): a manual retry
         // waits for this delete, or comes first and takes its job out of it.
         let mut roots = due();
@@ -110,7 +111,8 @@ impl SeaStore {
         let roots: Vec<Uuid> = roots.into_iter().filter(|root| !kept.contains(root)).collect();
         let children: Vec<Uuid> =
             family.into_iter().filter(|(_, root)| !kept.contains(root)).map(|(child, _)| child).collect();
-        let mut pruned = Pruned { jobs: roots.len() as u64, children: children.len() as u64, events: 0 };
+        let mut pruned =
+            Pruned { jobs: roots.len() as u64, children: children.len() as u64, ..Pruned::default() };
         for chunk in roots.chunks(CHUNK).chain(children.chunks(CHUNK)) {
             let ids = chunk.iter().copied();
             pruned.events += job_event::Entity::delete_many()
@@ -125,6 +127,7 @@ impl SeaStore {
             job::Entity::delete_many().filter(job::Column::Id.is_in(chunk.iter().copied())).exec(&txn).await?;
         }
         txn.commit().await?;
+        pruned.held = turn.elapsed();
         Ok(pruned)
     }
 }
