@@ -225,6 +225,7 @@ impl Dispatcher {
         }
         let sent = self.publish_all(&due).await;
         info!(due = due.len(), sent, "dispatch sweep sent queued jobs");
+        crate::telemetry::metrics::maintenance(crate::telemetry::metrics::Maintenance::DispatchSweep, "resent", sent);
         Ok(sent)
     }
 

@@ -108,6 +108,8 @@ impl ApplicationBuilder {
         let settings = self.settings;
         // Caught from now on: a consumer may claim a job long before the guard exists.
         let signals = self.signals.then(crate::actors::Signals::listen);
+        // Recording from the first claim on.
+        crate::telemetry::metrics::handle();
         let db = store::connect(&settings.store).await?;
         if settings.store.migrate_on_start {
             store::migrate(&db).await?;
@@ -304,6 +306,7 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
             .configure(|cfg| api::configure(cfg, max_body, document.clone()))
             .default_service(web::to(api::not_found))
             .wrap(actix_web::middleware::from_fn(api::fail_fast))
+            .wrap(actix_web::middleware::from_fn(crate::telemetry::http::observe))
             // Outermost, so it holds an unread body until the response is written.
             .wrap(api::BodyGuard::new(body_timeout).longer_for("/uploads", upload_timeout))
     })

@@ -197,7 +197,10 @@ pub(crate) async fn dead_letter(
 ) {
     warn!(queue, reason, bytes = body.len(), "dead-lettering a message");
     match transport.dead_letter(queue, body, reason).await {
-        Ok(()) => settle(acker.ack().await),
+        Ok(()) => {
+            crate::telemetry::metrics::dead_lettered(queue, reason);
+            settle(acker.ack().await)
+        }
         Err(err) => {
             warn!(error = %err, "could not dead-letter; message requeued");
             requeue_later(acker, RETRY_PAUSE).await;

@@ -95,6 +95,11 @@ pub async fn run_once(
     if counts.total() > 0 {
         info!(?counts, "reaper pass");
     }
+    use crate::telemetry::metrics::{maintenance, Maintenance::Reaper};
+    maintenance(Reaper, "lease_requeued", counts.lease_requeued);
+    maintenance(Reaper, "lease_failed", counts.lease_failed);
+    maintenance(Reaper, "timed_out", counts.timed_out);
+    maintenance(Reaper, "queue_timed_out", counts.queue_timed_out);
     Ok(counts)
 }
 

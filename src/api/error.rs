@@ -89,6 +89,7 @@ codes! {
     ResultCleaned => ("result_cleaned", GONE, "This job's files were removed after its retention period"),
     FileNotFound => ("file_not_found", NOT_FOUND, "No such file in the job"),
     RangeNotSatisfiable => ("range_not_satisfiable", RANGE_NOT_SATISFIABLE, "The range is outside the file"),
+    MetricsUnavailable => ("metrics_unavailable", SERVICE_UNAVAILABLE, "This process records no metrics"),
     NotFound => ("not_found", NOT_FOUND, "No such endpoint"),
     MethodNotAllowed => ("method_not_allowed", METHOD_NOT_ALLOWED, "Method not allowed here"),
     InvalidTransition => ("invalid_transition", CONFLICT, "The job cannot make this transition"),

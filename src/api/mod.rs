@@ -219,6 +219,12 @@ pub const ROUTES: &[Route] = &[
         },
     },
     Route {
+        path: "/metrics",
+        allow: READ,
+        access: Access::Admin,
+        handlers: |r| r.route(read().to(crate::telemetry::scrape::metrics)),
+    },
+    Route {
         path: "/admin/dead-letters",
         allow: READ,
         access: Access::Admin,

@@ -60,6 +60,7 @@ use super::{admin, health, jobs, tokens, Access, ROUTES};
         crate::uploads::hosts::task_file,
         crate::uploads::hosts::put_result,
         crate::uploads::hosts::result_progress,
+        crate::telemetry::scrape::metrics,
     ),
     components(schemas(Problem)),
     modifiers(&Completed),
@@ -69,6 +70,7 @@ use super::{admin, health, jobs, tokens, Access, ROUTES};
         (name = "remote", description = "Registered job types, and remote workers that claim and report their tasks over HTTP"),
         (name = "uploads", description = "Upload files with run.sh for a service; download the ZIP of what it made"),
         (name = "admin", description = "Dead letters and tokens: admins only"),
+        (name = "operations", description = "Metrics in Prometheus text: admins only"),
         (name = "health", description = "Liveness and readiness: no token"),
     )
 )]

@@ -1,7 +1,8 @@
 //! The in-process half of the notification path: a `JobStore` that wakes the waiters of
 //! every job a write changed (and of its parent, whose counters a child's ending moves),
 //! and the claimers of a registered type whose job became claimable, once the write has
-//! returned, so after its commit.
+//! returned, so after its commit. The same writes move the job metrics (started, ended,
+//! requeued) first, so they count what was committed, once, before anyone is woken.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use crate::store::{
     BatchRecorded, Cancellation, Completion, Dispatch, DispatchBook, ExpiredLease, JobCommands, JobFilter, JobReads,
     JobStore, Maintenance, Page, Pruned, Reduce, Requeue, RunRef, RunWrites, StoreError, Submission,
 };
+use crate::telemetry::metrics;
 
 pub struct NotifyingStore {
     inner: Arc<dyn JobStore>,
@@ -94,6 +96,9 @@ impl JobCommands for NotifyingStore {
 
     async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
         let cancellation = self.inner.cancel(id).await?;
+        if cancellation.changed {
+            metrics::job_ended(&cancellation.job);
+        }
         self.changed(&cancellation.job);
         cancellation.descendants.iter().for_each(|child| self.waiters.wake(child));
         Ok(cancellation)
@@ -119,24 +124,40 @@ impl JobCommands for NotifyingStore {
 impl RunWrites for NotifyingStore {
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
         let job = self.inner.claim(id, owner, lease).await?;
+        job.iter().for_each(metrics::job_started);
         self.changed_option(&job);
         Ok(job)
     }
 
     async fn claim_next(&self, operations: &[String], owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
         let job = self.inner.claim_next(operations, owner, lease).await?;
+        job.iter().for_each(metrics::job_started);
         self.changed_option(&job);
         Ok(job)
     }
 
     async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
         let job = self.inner.finish(run, completion).await?;
+        if let Some(job) = &job {
+            metrics::job_ended(job);
+        }
         self.changed_option(&job);
         Ok(job)
     }
 
     async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
         let job = self.inner.requeue(run, requeue).await?;
+        if let Some(job) = &job {
+            let reason = match requeue {
+                Requeue::RetryLater { .. } => "retry_later",
+                Requeue::RetryAfterFailure { .. } => "failure",
+                Requeue::Shutdown => "shutdown",
+                Requeue::LeaseExpired => "lease_expired",
+                Requeue::BatchesLost => "batches_lost",
+            };
+            metrics::job_requeued(job, reason);
+            metrics::job_ended(job);
+        }
         self.changed_option(&job);
         Ok(job)
     }
@@ -204,6 +225,7 @@ impl Maintenance for NotifyingStore {
 
     async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
         let job = self.inner.fail_queued(id, error_code, message).await?;
+        job.iter().for_each(metrics::job_ended);
         self.changed_option(&job);
         Ok(job)
     }

@@ -110,6 +110,11 @@ pub async fn run_once(
     if counts.total() > 0 {
         info!(?counts, "cleaner pass");
     }
+    use crate::telemetry::metrics::{maintenance, Maintenance::Cleaner};
+    maintenance(Cleaner, "files_cleaned", counts.files_cleaned);
+    maintenance(Cleaner, "orphans_removed", counts.orphans_removed);
+    maintenance(Cleaner, "jobs_pruned", counts.jobs_pruned + counts.children_pruned);
+    maintenance(Cleaner, "events_pruned", counts.events_pruned);
     Ok(counts)
 }
 

@@ -396,6 +396,17 @@ pub fn client_with(token: &str) -> reqwest::Client {
     reqwest::Client::builder().default_headers(headers).build().unwrap()
 }
 
+impl TestApp {
+    /// A client with a new member token of `user` in room `default`.
+    pub async fn member(&self, user: &str) -> reqwest::Client {
+        let body = serde_json::json!({ "user": user, "role": "member", "rooms": ["default"] });
+        let (status, created) =
+            read(self.client.post(self.url("/admin/tokens")).json(&body).send().await.unwrap()).await;
+        assert_eq!(status, 201, "{created}");
+        client_with(created["token"].as_str().unwrap())
+    }
+}
+
 /// Migrates, creates `execution_log`, and inserts `jobs` QUEUED jobs of `operation` on
 /// queue `default` straight into the store, before any consumer exists.
 pub async fn seed(url: &str, operation: &str, jobs: usize) -> Vec<Uuid> {

@@ -20,6 +20,7 @@ mod http_limits;
 mod inference;
 mod lifecycle;
 mod live;
+mod metrics;
 mod openapi;
 mod remote;
 mod retention;

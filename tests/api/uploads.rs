@@ -224,17 +224,7 @@ async fn cancel_and_timeout_kill_the_whole_process_group(backend: Backend) {
 async fn quotas_hold_jobs_and_serve_users_in_turn(backend: Backend) {
     let trio = ServiceSettings { per_user: 2, total: 3, ..ServiceSettings::default() };
     let app = TestApp::spawn_with(backend, options(&[("trio", trio)], 4)).await;
-    let (status, created) = read(
-        app.client
-            .post(app.url("/admin/tokens"))
-            .json(&json!({ "user": "bob", "role": "member", "rooms": ["default"] }))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, 201, "{created}");
-    let bob = client_with(created["token"].as_str().unwrap());
+    let bob = app.member("bob").await;
     let bob_upload = || async {
         let parts: Vec<Part<'_>> = vec![("service", None, b"trio"), ("file", Some("run.sh"), FOREVER.as_bytes())];
         let (status, job) = upload_with(&bob, &app, &parts).await;

@@ -163,6 +163,7 @@ impl SeaStore {
             batch.into_iter().map(|request| (request.write, request.reply)).unzip();
         match self.commit_writes(&writes).await {
             Ok(answers) => {
+                crate::telemetry::metrics::group_committed(writes.len());
                 for (reply, answer) in replies.into_iter().zip(answers) {
                     let _ = reply.send(Ok(answer));
                 }

@@ -111,8 +111,7 @@ impl SeaStore {
         let roots: Vec<Uuid> = roots.into_iter().filter(|root| !kept.contains(root)).collect();
         let children: Vec<Uuid> =
             family.into_iter().filter(|(_, root)| !kept.contains(root)).map(|(child, _)| child).collect();
-        let mut pruned =
-            Pruned { jobs: roots.len() as u64, children: children.len() as u64, ..Pruned::default() };
+        let mut pruned = Pruned { jobs: roots.len() as u64, children: children.len() as u64, ..Pruned::default() };
         for chunk in roots.chunks(CHUNK).chain(children.chunks(CHUNK)) {
             let ids = chunk.iter().copied();
             pruned.events += job_event::Entity::delete_many()

@@ -1,0 +1,156 @@
+//! Metrics in Prometheus text: one recorder per process (the `metrics` facade's global one),
+//! counters and histograms recorded where things happen, and gauges of the store's queues
+//! read when `GET /metrics` is scraped (a gauge read from the rows cannot drift).
+//!
+//! Every name starts `yardmaster_`; times are in seconds. Labels are bounded: queue and
+//! operation names (registered or configured), final statuses, route patterns (never a raw
+//! path), reaper and cleaner actions.
+
+use std::sync::OnceLock;
+
+use chrono::{DateTime, Utc};
+use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::domain::{Job, JobStatus};
+
+/// Bucket bounds of the job and request histograms, in seconds: 1 ms to 6 hours.
+const SECONDS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+    21600.0,
+];
+/// Bucket bounds of the group-commit batch sizes.
+const BATCH: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+
+/// The process's recorder, installed by the first caller. `None` when another recorder
+/// was installed first (an embedding program's own): then `/metrics` answers 503.
+pub fn handle() -> Option<&'static PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let installed = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)
+                .and_then(|builder| builder.set_buckets_for_metric(Matcher::Suffix("_batch_size".into()), BATCH))
+                .and_then(|builder| builder.install_recorder());
+            match installed {
+                Ok(handle) => {
+                    describe();
+                    Some(handle)
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "metrics recorder not installed; /metrics is unavailable");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+fn describe() {
+    describe_counter!("yardmaster_jobs_started_total", "Runs started (claims), by queue and operation");
+    describe_counter!(
+        "yardmaster_jobs_finished_total",
+        "Jobs that reached a final status, by queue, operation and status"
+    );
+    describe_counter!(
+        "yardmaster_jobs_retried_total",
+        "Runs handed back to wait for another attempt, by queue, operation and reason"
+    );
+    describe_histogram!(
+        "yardmaster_job_wait_seconds",
+        Unit::Seconds,
+        "From a job's creation (or its run_after) to its first run's start, by operation"
+    );
+    describe_histogram!(
+        "yardmaster_job_run_seconds",
+        Unit::Seconds,
+        "From a run's start to its job's end, by operation and status"
+    );
+    describe_counter!("yardmaster_reaper_actions_total", "What the reaper did, by action");
+    describe_counter!("yardmaster_dispatch_resent_total", "Jobs the dispatch sweep published again");
+    describe_counter!("yardmaster_cleaner_actions_total", "What the cleaner did, by action");
+    describe_counter!("yardmaster_dead_letters_total", "Messages set aside as dead letters, by queue and reason");
+    describe_histogram!("yardmaster_group_commit_batch_size", "Writes committed together by the group-commit writer");
+    describe_counter!("yardmaster_http_requests_total", "HTTP requests answered, by route pattern, method and status");
+    describe_histogram!(
+        "yardmaster_http_request_seconds",
+        Unit::Seconds,
+        "Time to answer an HTTP request (to its headers), by route pattern and method"
+    );
+}
+
+/// A run started: `job` as its claim returned it.
+pub fn job_started(job: &Job) {
+    counter!("yardmaster_jobs_started_total", "queue" => job.queue.clone(), "operation" => job.operation.clone())
+        .increment(1);
+    if job.attempts <= 1 {
+        if let Some(started) = job.started_at {
+            let due = job.run_after.map_or(job.created_at, |after| after.max(job.created_at));
+            histogram!("yardmaster_job_wait_seconds", "operation" => job.operation.clone())
+                .record(seconds(due, started));
+        }
+    }
+}
+
+/// A job reached a final status: `job` as the write that ended it returned it.
+pub fn job_ended(job: &Job) {
+    if !job.status.is_terminal() {
+        return;
+    }
+    let status = job.status.as_str();
+    counter!(
+        "yardmaster_jobs_finished_total",
+        "queue" => job.queue.clone(), "operation" => job.operation.clone(), "status" => status
+    )
+    .increment(1);
+    if let (Some(started), Some(finished)) = (job.started_at, job.finished_at) {
+        histogram!("yardmaster_job_run_seconds", "operation" => job.operation.clone(), "status" => status)
+            .record(seconds(started, finished));
+    }
+}
+
+/// A run handed back to wait: `reason` is `retry`, `retry_later`, `lease_expired`,
+/// `shutdown` or the like.
+pub fn job_requeued(job: &Job, reason: &'static str) {
+    if job.status == JobStatus::Queued {
+        counter!(
+            "yardmaster_jobs_retried_total",
+            "queue" => job.queue.clone(), "operation" => job.operation.clone(), "reason" => reason
+        )
+        .increment(1);
+    }
+}
+
+/// `count` actions of a maintenance actor (`actor` names the counter's family).
+pub fn maintenance(actor: Maintenance, action: &'static str, count: u64) {
+    if count == 0 {
+        return;
+    }
+    match actor {
+        Maintenance::Reaper => counter!("yardmaster_reaper_actions_total", "action" => action).increment(count),
+        Maintenance::Cleaner => counter!("yardmaster_cleaner_actions_total", "action" => action).increment(count),
+        Maintenance::DispatchSweep => counter!("yardmaster_dispatch_resent_total").increment(count),
+    }
+}
+
+/// The maintenance actors whose work is counted.
+#[derive(Debug, Clone, Copy)]
+pub enum Maintenance {
+    Reaper,
+    Cleaner,
+    DispatchSweep,
+}
+
+/// A message set aside.
+pub fn dead_lettered(queue: &str, reason: &str) {
+    counter!("yardmaster_dead_letters_total", "queue" => queue.to_owned(), "reason" => reason.to_owned()).increment(1);
+}
+
+/// A group commit of `writes` writes.
+pub fn group_committed(writes: usize) {
+    histogram!("yardmaster_group_commit_batch_size").record(writes as f64);
+}
+
+fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    (to - from).num_microseconds().map_or(0.0, |micros| micros.max(0) as f64 / 1e6)
+}

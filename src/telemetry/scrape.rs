@@ -1,0 +1,109 @@
+//! `GET /metrics`: the recorder's counters and histograms, then gauges of the queues read
+//! from the store now (jobs QUEUED and RUNNING by queue, the oldest waiting job's age),
+//! over the status index, so they are right after any restart and never drift.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{EntityTrait, QueryFilter, QuerySelect};
+
+use crate::api::{ApiError, AppState, Code};
+use crate::store::clock;
+use crate::store::entity::job;
+
+/// Prometheus's text format.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Metrics in Prometheus text (admins: the figures span every room).
+#[utoipa::path(
+    get, path = "/metrics", tag = "operations", operation_id = "get_metrics",
+    responses(
+        (status = 200, description = "Prometheus text exposition format 0.0.4", content_type = "text/plain", body = String),
+        (status = 401, description = "`unauthenticated`", body = crate::api::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: an admin token is needed", body = crate::api::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`metrics_unavailable`: another metrics recorder owns this process", body = crate::api::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let Some(handle) = super::metrics::handle() else {
+        return Err(ApiError::new(Code::MetricsUnavailable, "this process has another metrics recorder"));
+    };
+    handle.run_upkeep();
+    let mut text = handle.render();
+    let queues = queue_gauges(&state).await;
+    let _ = writeln!(text, "# HELP yardmaster_store_up Whether the store answered this scrape's queries");
+    let _ = writeln!(text, "# TYPE yardmaster_store_up gauge");
+    let _ = writeln!(text, "yardmaster_store_up {}", u8::from(queues.is_some()));
+    if let Some(queues) = queues {
+        render_queues(&mut text, &queues);
+    }
+    Ok(HttpResponse::Ok().content_type(CONTENT_TYPE).body(text))
+}
+
+/// One queue's figures.
+#[derive(Debug, Default)]
+struct Queue {
+    queued: i64,
+    running: i64,
+    oldest_due: Option<DateTime<Utc>>,
+}
+
+/// Every configured queue (at 0 when empty) and every queue with live jobs.
+async fn queue_gauges(state: &AppState) -> Option<BTreeMap<String, Queue>> {
+    let rows: Vec<(String, String, i64, Option<DateTime<Utc>>)> = job::Entity::find()
+        .select_only()
+        .column(job::Column::Queue)
+        .column(job::Column::Status)
+        .column_as(Expr::cust("COUNT(*)"), "jobs")
+        .column_as(Expr::cust("MIN(COALESCE(run_after, created_at))"), "oldest_due")
+        // A literal, so both engines read the status index.
+        .filter(Expr::cust("status IN ('queued', 'running')"))
+        .group_by(job::Column::Queue)
+        .group_by(job::Column::Status)
+        .into_tuple()
+        .all(&state.db)
+        .await
+        .map_err(|err| tracing::warn!(error = %err, "queue gauges not read"))
+        .ok()?;
+    let mut queues: BTreeMap<String, Queue> =
+        state.job_queues.iter().map(|name| (name.clone(), Queue::default())).collect();
+    for (name, status, jobs, oldest_due) in rows {
+        let queue = queues.entry(name).or_default();
+        match status.as_str() {
+            "queued" => {
+                queue.queued = jobs;
+                queue.oldest_due = oldest_due;
+            }
+            _ => queue.running = jobs,
+        }
+    }
+    Some(queues)
+}
+
+fn render_queues(text: &mut String, queues: &BTreeMap<String, Queue>) {
+    let now = clock::now();
+    let families: [(&str, &str, &dyn Fn(&Queue) -> f64); 3] = [
+        ("yardmaster_queue_depth", "Jobs QUEUED, by queue", &|queue| queue.queued as f64),
+        ("yardmaster_jobs_running", "Jobs RUNNING, by queue", &|queue| queue.running as f64),
+        (
+            "yardmaster_queue_oldest_age_seconds",
+            "How long the longest-waiting QUEUED job has been due, by queue (0 when none waits)",
+            &|queue| queue.oldest_due.map_or(0.0, |due| ((now - due).num_milliseconds().max(0) as f64) / 1000.0),
+        ),
+    ];
+    for (name, help, value) in families {
+        let _ = writeln!(text, "# HELP {name} {help}");
+        let _ = writeln!(text, "# TYPE {name} gauge");
+        for (queue, figures) in queues {
+            let _ = writeln!(text, "{name}{{queue=\"{}\"}} {}", escape(queue), value(figures));
+        }
+    }
+}
+
+/// A label value as the text format writes it.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
