@@ -1,4 +1,5 @@
-//! The command line: `serve`, `worker`, `reaper`, `migrate`, `model init`, `token …`, `script-host`. SIGTERM or SIGINT stops a
+//! The command line: `serve`, `worker`, `reaper`, `migrate`, `model init`, `token …`, `script-host`,
+//! and the client commands of [`crate::client`] (`submit`, `status`, `ls`, …). SIGTERM or SIGINT stops a
 //! process gracefully (see `actors::ShutdownGuard`); it then exits with 143. The `yardmaster` binary calls
 //! [`main_with`] with the built-in operations; an application with operations of its own
 //! calls it with its registry (see `examples/custom_operation.rs`).
@@ -6,9 +7,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 
 use crate::auth::commands::TokenCommand;
+use crate::client::commands::ClientCommand;
 use crate::ops::OperationRegistry;
 use crate::{store, telemetry, Application, Settings};
 
@@ -44,6 +46,8 @@ enum Command {
     /// Run uploaded scripts on this host for a server elsewhere, over HTTP only (no shared
     /// files, no database): a remote worker with a `worker` token in YARDMASTER_TOKEN.
     ScriptHost(ScriptHostArgs),
+    #[command(flatten)]
+    Client(ClientCommand),
 }
 
 #[derive(Debug, Args)]
@@ -130,7 +134,10 @@ fn model_init(_path: &std::path::Path, _vocab: u32, _force: bool) -> anyhow::Res
 /// Parses the command line and runs it with `registry`'s operations; the process exit code.
 pub fn main_with(registry: OperationRegistry) -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init();
+    // A client logs nothing of its own: what it prints is its output.
+    if !matches!(cli.command, Command::Client(_)) {
+        telemetry::init();
+    }
     let system = actix_rt::System::new();
     let code = match system.block_on(run(cli, registry)) {
         Ok(code) => code,
@@ -193,6 +200,7 @@ async fn run(cli: Cli, registry: OperationRegistry) -> anyhow::Result<i32> {
             };
             return crate::uploads::remote_host::run(options).await;
         }
+        Command::Client(command) => return crate::client::commands::run(command, Cli::command()).await,
         Command::Migrate => {
             let db = store::connect(&settings.store).await?;
             store::migrate(&db).await?;

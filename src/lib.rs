@@ -14,11 +14,13 @@
 //! - [`live`]: the notification path that wakes long-polls, event streams and claimers.
 //! - [`remote`]: registered job types and remote workers claiming over HTTP.
 //! - [`config`], [`startup`], [`telemetry`], [`cli`]: settings, wiring, logs, the command line.
+//! - [`client`]: the command line's client commands (submit --wait, ls, events --follow, …).
 
 pub mod actors;
 pub mod api;
 pub mod auth;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod dead_letters;
 pub mod dispatch;

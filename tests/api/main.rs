@@ -10,6 +10,7 @@ mod amqp_fan_out;
 mod amqp_processes;
 mod auth;
 mod batches;
+mod cli;
 mod concurrency;
 mod dead_letters;
 mod errors;
