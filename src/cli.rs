@@ -148,6 +148,14 @@ pub fn main_with(registry: OperationRegistry) -> ExitCode {
     };
     // Everything that must finish has (drains, requeues); exit before the runtime is torn
     // down, so a task still winding down is not dropped in the middle of a database write.
+    //
+    // `exit` runs this thread's thread-local destructors, which drop its handle on the
+    // actix `System`, while the HTTP workers' threads may still be ending and dropping
+    // theirs. The last handle dropped wakes the system's controller task, and when that
+    // happens on a worker thread whose task-local state is already gone, tokio panics in a
+    // thread-local destructor and the process aborts (exit 134 instead of 143). A handle
+    // kept to the end means no thread's drop is ever the last.
+    std::mem::forget(actix_rt::System::current());
     std::process::exit(code)
 }
 
