@@ -38,15 +38,18 @@ pub async fn follow(
     let mut pause = Duration::from_millis(100);
     let mut last_job = None;
     loop {
+        let before = after;
         let streamed = within(deadline, read_stream(client, id, &mut after, &mut on_event)).await;
-        let failure = match streamed {
+        let broken = match streamed {
             None => return Ok(Ended::GaveUp(last_job)),
-            Some(Ok(())) => None,
-            Some(Err(err)) if err.is_transient() => Some(err),
+            Some(Ok(())) => false,
+            Some(Err(err)) if err.is_transient() => true,
             Some(Err(err)) => return Err(err),
         };
-        if failure.is_none() {
-            pause = Duration::from_millis(100);
+        if !broken {
+            if after != before {
+                pause = Duration::from_millis(100);
+            }
             match within(deadline, client.job(id)).await {
                 None => return Ok(Ended::GaveUp(last_job)),
                 Some(Ok(job)) => {
@@ -58,7 +61,10 @@ pub async fn follow(
                         return Ok(Ended::Job(job));
                     }
                     last_job = Some(job);
-                    continue;
+                    // A stream that ended at once (a server draining) is not reopened at once.
+                    if after != before {
+                        continue;
+                    }
                 }
                 Some(Err(err)) if err.is_transient() => {}
                 Some(Err(err)) => return Err(err),

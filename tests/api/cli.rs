@@ -263,6 +263,51 @@ async fn upload_waits_and_writes_the_archive(backend: Backend) {
     assert_eq!(jobs_in_store(&app).await, before);
 }
 
+/// A server redeployed (SIGTERM, started again) while `--wait` follows a job: the command
+/// resumes after the last event it printed and sees the job's end, with no event twice.
+#[actix_rt::test]
+async fn wait_goes_on_across_a_server_restart() {
+    use crate::tokens_cli::{fresh_dir, Server};
+    let dir = fresh_dir();
+    let server = Server::start(&dir, &[]);
+    let token = server.printed_token();
+    server.wait_until_up().await;
+    let port = server.port;
+    let mut child = Command::new(BIN)
+        .args(["submit", "ping", "--wait", "--url", &server.url(""), "--token", &token])
+        .env("YARDMASTER_CLIENT_CONFIG", "/nonexistent/yardmaster-client.toml")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(DEADLINE, stderr.next_line()).await.unwrap().unwrap().unwrap();
+    let id = first.split_whitespace().nth(1).unwrap().to_owned();
+    // The stream is open once the first event is printed (this server runs no workers).
+    let queued = tokio::time::timeout(DEADLINE, stdout.next_line()).await.unwrap().unwrap().unwrap();
+    assert!(queued.contains("job.queued"), "{queued}");
+
+    let _ = server.stop();
+    let again = Server::start_on(&dir, port, &[]);
+    again.wait_until_up().await;
+    let admin = crate::helpers::client_with(&token);
+    let cancelled = admin.post(again.url(&format!("/jobs/{id}/cancel"))).send().await.unwrap();
+    assert_eq!(cancelled.status(), 200);
+
+    let status = tokio::time::timeout(DEADLINE, child.wait()).await.expect("the command never saw the end").unwrap();
+    let mut rest = Vec::new();
+    while let Some(line) = stdout.next_line().await.unwrap() {
+        rest.push(line);
+    }
+    assert_eq!(status.code(), Some(4), "{rest:?}");
+    let names: Vec<&str> = rest.iter().filter_map(|line| line.split_whitespace().nth(2)).collect();
+    assert_eq!(names, ["job.cancelled"], "each event once: {rest:?}");
+    let _ = again.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 on_both_backends!(
     submit_wait_shows_events_and_the_final_bar,
     wait_exit_codes_tell_failed_from_cancelled,

@@ -19,7 +19,7 @@ fn store_url(dir: &Path) -> String {
     format!("sqlite://{}?mode=rwc", dir.join("ym.db").display())
 }
 
-fn fresh_dir() -> PathBuf {
+pub(crate) fn fresh_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("yardmaster-tokens-{}", Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -31,18 +31,34 @@ fn token_command(dir: &Path, args: &[&str]) -> Output {
 }
 
 /// A `serve` with its standard output and log read line by line as they come.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    port: u16,
-    stdout: mpsc::Receiver<String>,
+    pub port: u16,
+    pub stdout: mpsc::Receiver<String>,
     stderr: mpsc::Receiver<String>,
 }
 
 impl Server {
-    fn start(dir: &Path, env: &[(&str, &str)]) -> Server {
+    pub fn start(dir: &Path, env: &[(&str, &str)]) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Server::start_on(dir, port, env)
+    }
+
+    /// As `start`, on `port` (a restart where clients expect the server).
+    pub fn start_on(dir: &Path, port: u16, env: &[(&str, &str)]) -> Server {
+        Server::spawn(dir, port, &["--no-workers"], env)
+    }
+
+    /// A `serve` that runs jobs too.
+    pub fn start_with_workers(dir: &Path, env: &[(&str, &str)]) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Server::spawn(dir, port, &[], env)
+    }
+
+    fn spawn(dir: &Path, port: u16, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(BIN)
-            .args(["serve", "--no-workers", "--bind", &format!("127.0.0.1:{port}")])
+            .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+            .args(args)
             .env("YARDMASTER__STORE__URL", store_url(dir))
             .env("YARDMASTER__WORKER__GRACE_SECONDS", "1")
             .env("YARDMASTER__AUTH__CACHE_SECONDS", "1")
@@ -57,11 +73,11 @@ impl Server {
         Server { child, port, stdout, stderr }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
-    async fn wait_until_up(&self) {
+    pub async fn wait_until_up(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while reqwest::get(self.url("/healthz")).await.is_err() {
             assert!(Instant::now() < deadline, "the server never came up");
@@ -70,7 +86,7 @@ impl Server {
     }
 
     /// SIGTERM, then everything it printed: (standard output, log).
-    fn stop(mut self) -> (String, String) {
+    pub fn stop(mut self) -> (String, String) {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         self.child.wait().unwrap();
         let drain = |rx: &mpsc::Receiver<String>| rx.iter().collect::<Vec<_>>().join("\n");
@@ -99,17 +115,24 @@ fn store_bytes(dir: &Path) -> String {
         .collect()
 }
 
+impl Server {
+    /// The admin token the first start on a new store prints.
+    pub fn printed_token(&self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let line = self.stdout.recv_timeout(deadline - Instant::now()).expect("no token printed");
+            if let Some(token) = line.split_whitespace().find(|word| word.starts_with("ym_")) {
+                return token.to_owned();
+            }
+        }
+    }
+}
+
 #[actix_rt::test]
 async fn the_first_serve_prints_one_admin_token_once() {
     let dir = fresh_dir();
     let server = Server::start(&dir, &[]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let token = loop {
-        let line = server.stdout.recv_timeout(deadline - Instant::now()).expect("no token printed");
-        if let Some(token) = line.split_whitespace().find(|word| word.starts_with("ym_")) {
-            break token.to_owned();
-        }
-    };
+    let token = server.printed_token();
     server.wait_until_up().await;
     let admin = client_with(&token);
     let (status, body) = crate::helpers::read(admin.get(server.url("/admin/tokens")).send().await.unwrap()).await;
