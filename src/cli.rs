@@ -134,20 +134,27 @@ fn model_init(_path: &std::path::Path, _vocab: u32, _force: bool) -> anyhow::Res
 /// Parses the command line and runs it with `registry`'s operations; the process exit code.
 pub fn main_with(registry: OperationRegistry) -> ExitCode {
     let cli = Cli::parse();
-    // A client logs nothing of its own: what it prints is its output.
-    if !matches!(cli.command, Command::Client(_)) {
-        telemetry::init();
-    }
     let system = actix_rt::System::new();
-    let code = match system.block_on(run(cli, registry)) {
-        Ok(code) => code,
-        Err(err) => {
-            eprintln!("yardmaster: {err:#}");
-            return ExitCode::FAILURE;
+    let ran = match cli.command {
+        // A client reads no server settings and logs nothing: what it prints is its output.
+        Command::Client(command) => {
+            return match system.block_on(crate::client::commands::run(command, Cli::command())) {
+                Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+                Err(err) => {
+                    eprintln!("yardmaster: {err:#}");
+                    ExitCode::FAILURE
+                }
+            };
         }
+        command => system.block_on(run(cli.config.as_deref(), command, registry)),
     };
+    let code = ran.unwrap_or_else(|err| {
+        eprintln!("yardmaster: {err:#}");
+        1
+    });
     // Everything that must finish has (drains, requeues); exit before the runtime is torn
-    // down, so a task still winding down is not dropped in the middle of a database write.
+    // down, so a task still winding down (or a pool a failed start leaves behind) is not
+    // dropped in the middle of a database write, or outside the runtime it needs.
     //
     // `exit` runs this thread's thread-local destructors, which drop its handle on the
     // actix `System`, while the HTTP workers' threads may still be ending and dropping
@@ -159,9 +166,10 @@ pub fn main_with(registry: OperationRegistry) -> ExitCode {
     std::process::exit(code)
 }
 
-async fn run(cli: Cli, registry: OperationRegistry) -> anyhow::Result<i32> {
-    let mut settings = Settings::load(cli.config.as_deref())?;
-    let builder = match cli.command {
+async fn run(config: Option<&std::path::Path>, command: Command, registry: OperationRegistry) -> anyhow::Result<i32> {
+    let mut settings = Settings::load(config)?;
+    telemetry::init_with(&settings.log);
+    let builder = match command {
         Command::Serve(args) => {
             if let Some(bind) = args.bind {
                 settings.server.bind = bind;

@@ -36,6 +36,34 @@ pub struct Settings {
     pub retention: RetentionSettings,
     /// Queues this process consumes, by name.
     pub queues: BTreeMap<String, QueueSettings>,
+    /// What the process logs, and how.
+    pub log: LogSettings,
+}
+
+/// Logs go to standard error (journald under systemd), as text for people or as one JSON
+/// object per line for a log pipeline.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    /// A `tracing` filter (`info`, `yardmaster=debug,sqlx=warn`, …); `RUST_LOG` wins over it.
+    pub filter: String,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings { format: LogFormat::Text, filter: "info,sqlx=warn,sea_orm=warn,sea_orm_migration=warn".into() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// `time level span{fields}: message fields`, coloured on a terminal.
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `fields`, and the spans it was in
+    /// (`request` with its id, `job` with its id and attempt).
+    Json,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -435,6 +463,7 @@ pub enum QueueKind {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
+            log: LogSettings::default(),
             server: ServerSettings {
                 bind: "127.0.0.1:8080".into(),
                 http_workers: 2,

@@ -307,6 +307,8 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
             .default_service(web::to(api::not_found))
             .wrap(actix_web::middleware::from_fn(api::fail_fast))
             .wrap(actix_web::middleware::from_fn(crate::telemetry::http::observe))
+            .wrap(actix_web::middleware::from_fn(crate::telemetry::requests::request_id_header))
+            .wrap(tracing_actix_web::TracingLogger::<crate::telemetry::requests::RequestSpan>::new())
             // Outermost, so it holds an unread body until the response is written.
             .wrap(api::BodyGuard::new(body_timeout).longer_for("/uploads", upload_timeout))
     })

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument as _};
 
 use crate::domain::Job;
 use crate::store::{RunRef, RunWrites};
@@ -90,7 +90,9 @@ pub async fn run_with_heartbeat(
     cancel: CancellationToken,
 ) -> HandleOutcome {
     let run = RunRef::from(&job);
-    let running = executor.run(job, cancel.clone());
+    // Every line logged while the job runs, its operation's included, names the run.
+    let span = tracing::info_span!("job", id = %job.id, attempt = job.attempts, operation = %job.operation);
+    let running = executor.run(job, cancel.clone()).instrument(span);
     tokio::pin!(running);
     let heartbeat = tokio::select! {
         biased;

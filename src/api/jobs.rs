@@ -631,6 +631,7 @@ pub async fn cancel(
 ) -> Result<web::Json<Job>, ApiError> {
     find_writable(&state, &caller, *id).await?;
     let cancellation = state.store.cancel(*id).await?;
+    tracing::info!(job_id = %id, user = %caller.identity().user, "job cancelled by request");
     Ok(web::Json(cancellation.job))
 }
 
@@ -656,6 +657,7 @@ pub async fn retry(
         return Err(ApiError::new(Code::ResultCleaned, detail));
     }
     let job = state.store.retry(*id).await?;
+    tracing::info!(job_id = %id, user = %caller.identity().user, "job queued again by request");
     state.dispatcher.publish(&job).await;
     Ok(web::Json(job))
 }

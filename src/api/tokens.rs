@@ -5,6 +5,8 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::auth::Caller;
+
 use super::error::{ApiError, Code, Problem};
 use super::AppState;
 use crate::auth::tokens::{self, CreatedToken, NewToken, TokenError, TokenInfo};
@@ -59,9 +61,15 @@ pub async fn list(state: web::Data<AppState>) -> Result<web::Json<TokenList>, Ap
         (status = 422, description = "`invalid_token_request`, `invalid_request`, `nul_character`", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn create(state: web::Data<AppState>, body: web::Json<CreateRequest>) -> Result<HttpResponse, ApiError> {
+pub async fn create(
+    state: web::Data<AppState>,
+    caller: Caller,
+    body: web::Json<CreateRequest>,
+) -> Result<HttpResponse, ApiError> {
     let new = new_token(body.into_inner())?;
     let created = tokens::create(&state.db, new).await.map_err(from_token_error)?;
+    let info = &created.info;
+    tracing::info!(token_id = %info.id, user = %info.user, role = %info.role.as_str(), by = %caller.identity().user, "token created");
     let location = format!("/admin/tokens/{}", created.info.id);
     Ok(HttpResponse::Created().insert_header((actix_web::http::header::LOCATION, location)).json(created))
 }
@@ -75,9 +83,16 @@ pub async fn create(state: web::Data<AppState>, body: web::Json<CreateRequest>) 
         (status = 404, description = "`token_not_found`", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn revoke(state: web::Data<AppState>, id: web::Path<Uuid>) -> Result<web::Json<TokenInfo>, ApiError> {
+pub async fn revoke(
+    state: web::Data<AppState>,
+    caller: Caller,
+    id: web::Path<Uuid>,
+) -> Result<web::Json<TokenInfo>, ApiError> {
     let revoked = tokens::revoke(&state.db, *id).await.map_err(from_token_error)?;
     state.auth.forget(*id);
+    if revoked.is_some() {
+        tracing::info!(token_id = %id, by = %caller.identity().user, "token revoked");
+    }
     revoked.map(web::Json).ok_or_else(|| ApiError::new(Code::TokenNotFound, format!("no token with id {id}")))
 }
 

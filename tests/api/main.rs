@@ -21,6 +21,7 @@ mod http_limits;
 mod inference;
 mod lifecycle;
 mod live;
+mod logs;
 mod metrics;
 mod openapi;
 mod remote;
