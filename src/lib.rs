@@ -14,6 +14,7 @@
 //! - [`live`]: the notification path that wakes long-polls, event streams and claimers.
 //! - [`remote`]: registered job types and remote workers claiming over HTTP.
 //! - [`config`], [`startup`], [`telemetry`], [`cli`]: settings, wiring, logs, the command line.
+//! - [`dashboard`]: the web dashboard at `/ui`.
 //! - [`client`]: the command line's client commands (submit --wait, ls, events --follow, …).
 
 pub mod actors;
@@ -22,6 +23,7 @@ pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod dashboard;
 pub mod dead_letters;
 pub mod dispatch;
 pub mod domain;

@@ -304,6 +304,7 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
         App::new()
             .app_data(state.clone())
             .configure(|cfg| api::configure(cfg, max_body, document.clone()))
+            .configure(crate::dashboard::configure)
             .default_service(web::to(api::not_found))
             .wrap(actix_web::middleware::from_fn(api::fail_fast))
             .wrap(actix_web::middleware::from_fn(crate::telemetry::http::observe))

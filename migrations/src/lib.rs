@@ -16,6 +16,7 @@ mod m20261125_000008_rooms_and_tokens;
 mod m20261125_000009_job_event_notify;
 mod m20261125_000010_remote_workers;
 mod m20261125_000011_uploads;
+mod m20261125_000012_finished_at_index;
 
 /// Lists every migration in the order it is applied.
 pub struct Migrator;
@@ -35,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000009_job_event_notify::Migration),
             Box::new(m20261125_000010_remote_workers::Migration),
             Box::new(m20261125_000011_uploads::Migration),
+            Box::new(m20261125_000012_finished_at_index::Migration),
         ]
     }
 }

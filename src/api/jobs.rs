@@ -562,6 +562,7 @@ pub async fn list(
         parent_job_id: query.parent_job_id,
         before: query.cursor,
         limit: page_size(query.limit, state.max_page_size)?,
+        ..Default::default()
     };
     Ok(web::Json(JobPage::within_budget(state.store.list(&filter).await?)))
 }

@@ -12,7 +12,7 @@ pub(crate) mod jobs;
 pub mod openapi;
 mod outage;
 mod prefer;
-mod stream;
+pub mod stream;
 mod tokens;
 
 use std::sync::Arc;

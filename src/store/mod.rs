@@ -6,6 +6,7 @@
 pub mod clock;
 mod connect;
 pub mod entity;
+pub mod overview;
 mod sea;
 
 use std::sync::Arc;
@@ -354,6 +355,9 @@ pub struct JobFilter {
     pub parent_job_id: Option<Uuid>,
     /// Only jobs older than this id (the cursor).
     pub before: Option<Uuid>,
+    /// Only jobs with this id or a newer one (ids are UUIDv7: a creation time's floor).
+    pub not_before: Option<Uuid>,
+    pub idempotency_key: Option<String>,
     pub limit: u64,
 }
 

@@ -6,13 +6,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use actix_web::{web, HttpResponse};
-use chrono::{DateTime, Utc};
-use sea_orm::sea_query::Expr;
-use sea_orm::{EntityTrait, QueryFilter, QuerySelect};
 
 use crate::api::{ApiError, AppState, Code};
 use crate::store::clock;
-use crate::store::entity::job;
+use crate::store::overview::{self, QueueFigures as Queue};
 
 /// Prometheus's text format.
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -43,44 +40,12 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
     Ok(HttpResponse::Ok().content_type(CONTENT_TYPE).body(text))
 }
 
-/// One queue's figures.
-#[derive(Debug, Default)]
-struct Queue {
-    queued: i64,
-    running: i64,
-    oldest_due: Option<DateTime<Utc>>,
-}
-
 /// Every configured queue (at 0 when empty) and every queue with live jobs.
 async fn queue_gauges(state: &AppState) -> Option<BTreeMap<String, Queue>> {
-    let rows: Vec<(String, String, i64, Option<DateTime<Utc>>)> = job::Entity::find()
-        .select_only()
-        .column(job::Column::Queue)
-        .column(job::Column::Status)
-        .column_as(Expr::cust("COUNT(*)"), "jobs")
-        .column_as(Expr::cust("MIN(COALESCE(run_after, created_at))"), "oldest_due")
-        // A literal, so both engines read the status index.
-        .filter(Expr::cust("status IN ('queued', 'running')"))
-        .group_by(job::Column::Queue)
-        .group_by(job::Column::Status)
-        .into_tuple()
-        .all(&state.db)
+    overview::live(&state.db, state.job_queues.iter().cloned(), None)
         .await
         .map_err(|err| tracing::warn!(error = %err, "queue gauges not read"))
-        .ok()?;
-    let mut queues: BTreeMap<String, Queue> =
-        state.job_queues.iter().map(|name| (name.clone(), Queue::default())).collect();
-    for (name, status, jobs, oldest_due) in rows {
-        let queue = queues.entry(name).or_default();
-        match status.as_str() {
-            "queued" => {
-                queue.queued = jobs;
-                queue.oldest_due = oldest_due;
-            }
-            _ => queue.running = jobs,
-        }
-    }
-    Some(queues)
+        .ok()
 }
 
 fn render_queues(text: &mut String, queues: &BTreeMap<String, Queue>) {

@@ -12,6 +12,7 @@ mod auth;
 mod batches;
 mod cli;
 mod concurrency;
+mod dashboard;
 mod dead_letters;
 mod errors;
 mod fan_out;

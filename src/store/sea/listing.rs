@@ -84,6 +84,12 @@ impl SeaStore {
         if let Some(before) = filter.before {
             query = query.filter(C::Id.lt(before));
         }
+        if let Some(not_before) = filter.not_before {
+            query = query.filter(C::Id.gte(not_before));
+        }
+        if let Some(key) = &filter.idempotency_key {
+            query = query.filter(C::IdempotencyKey.eq(key.as_str()));
+        }
         let rows = query.order_by_desc(C::Id).limit(filter.limit + 1).into_model::<SummaryRow>().all(&self.db).await?;
         let mut jobs = rows.into_iter().map(to_summary).collect::<Result<Vec<_>, _>>()?;
         let next_cursor = match jobs.len() as u64 > filter.limit {

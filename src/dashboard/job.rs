@@ -1,0 +1,259 @@
+//! `GET /ui/jobs/{id}`: one job: its state and progress (live, from its event stream), its
+//! facts, payload, result and error, its children, and its event timeline; cancel and retry
+//! for a token that may write its room. `POST /ui/jobs/{id}/cancel|retry` act and come
+//! back. `GET /ui/jobs/{id}/stream` is the API's event stream, for the page's script.
+
+use std::fmt::Write as _;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpResponse};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::html::{self, esc};
+use super::jobs::table;
+use super::login::CsrfForm;
+use super::session::Viewer;
+use crate::api::AppState;
+use crate::domain::{Job, JobStatus};
+use crate::store::{JobFilter, StoreError};
+
+/// Events shown on the page (the stream adds what comes after).
+const EVENTS: u64 = 1000;
+/// Children shown on the page.
+const CHILDREN: u64 = 50;
+
+/// The job, if `viewer` may see it; a job of another room is answered as a missing one.
+async fn visible(state: &AppState, viewer: &Viewer, id: Uuid) -> Result<Job, HttpResponse> {
+    match state.store.get(id).await {
+        Ok(Some(job)) if viewer.caller().can_read(&job.room) => Ok(job),
+        Ok(_) => {
+            Err(html::problem(Some(viewer), StatusCode::NOT_FOUND, "No such job", &format!("no job with id {id}")))
+        }
+        Err(err) => Err(unavailable(viewer, &err)),
+    }
+}
+
+fn unavailable(viewer: &Viewer, err: &StoreError) -> HttpResponse {
+    tracing::warn!(error = %err, "dashboard job page not read");
+    html::problem(
+        Some(viewer),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Store unavailable",
+        "the job could not be read; try again in a moment",
+    )
+}
+
+fn pretty(value: &Value) -> String {
+    esc(&serde_json::to_string_pretty(value).unwrap_or_default())
+}
+
+/// The job id of a path; anything else is a page that is not there.
+fn job_id(viewer: &Viewer, text: &str) -> Result<Uuid, HttpResponse> {
+    text.parse().map_err(|_| html::problem(Some(viewer), StatusCode::NOT_FOUND, "No such job", "that is not a job id"))
+}
+
+pub async fn page(state: web::Data<AppState>, viewer: Viewer, id: web::Path<String>) -> HttpResponse {
+    let id = match job_id(&viewer, &id) {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    let job = match visible(&state, &viewer, id).await {
+        Ok(job) => job,
+        Err(response) => return response,
+    };
+    let events = match state.store.events(id, None, EVENTS).await {
+        Ok(events) => events,
+        Err(err) => return unavailable(&viewer, &err),
+    };
+    let children = JobFilter {
+        rooms: viewer.caller().visible_rooms(),
+        parent_job_id: Some(id),
+        limit: CHILDREN,
+        ..Default::default()
+    };
+    let children = match state.store.list(&children).await {
+        Ok(page) => page,
+        Err(err) => return unavailable(&viewer, &err),
+    };
+    let mut body = format!(
+        r#"<h1><span class="operation">{}</span> <span id="status">{}</span></h1><p class="id">{id}</p>"#,
+        esc(&job.operation),
+        html::status(job.status.as_str())
+    );
+    let (current, total) = (job.progress_current, job.progress_total);
+    let percent = total.filter(|total| *total > 0).map(|total| current.clamp(0, total) * 100 / total);
+    let _ = write!(
+        body,
+        r#"<div class="progress" id="progress" data-current="{current}" data-total="{}"><progress max="{}" value="{current}"></progress> <span class="count">{}</span></div>"#,
+        total.map_or_else(String::new, |total| total.to_string()),
+        total.unwrap_or(0).max(1),
+        match (total, percent) {
+            (Some(total), Some(percent)) => format!("{current}/{total} ({percent}%)"),
+            _ => current.to_string(),
+        }
+    );
+    if let Some(buttons) = buttons(&viewer, &job) {
+        let _ = write!(body, r#"<div class="actions">{buttons}</div>"#);
+    }
+    body.push_str(&facts(&job));
+    if let Some(code) = &job.error_code {
+        let _ = write!(
+            body,
+            r#"<h2>Error</h2><p class="notice error"><code>{}</code> {}</p>"#,
+            esc(code),
+            esc(job.error_message.as_deref().unwrap_or(""))
+        );
+    }
+    let _ = write!(body, r#"<h2>Payload</h2><pre class="json">{}</pre>"#, pretty(&job.payload));
+    if let Some(result) = &job.result {
+        let _ = write!(body, r#"<h2>Result</h2><pre class="json" id="result">{}</pre>"#, pretty(result));
+    }
+    if !children.jobs.is_empty() {
+        let more = if children.next_cursor.is_some() {
+            format!(r#" <a href="/ui/jobs?parent={id}">(first {CHILDREN}; all)</a>"#)
+        } else {
+            String::new()
+        };
+        let _ = write!(body, "<h2>Children{more}</h2>{}", table(&children.jobs));
+    }
+    let after = events.last().map_or(0, |event| event.id);
+    let _ = write!(
+        body,
+        r#"<h2>Events</h2><ol class="timeline" id="timeline" data-stream="/ui/jobs/{id}/stream?after={after}" data-ended="{}">"#,
+        job.status.is_terminal()
+    );
+    for event in &events {
+        body.push_str(&event_item(event));
+    }
+    body.push_str("</ol>");
+    html::page(Some(&viewer), &format!("{} {}", job.operation, id), &body)
+}
+
+/// Cancel and retry, as the job's state and the viewer's rights allow.
+fn buttons(viewer: &Viewer, job: &Job) -> Option<String> {
+    if !viewer.writes() || viewer.caller().may_write(&job.room).is_err() {
+        return None;
+    }
+    let action = |verb: &str| format!("/ui/jobs/{}/{verb}", job.id);
+    match job.status {
+        JobStatus::Queued | JobStatus::Running => Some(html::button(
+            viewer,
+            &action("cancel"),
+            "Cancel",
+            "danger",
+            Some("Cancel this job (and its unfinished children)?"),
+        )),
+        JobStatus::Failed | JobStatus::Cancelled if job.cleaned_at.is_none() => {
+            Some(html::button(viewer, &action("retry"), "Retry", "", None))
+        }
+        _ => None,
+    }
+}
+
+fn facts(job: &Job) -> String {
+    let mut rows = vec![
+        ("Queue", esc(&job.queue)),
+        ("Room", esc(&job.room)),
+        ("Attempts", format!("{} of {}", job.attempts, job.max_retries + 1)),
+        ("Created", html::time(&job.created_at)),
+        ("Started", html::maybe_time(job.started_at.as_ref())),
+        ("Finished", html::maybe_time(job.finished_at.as_ref())),
+    ];
+    if let Some(parent) = job.parent_job_id {
+        rows.push(("Parent", format!(r#"<a href="/ui/jobs/{parent}">{parent}</a>"#)));
+    }
+    for (name, value) in [
+        ("Run after", job.run_after.as_ref().map(html::time)),
+        ("Owner", job.owner.as_deref().map(esc)),
+        ("Leased until", job.leased_until.as_ref().map(html::time)),
+        ("Idempotency key", job.idempotency_key.as_deref().map(esc)),
+        ("Submitted by", job.submitted_by.as_deref().map(esc)),
+        ("Service", job.service.as_deref().map(esc)),
+    ] {
+        if let Some(value) = value {
+            rows.push((name, value));
+        }
+    }
+    let mut out = String::from(r#"<dl class="facts">"#);
+    for (name, value) in rows {
+        let _ = write!(out, "<dt>{name}</dt><dd>{value}</dd>");
+    }
+    out.push_str("</dl>");
+    out
+}
+
+/// One event on the timeline (the script adds later ones in the same shape).
+fn event_item(event: &crate::domain::JobEvent) -> String {
+    let fields = match &event.fields {
+        Value::Object(map) if map.is_empty() => String::new(),
+        Value::Null => String::new(),
+        fields => format!(r#" <code class="fields">{}</code>"#, esc(&fields.to_string())),
+    };
+    format!(
+        r#"<li class="{}" data-id="{}"><time>{}</time> <b>{}</b> {}{fields}</li>"#,
+        event.level.as_str(),
+        event.id,
+        html::time(&event.ts),
+        esc(&event.event),
+        esc(event.message.as_deref().unwrap_or("")),
+    )
+}
+
+pub async fn cancel(
+    state: web::Data<AppState>,
+    viewer: Viewer,
+    id: web::Path<String>,
+    form: web::Form<CsrfForm>,
+) -> HttpResponse {
+    act(&state, &viewer, &id, &form.csrf, "cancel").await
+}
+
+pub async fn retry(
+    state: web::Data<AppState>,
+    viewer: Viewer,
+    id: web::Path<String>,
+    form: web::Form<CsrfForm>,
+) -> HttpResponse {
+    act(&state, &viewer, &id, &form.csrf, "retry").await
+}
+
+async fn act(state: &AppState, viewer: &Viewer, id: &str, csrf: &str, verb: &str) -> HttpResponse {
+    if let Err(refused) = viewer.check_csrf(csrf) {
+        return refused;
+    }
+    let id = match job_id(viewer, id) {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    let job = match visible(state, viewer, id).await {
+        Ok(job) => job,
+        Err(response) => return response,
+    };
+    if let Err(err) = viewer.caller().may_write(&job.room) {
+        return html::problem(Some(viewer), StatusCode::FORBIDDEN, "Not allowed", &err.detail);
+    }
+    let user = &viewer.caller().identity().user;
+    let done = match verb {
+        "cancel" => state
+            .store
+            .cancel(id)
+            .await
+            .map(|_| tracing::info!(job_id = %id, %user, "job cancelled from the dashboard")),
+        _ => match state.store.retry(id).await {
+            Ok(job) => {
+                tracing::info!(job_id = %id, %user, "job queued again from the dashboard");
+                state.dispatcher.publish(&job).await;
+                Ok(())
+            }
+            Err(err) => Err(err),
+        },
+    };
+    match done {
+        Ok(()) => html::see_other(&format!("/ui/jobs/{id}")),
+        Err(StoreError::InvalidTransition(err)) => {
+            html::problem(Some(viewer), StatusCode::CONFLICT, "Not now", &format!("job {id}: {err}"))
+        }
+        Err(err) => unavailable(viewer, &err),
+    }
+}

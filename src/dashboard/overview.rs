@@ -1,0 +1,69 @@
+//! `GET /ui`: every queue at a glance: jobs waiting and running, jobs that succeeded and
+//! failed in the last minute, and how long the longest-waiting job has been due. Counted
+//! over indexes (status; the time jobs ended), so it answers as fast with a million jobs
+//! of history as with none; refreshed every few seconds.
+
+use std::fmt::Write as _;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpResponse};
+use chrono::Duration;
+
+use super::html::{self, age, enc, esc};
+use super::session::Viewer;
+use crate::api::AppState;
+use crate::store::{clock, overview};
+
+/// Seconds between refreshes of the page.
+const REFRESH_SECONDS: u32 = 5;
+
+pub async fn page(state: web::Data<AppState>, viewer: Viewer) -> HttpResponse {
+    let now = clock::now();
+    let rooms = viewer.caller().visible_rooms();
+    let mut figures = match overview::live(&state.db, state.job_queues.iter().cloned(), rooms.as_deref()).await {
+        Ok(figures) => figures,
+        Err(err) => return unavailable(&viewer, &err.to_string()),
+    };
+    if let Err(err) = overview::ended_since(&state.db, now - Duration::minutes(1), rooms.as_deref(), &mut figures).await
+    {
+        return unavailable(&viewer, &err.to_string());
+    }
+    let mut body = String::from(
+        r#"<h1>Queues</h1><table class="queues"><thead><tr><th>Queue</th><th class="n">Waiting</th><th class="n">Running</th>
+<th class="n">Succeeded / min</th><th class="n">Failed / min</th><th class="n">Oldest waiting</th></tr></thead><tbody>"#,
+    );
+    for (queue, figures) in &figures {
+        let oldest = figures.oldest_due.map_or_else(|| "–".to_owned(), |due| age((now - due).num_seconds().max(0)));
+        let link = |status: &str| format!("/ui/jobs?queue={}&amp;status={status}", enc(queue));
+        let _ = write!(
+            body,
+            r#"<tr data-queue="{q}"><td><a href="/ui/jobs?queue={qe}">{q}</a></td><td class="n"><a href="{}">{}</a></td><td class="n"><a href="{}">{}</a></td>
+<td class="n ok">{}</td><td class="n bad"><a href="{}">{}</a></td><td class="n">{oldest}</td></tr>"#,
+            link("queued"),
+            figures.queued,
+            link("running"),
+            figures.running,
+            figures.succeeded,
+            link("failed"),
+            figures.failed,
+            q = esc(queue),
+            qe = enc(queue),
+        );
+    }
+    body.push_str("</tbody></table>");
+    if viewer.caller().visible_rooms().is_some() {
+        body.push_str(r#"<p class="hint">Counts of the rooms this token may read.</p>"#);
+    }
+    let refresh = format!(r#"<meta http-equiv="refresh" content="{REFRESH_SECONDS}">"#);
+    html::page_with(Some(&viewer), "Queues", &body, &refresh)
+}
+
+fn unavailable(viewer: &Viewer, detail: &str) -> HttpResponse {
+    tracing::warn!(error = detail, "queue overview not read");
+    html::problem(
+        Some(viewer),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Store unavailable",
+        "the queues could not be read; try again in a moment",
+    )
+}

@@ -1,0 +1,100 @@
+//! What operators look at across every room: each queue's waiting and running jobs and its
+//! longest wait (over the status index), and the jobs that ended lately (over the
+//! `finished_at` index). Read by `/metrics` and the dashboard; written by nothing here.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QuerySelect};
+
+use super::entity::job;
+use super::StoreError;
+
+/// One queue's figures.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueFigures {
+    pub queued: i64,
+    pub running: i64,
+    /// When the longest-waiting QUEUED job became due (`run_after`, else its creation).
+    pub oldest_due: Option<DateTime<Utc>>,
+    /// Jobs that ended SUCCEEDED / FAILED / CANCELLED since the time asked about.
+    pub succeeded: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+}
+
+/// Every queue in `queues` (at 0 when empty) and every queue with live jobs; of `rooms`
+/// only, when given.
+pub async fn live(
+    db: &DatabaseConnection,
+    queues: impl IntoIterator<Item = String>,
+    rooms: Option<&[String]>,
+) -> Result<BTreeMap<String, QueueFigures>, StoreError> {
+    let mut query = job::Entity::find();
+    if let Some(rooms) = rooms {
+        query = query.filter(job::Column::Room.is_in(rooms.iter().map(String::as_str)));
+    }
+    let rows: Vec<(String, String, i64, Option<DateTime<Utc>>)> = query
+        .select_only()
+        .column(job::Column::Queue)
+        .column(job::Column::Status)
+        .column_as(Expr::cust("COUNT(*)"), "jobs")
+        .column_as(Expr::cust("MIN(COALESCE(run_after, created_at))"), "oldest_due")
+        // A literal, so both engines read the status index.
+        .filter(Expr::cust("status IN ('queued', 'running')"))
+        .group_by(job::Column::Queue)
+        .group_by(job::Column::Status)
+        .into_tuple()
+        .all(db)
+        .await?;
+    let mut figures: BTreeMap<String, QueueFigures> =
+        queues.into_iter().map(|name| (name, QueueFigures::default())).collect();
+    for (name, status, jobs, oldest_due) in rows {
+        let queue = figures.entry(name).or_default();
+        match status.as_str() {
+            "queued" => {
+                queue.queued = jobs;
+                queue.oldest_due = oldest_due;
+            }
+            _ => queue.running = jobs,
+        }
+    }
+    Ok(figures)
+}
+
+/// Adds to `figures` the jobs that ended since `since`, by queue and status; of `rooms`
+/// only, when given.
+pub async fn ended_since(
+    db: &DatabaseConnection,
+    since: DateTime<Utc>,
+    rooms: Option<&[String]>,
+    figures: &mut BTreeMap<String, QueueFigures>,
+) -> Result<(), StoreError> {
+    let mut query = job::Entity::find();
+    if let Some(rooms) = rooms {
+        query = query.filter(job::Column::Room.is_in(rooms.iter().map(String::as_str)));
+    }
+    let rows: Vec<(String, String, i64)> = query
+        .select_only()
+        .column(job::Column::Queue)
+        .column(job::Column::Status)
+        .column_as(Expr::cust("COUNT(*)"), "jobs")
+        .filter(job::Column::FinishedAt.gte(since))
+        .group_by(job::Column::Queue)
+        .group_by(job::Column::Status)
+        .into_tuple()
+        .all(db)
+        .await?;
+    for (name, status, jobs) in rows {
+        let queue = figures.entry(name).or_default();
+        match status.as_str() {
+            "succeeded" => queue.succeeded = jobs,
+            "failed" => queue.failed = jobs,
+            "cancelled" => queue.cancelled = jobs,
+            // A job retried since it ended has no finish any more; nothing else ends.
+            _ => {}
+        }
+    }
+    Ok(())
+}
