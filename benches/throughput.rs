@@ -29,7 +29,8 @@ use chrono::{DateTime, Utc};
 use cpu::{Role, Sampler, Snapshot, Usage};
 use futures_util::future::join_all;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, Database, DatabaseConnection, EntityTrait, QueryFilter, QuerySelect, Statement,
+    ColumnTrait, ConnectionTrait, Database, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    Statement,
 };
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -243,6 +244,10 @@ async fn run(sizes: Sizes) {
     }
     if wanted("uploads") {
         uploads(number_or("BENCH_UPLOADS", 100)).await;
+    }
+    if sizes.history > 0 && wanted("dashboard") {
+        dashboard(Store::Sqlite, sizes.history).await;
+        dashboard(Store::Postgres, sizes.history).await;
     }
     if wanted("inference") {
         figures.extend(inference::figures(sizes.embed_inputs).await);
@@ -592,7 +597,7 @@ async fn graphile_latency(jobs: usize) -> Option<Latency> {
     })
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Store {
     Sqlite,
     Postgres,
@@ -1393,6 +1398,96 @@ async fn remote_http(tasks: usize, claimers: usize) -> Figure {
     let name = format!("yardmaster remote workers over HTTP: PostgreSQL, {claimers} claimers");
     let note = "claim (compare-and-set) + PATCH succeeded per task, 2 events durable".to_owned();
     Figure { kind: Kind::Remote, ..Figure::rate(name, tasks as f64 / seconds, note) }.with_cpu(usage, tasks)
+}
+
+/// Requests per dashboard page measured (one client, one after another).
+const DASHBOARD_REQUESTS: usize = 200;
+
+/// The dashboard's pages with `rows` finished jobs in the store (and a few hundred waiting
+/// and failed ones), one request at a time, against the API's own first page of
+/// `GET /jobs` as the baseline: p50 and p99 per page, the ratio of the p50s, and whether
+/// the page keeps to 100 ms at p99.
+async fn dashboard(store: Store, rows: usize) {
+    let scratch = Scratch::create(store).await;
+    fill_history(&scratch.url, rows).await;
+    let db = migrated(&scratch.url).await;
+    // Finished ten days ago (the copies share the template's times otherwise).
+    let old = (Utc::now() - chrono::Duration::days(10)).format("%Y-%m-%d %H:%M:%S%.f+00:00").to_string();
+    let sql = format!("UPDATE job SET finished_at = '{old}', created_at = '{old}' WHERE operation = 'history'");
+    db.execute_unprepared(&sql).await.unwrap();
+    let analyse = if store == Store::Postgres { "ANALYZE job" } else { "ANALYZE" };
+    db.execute_unprepared(analyse).await.unwrap();
+    let seeded = SeaStore::new(db.clone());
+    for _ in 0..3 {
+        seeded.submit_many(vec![NewJob::new("ping"); 100]).await.unwrap();
+    }
+    let mut settings = bench_settings(&scratch.url);
+    settings.worker.enabled = false;
+    let app = Application::builder(settings).build().await.unwrap();
+    let base = format!("http://127.0.0.1:{}", app.port().unwrap());
+    actix_rt::spawn(app.run_until_stopped());
+    let client = bench_client();
+    wait_ready(&client, &base).await;
+    // A job in the middle of the history, for a deep page and a job page.
+    let middle: Vec<(Uuid,)> = job::Entity::find()
+        .select_only()
+        .column(job::Column::Id)
+        .filter(job::Column::Operation.eq("history"))
+        .order_by_asc(job::Column::Id)
+        .offset((rows / 2) as u64)
+        .limit(1)
+        .into_tuple()
+        .all(&db)
+        .await
+        .unwrap();
+    let middle = middle[0].0;
+    let day = (Utc::now() - chrono::Duration::days(5)).format("%Y-%m-%dT%H:%M").to_string();
+    let next_day = (Utc::now() - chrono::Duration::days(4)).format("%Y-%m-%dT%H:%M").to_string();
+    let cookie = format!("ym_session={}", bench_token());
+    let pages: Vec<(String, String)> = vec![
+        ("API GET /jobs?limit=50 (baseline)".into(), "/jobs?limit=50".into()),
+        ("/ui (queues)".into(), "/ui".into()),
+        ("/ui/jobs (newest 50)".into(), "/ui/jobs".into()),
+        ("/ui/jobs?status=succeeded".into(), "/ui/jobs?status=succeeded".into()),
+        ("/ui/jobs?status=failed (none match)".into(), "/ui/jobs?status=failed".into()),
+        (
+            "/ui/jobs?operation=history, page at the middle".into(),
+            format!("/ui/jobs?operation=history&cursor={middle}"),
+        ),
+        ("/ui/jobs?from=5 days ago&to=4 days ago".into(), format!("/ui/jobs?from={day}&to={next_day}")),
+        ("/ui/jobs?q=an unknown idempotency key".into(), "/ui/jobs?q=no-such-key".into()),
+        ("/ui/jobs/{id} (a job of the middle)".into(), format!("/ui/jobs/{middle}")),
+    ];
+    let store_name = if store == Store::Postgres { "PostgreSQL" } else { "SQLite" };
+    println!();
+    println!("== dashboard pages: {rows} finished jobs, {store_name}, {DASHBOARD_REQUESTS} requests each, one at a time (ratio: p50 to the API's list) ==");
+    let mut baseline = None;
+    for (name, path) in pages {
+        let url = format!("{base}{path}");
+        let before = sampler().snapshot();
+        let mut latencies = Vec::with_capacity(DASHBOARD_REQUESTS);
+        for _ in 0..DASHBOARD_REQUESTS {
+            let sent = Instant::now();
+            let response = client.get(&url).header("cookie", &cookie).send().await.unwrap();
+            assert_eq!(response.status(), 200, "{url}");
+            response.bytes().await.unwrap();
+            latencies.push(sent.elapsed());
+        }
+        // Every process's CPU: this one (the app and its client) and the database's.
+        let cpu = sampler().since(&before).total() * 1e3 / DASHBOARD_REQUESTS as f64;
+        latencies.sort();
+        let at =
+            |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)].as_secs_f64() * 1e3;
+        let (p50, p99) = (at(0.5), at(0.99));
+        let base_p50 = *baseline.get_or_insert(p50);
+        let verdict = if p99 < 100.0 { "within 100 ms" } else { "OVER 100 ms" };
+        println!(
+            "{name:<52} p50 {p50:>6.1} ms  p99 {p99:>6.1} ms  {:>5.2}×  CPU {cpu:.2} ms/request  {verdict}",
+            p50 / base_p50
+        );
+    }
+    db.close().await.ok();
+    scratch.remove().await;
 }
 
 /// Pruning a million finished jobs while jobs keep flowing (embedded default): the idle

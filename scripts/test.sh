@@ -4,8 +4,10 @@
 # missing, sets up libtorch once (scripts/libtorch.sh: the inference feature is tested too), checks the systemd units' sandboxing, builds once and runs every test (unit and
 # integration, every backend), fuzzes every parser of outside input for a few seconds
 # each (scripts/fuzz.sh), then the short chaos run (tests/chaos: private servers, faults at
-# random, nothing lost). After the tests, the contract test: schemathesis (installed into a
-# virtual environment under ~/.cache/yardmaster) against a live server (tests/contract).
+# random, nothing lost). After the tests, the dashboard in headless Chromium (Debian's
+# chromium and playwright-core from npm, installed when missing; tests/browser) and the
+# contract test: schemathesis (installed into a virtual environment under
+# ~/.cache/yardmaster) against a live server (tests/contract).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,6 +66,9 @@ ensure_faketime
 ensure_nextest
 bash scripts/check-units.sh
 cargo nextest run --workspace --no-fail-fast "$@"
+# The dashboard end to end in headless Chromium (tests/browser; screenshots in
+# tests/browser/screenshots/).
+bash tests/browser/run.sh
 # The API against its published contract: schemathesis, every check (tests/contract).
 bash tests/contract/run.sh
 FUZZ_SECONDS="${FUZZ_SECONDS:-15}" bash scripts/fuzz.sh

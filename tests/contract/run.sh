@@ -11,7 +11,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
-bin="$CARGO_TARGET_DIR/debug/yardmaster"
 # Always (a no-op when fresh): a stale binary would test yesterday's server.
 source scripts/libtorch.sh
 cargo build --bin yardmaster
@@ -26,27 +25,9 @@ if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$tools" ]; t
   echo "$tools" >"$venv/.installed"
 fi
 
-work="$(mktemp -d)"
-server=""
-cleanup() {
-  if [ -n "$server" ]; then kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-token="$("$bin" token new)"
-YARDMASTER__STORE__URL="sqlite://$work/contract.db?mode=rwc" \
-YARDMASTER__AUTH__BOOTSTRAP_TOKEN="$token" \
-RUST_LOG=warn \
-  "$bin" serve --no-workers --bind "127.0.0.1:$port" >"$work/server.log" 2>&1 &
-server=$!
-base="http://127.0.0.1:$port"
-for _ in $(seq 300); do
-  if curl -sf "$base/readyz" >/dev/null; then break; fi
-  if ! kill -0 "$server" 2>/dev/null; then cat "$work/server.log" >&2; echo "contract: the server died" >&2; exit 1; fi
-  sleep 0.2
-done
+source tests/serve.sh
+serve_embedded contract --no-workers
+token="$admin"
 curl -sf "$base/openapi.json" >"$work/openapi.json"
 "$venv/bin/python" -c '
 import json, sys
