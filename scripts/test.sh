@@ -66,6 +66,8 @@ ensure_faketime
 ensure_nextest
 bash scripts/check-units.sh
 cargo nextest run --workspace --no-fail-fast "$@"
+# OpenTelemetry export is a feature of its own (not in the default build): its test, built with it.
+cargo nextest run --features otel --test api --no-fail-fast otel
 # The dashboard end to end in headless Chromium (tests/browser; screenshots in
 # tests/browser/screenshots/).
 bash tests/browser/run.sh

@@ -163,6 +163,7 @@ pub fn main_with(registry: OperationRegistry) -> ExitCode {
     // thread-local destructor and the process aborts (exit 134 instead of 143). A handle
     // kept to the end means no thread's drop is ever the last.
     std::mem::forget(actix_rt::System::current());
+    telemetry::otel::shutdown();
     std::process::exit(code)
 }
 

@@ -48,11 +48,21 @@ pub struct LogSettings {
     pub format: LogFormat,
     /// A `tracing` filter (`info`, `yardmaster=debug,sqlx=warn`, …); `RUST_LOG` wins over it.
     pub filter: String,
+    /// An OTLP/HTTP collector (`http://collector:4318`) to export spans to; empty: none.
+    /// Needs a build with the `otel` feature.
+    pub otlp_endpoint: String,
+    /// The `service.name` of the exported spans.
+    pub service_name: String,
 }
 
 impl Default for LogSettings {
     fn default() -> Self {
-        LogSettings { format: LogFormat::Text, filter: "info,sqlx=warn,sea_orm=warn,sea_orm_migration=warn".into() }
+        LogSettings {
+            format: LogFormat::Text,
+            filter: "info,sqlx=warn,sea_orm=warn,sea_orm_migration=warn".into(),
+            otlp_endpoint: String::new(),
+            service_name: "yardmaster".into(),
+        }
     }
 }
 

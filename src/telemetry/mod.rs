@@ -6,6 +6,7 @@
 pub mod http;
 pub mod logs;
 pub mod metrics;
+pub mod otel;
 pub mod requests;
 pub mod scrape;
 

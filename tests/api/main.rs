@@ -25,6 +25,8 @@ mod live;
 mod logs;
 mod metrics;
 mod openapi;
+#[cfg(feature = "otel")]
+mod otel;
 mod remote;
 mod retention;
 mod stale_runs;
