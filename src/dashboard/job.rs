@@ -1,5 +1,5 @@
 //! `GET /ui/jobs/{id}`: one job: its state and progress (live, from its event stream), its
-//! facts, payload, result and error, its children, and its event timeline; cancel and retry
+//! facts, payload, result and error, its children or batches, and its event timeline; cancel and retry
 //! for a token that may write its room. `POST /ui/jobs/{id}/cancel|retry` act and come
 //! back. `GET /ui/jobs/{id}/stream` is the API's event stream, for the page's script.
 
@@ -16,12 +16,14 @@ use super::login::CsrfForm;
 use super::session::Viewer;
 use crate::api::AppState;
 use crate::domain::{Job, JobStatus};
-use crate::store::{JobFilter, StoreError};
+use crate::store::{overview, JobFilter, StoreError};
 
 /// Events shown on the page (the stream adds what comes after).
 const EVENTS: u64 = 1000;
 /// Children shown on the page.
 const CHILDREN: u64 = 50;
+/// Batches shown on the page.
+const BATCHES: u64 = 50;
 
 /// The job, if `viewer` may see it; a job of another room is answered as a missing one.
 async fn visible(state: &AppState, viewer: &Viewer, id: Uuid) -> Result<Job, HttpResponse> {
@@ -117,6 +119,12 @@ pub async fn page(state: web::Data<AppState>, viewer: Viewer, id: web::Path<Stri
         };
         let _ = write!(body, "<h2>Children{more}</h2>{}", table(&children.jobs));
     }
+    if job.fan_out.as_deref() == Some("batches") {
+        match batches(&state, &job).await {
+            Ok(section) => body.push_str(&section),
+            Err(err) => return unavailable(&viewer, &err),
+        }
+    }
     let after = events.last().map_or(0, |event| event.id);
     let _ = write!(
         body,
@@ -128,6 +136,40 @@ pub async fn page(state: web::Data<AppState>, viewer: Viewer, id: web::Path<Stri
     }
     body.push_str("</ol>");
     html::page(Some(&viewer), &format!("{} {}", job.operation, id), &body)
+}
+
+/// A coordinator's batches of this run: how many ended, by outcome, and the first
+/// [`BATCHES`] of them, failures first.
+async fn batches(state: &AppState, job: &Job) -> Result<String, StoreError> {
+    let (rows, counts) = overview::batches(&state.db, job.id, job.attempts, BATCHES).await?;
+    let ended: i64 = counts.values().sum();
+    let total = job.progress_total.map_or_else(|| "?".to_owned(), |total| total.to_string());
+    let by_status =
+        counts.iter().map(|(status, count)| format!("{count} {}", esc(status))).collect::<Vec<_>>().join(", ");
+    let mut out = format!(
+        r#"<h2>Batches</h2><p class="batches">{ended} of {total} ended{}</p>"#,
+        if by_status.is_empty() { String::new() } else { format!(": {by_status}") }
+    );
+    if !rows.is_empty() {
+        out.push_str(r#"<table class="batches"><thead><tr><th class="n">Batch</th><th>Status</th><th>Error</th><th>Ended</th></tr></thead><tbody>"#);
+        for row in rows {
+            let error = match (&row.error_code, &row.error_message) {
+                (Some(code), message) => {
+                    format!("<code>{}</code> {}", esc(code), esc(message.as_deref().unwrap_or("")))
+                }
+                (None, _) => String::new(),
+            };
+            let _ = write!(
+                out,
+                r#"<tr><td class="n">{}</td><td>{}</td><td>{error}</td><td>{}</td></tr>"#,
+                row.batch,
+                html::status(&row.status),
+                html::time(&row.finished_at)
+            );
+        }
+        out.push_str("</tbody></table>");
+    }
+    Ok(out)
 }
 
 /// Cancel and retry, as the job's state and the viewer's rights allow.

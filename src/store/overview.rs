@@ -98,3 +98,51 @@ pub async fn ended_since(
     }
     Ok(())
 }
+
+/// One recorded batch of a coordinator's run.
+#[derive(Debug, Clone)]
+pub struct BatchRow {
+    pub batch: i64,
+    pub status: String,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub finished_at: DateTime<Utc>,
+}
+
+/// The batches of run `attempt` of coordinator `parent` that have ended, failures first,
+/// at most `limit`; and how many ended in all, by status.
+pub async fn batches(
+    db: &DatabaseConnection,
+    parent: uuid::Uuid,
+    attempt: i32,
+    limit: u64,
+) -> Result<(Vec<BatchRow>, BTreeMap<String, i64>), StoreError> {
+    use super::entity::job_batch::{Column, Entity};
+    use sea_orm::QueryOrder as _;
+    let of_run = || Entity::find().filter(Column::ParentJobId.eq(parent)).filter(Column::Attempt.eq(attempt));
+    let counts: Vec<(String, i64)> = of_run()
+        .select_only()
+        .column(Column::Status)
+        .column_as(Expr::cust("COUNT(*)"), "batches")
+        .group_by(Column::Status)
+        .into_tuple()
+        .all(db)
+        .await?;
+    let rows = of_run()
+        .order_by_asc(Expr::cust("CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END"))
+        .order_by_asc(Column::Batch)
+        .limit(limit)
+        .all(db)
+        .await?;
+    let rows = rows
+        .into_iter()
+        .map(|row| BatchRow {
+            batch: row.batch,
+            status: row.status,
+            error_code: row.error_code,
+            error_message: row.error_message,
+            finished_at: row.finished_at,
+        })
+        .collect();
+    Ok((rows, counts.into_iter().collect()))
+}

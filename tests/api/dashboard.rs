@@ -305,6 +305,26 @@ async fn hostile_input_is_escaped_or_refused(backend: Backend) {
     assert_eq!(status_of(&app, &id).await, "queued", "nothing changed");
 }
 
+async fn a_coordinators_page_counts_its_batches(backend: Backend) {
+    let options = crate::helpers::TestOptions {
+        queues: vec![("default", 2)],
+        operation_queues: vec!["batches"],
+        write_queues: vec!["batch_writes"],
+        ..Default::default()
+    };
+    let app = TestApp::spawn_with(backend, options).await;
+    let payload = json!({ "start": 1, "end": 100, "batch_size": 10 });
+    let id = app.submit(json!({ "operation": "sum_squares", "payload": payload })).await.1["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.wait_for_status(&id, "succeeded").await;
+    let page = get(&app, Some(&app.admin_token), &format!("/ui/jobs/{id}")).await;
+    assert!(page.body.contains(r#"<p class="batches">10 of 10 ended: 10 succeeded</p>"#), "{}", page.body);
+    assert_eq!(page.body.matches("<tr><td class=\"n\">").count(), 10);
+    assert!(page.body.contains("10/10 (100%)"));
+}
+
 fn urlencode(text: &str) -> String {
     text.bytes().map(|byte| format!("%{byte:02X}")).collect()
 }
@@ -317,4 +337,5 @@ on_both_backends!(
     bulk_actions_count_then_change_what_the_filter_matches,
     the_list_pages_by_keyset_and_filters_by_time,
     hostile_input_is_escaped_or_refused,
+    a_coordinators_page_counts_its_batches,
 );
