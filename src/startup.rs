@@ -228,6 +228,10 @@ impl ApplicationBuilder {
         });
         let backend = store::Backend::of_url(&settings.store.url)?;
         info!(port, store = ?backend, transport = transport.kind(), consumers = consumers.len(), offset_ms, "started");
+        if let Some(port) = port {
+            let host = settings.server.bind.rsplit_once(':').map_or("127.0.0.1", |(host, _)| host);
+            info!("dashboard at http://{host}:{port}/ui");
+        }
         Ok(Application {
             port,
             server,
@@ -259,7 +263,8 @@ async fn first_admin_token(db: &DatabaseConnection, settings: &Settings) -> anyh
             println!();
             println!("    {}", token.expose());
             println!();
-            println!("Send it as `Authorization: Bearer TOKEN`; make more with `yardmaster token create`.");
+            println!("Send it as `Authorization: Bearer TOKEN`, log in with it on the dashboard (/ui), or give");
+            println!("it to the command line (YARDMASTER_TOKEN); make more with `yardmaster token create`.");
             info!("made the first admin token and printed it on standard output");
         }
     }
