@@ -40,6 +40,9 @@ pub fn file_path() -> Option<PathBuf> {
 /// Reads the client file at `path`; a missing file is an empty one, a broken one an error.
 pub fn read_file(path: &std::path::Path) -> anyhow::Result<ClientFile> {
     use figment::providers::{Format as _, Toml};
+    if !path.exists() {
+        return Ok(ClientFile::default());
+    }
     figment::Figment::from(Toml::file_exact(path))
         .extract()
         .map_err(|err| anyhow::anyhow!("client settings {}: {err}", path.display()))

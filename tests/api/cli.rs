@@ -231,6 +231,19 @@ async fn the_client_file_names_server_and_token(backend: Backend) {
     let broken = from_file(&file, &["ls"]).await.unwrap();
     assert_eq!(broken.status.code(), Some(1));
     assert!(text(&broken.stderr).contains(&format!("client settings {}", file.display())), "{}", text(&broken.stderr));
+    // No file there: the defaults (the server on this host's port 8080), not an error.
+    let missing = scratch.0.join("missing.toml");
+    let defaults = Command::new(BIN)
+        .args(["ls", "--token", "ym_x"])
+        .env_remove("YARDMASTER_URL")
+        .env("YARDMASTER_CLIENT_CONFIG", &missing)
+        .output()
+        .await
+        .unwrap();
+    let said = text(&defaults.stderr);
+    assert!(!said.contains("client settings"), "{said}");
+    // Unreachable, or a server there refusing the made-up token: either way, that address.
+    assert!(said.contains("cannot reach http://127.0.0.1:8080") || said.contains("HTTP 401"), "{said}");
     std::fs::write(&file, "url = \"ftp://x\"\n").unwrap();
     let scheme = from_file(&file, &["ls"]).await.unwrap();
     assert!(text(&scheme.stderr).contains("must start with http://"), "{}", text(&scheme.stderr));
