@@ -100,7 +100,9 @@ impl Progress {
     /// The bar as one line of text, as the template draws it.
     fn line(&self, message: &str) -> String {
         let Some(total) = self.total.filter(|total| *total > 0) else {
-            return format!("[{}] {} {message}", "-".repeat(WIDTH), self.current);
+            // No progress reported: the bar says only whether it got there.
+            let fill = if message == "succeeded" { "#" } else { "-" };
+            return format!("[{}] {message}", fill.repeat(WIDTH));
         };
         let current = self.current.min(total);
         let filled = usize::try_from(current * WIDTH as u64 / total).unwrap_or(WIDTH);
@@ -140,6 +142,7 @@ mod tests {
             format!("[{}>{}] 5/10 50% running", "#".repeat(15), "-".repeat(14))
         );
         assert_eq!(at(0, Some(3)).line("queued"), format!("[>{}] 0/3 0% queued", "-".repeat(29)));
-        assert_eq!(at(2, None).line("failed"), format!("[{}] 2 failed", "-".repeat(30)));
+        assert_eq!(at(2, None).line("failed"), format!("[{}] failed", "-".repeat(30)));
+        assert_eq!(at(0, None).line("succeeded"), format!("[{}] succeeded", "#".repeat(30)));
     }
 }
