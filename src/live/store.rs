@@ -192,7 +192,16 @@ impl RunWrites for NotifyingStore {
     async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError> {
         let parent = outcome.parent_job_id;
         let recorded = self.inner.record_batch(outcome, reduce).await?;
-        if matches!(recorded, BatchRecorded::Counted { .. }) {
+        if let BatchRecorded::Counted { closed } = &recorded {
+            if closed.is_some() {
+                // This outcome closed its coordinator: counted once, here, as any ending is.
+                // A failed read only costs the metric, never the write it follows.
+                match self.inner.get(parent).await {
+                    Ok(Some(job)) => metrics::job_ended(&job),
+                    Ok(None) => {}
+                    Err(err) => tracing::warn!(job_id = %parent, error = %err, "closed coordinator not counted"),
+                }
+            }
             self.waiters.wake(&ANY_JOB);
             self.waiters.wake(&parent);
         }
