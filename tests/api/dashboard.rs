@@ -306,12 +306,7 @@ async fn hostile_input_is_escaped_or_refused(backend: Backend) {
 }
 
 async fn a_coordinators_page_counts_its_batches(backend: Backend) {
-    let options = crate::helpers::TestOptions {
-        queues: vec![("default", 2)],
-        operation_queues: vec!["batches"],
-        write_queues: vec!["batch_writes"],
-        ..Default::default()
-    };
+    let options = crate::helpers::TestOptions::fan_out();
     let app = TestApp::spawn_with(backend, options).await;
     let payload = json!({ "start": 1, "end": 100, "batch_size": 10 });
     let id = app.submit(json!({ "operation": "sum_squares", "payload": payload })).await.1["id"]

@@ -19,12 +19,7 @@ fn registry() -> std::sync::Arc<OperationRegistry> {
 }
 
 fn fan_out_app_options() -> TestOptions {
-    TestOptions {
-        queues: vec![("default", 2)],
-        operation_queues: vec!["batches"],
-        write_queues: vec!["batch_writes"],
-        ..Default::default()
-    }
+    TestOptions::fan_out()
 }
 
 /// Sum of i² over 1..=n.

@@ -162,6 +162,18 @@ pub struct TestOptions {
     pub uploads: Option<yardmaster::config::UploadSettings>,
 }
 
+impl TestOptions {
+    /// Coordinators can fan out: a jobs queue, the batch queue and the batch-write queue.
+    pub fn fan_out() -> TestOptions {
+        TestOptions {
+            queues: vec![("default", 2)],
+            operation_queues: vec!["batches"],
+            write_queues: vec!["batch_writes"],
+            ..Default::default()
+        }
+    }
+}
+
 impl Default for TestOptions {
     fn default() -> Self {
         TestOptions {

@@ -119,19 +119,23 @@ async fn metrics_are_for_admins(backend: Backend) {
 /// A coordinator is closed by its last batch's outcome, not by its own run's write: it is
 /// counted there, once.
 async fn a_coordinator_closed_by_its_batches_is_counted_once(backend: Backend) {
-    let options = crate::helpers::TestOptions {
-        queues: vec![("default", 2)],
-        operation_queues: vec!["batches"],
-        write_queues: vec!["batch_writes"],
-        ..Default::default()
-    };
+    let options = crate::helpers::TestOptions::fan_out();
     let app = TestApp::spawn_with(backend, options).await;
     let finished = [("operation", "sum_squares"), ("status", "succeeded")];
     let before = value(&scrape(&app).await, "yardmaster_jobs_finished_total", &finished);
     let payload = json!({ "start": 1, "end": 100, "batch_size": 10 });
     let (_, job) = app.submit(json!({ "operation": "sum_squares", "payload": payload })).await;
     app.wait_for_status(job["id"].as_str().unwrap(), "succeeded").await;
-    let after = scrape(&app).await;
+    // Counted just after the commit the row shows: wait for it (with a deadline).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let after = loop {
+        let after = scrape(&app).await;
+        if value(&after, "yardmaster_jobs_finished_total", &finished) > before {
+            break after;
+        }
+        assert!(std::time::Instant::now() < deadline, "the coordinator was never counted");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     assert_eq!(value(&after, "yardmaster_jobs_finished_total", &finished) - before, 1.0);
     let run = [("operation", "sum_squares"), ("status", "succeeded")];
     assert_eq!(value(&after, "yardmaster_job_run_seconds", &run), 1.0, "its run time, once");
