@@ -86,10 +86,9 @@ pub enum Admission {
     Unavailable,
 }
 
-/// Checks `token` as the API would check it as a bearer token.
+/// Checks `token` as the API checks a bearer token.
 pub async fn admit(state: &AppState, token: &str) -> Admission {
-    let header = format!("Bearer {token}");
-    match state.auth.authenticate(Some(header.as_bytes())).await {
+    match state.auth.verify(token).await {
         Ok(caller) if caller.identity().role == Role::Worker => Admission::WrongRole,
         Ok(caller) => Admission::Admitted(Viewer { caller, csrf: csrf_of(token) }),
         Err(crate::auth::Rejected::Store(err)) => {
