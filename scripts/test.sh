@@ -7,7 +7,8 @@
 # random, nothing lost). After the tests, the dashboard in headless Chromium (Debian's
 # chromium and playwright-core from npm, installed when missing; tests/browser) and the
 # contract test: schemathesis (installed into a virtual environment under
-# ~/.cache/yardmaster) against a live server (tests/contract).
+# ~/.cache/yardmaster) against a live server (tests/contract). A failed stage does not stop
+# the rest: the end prints one line per stage (outcome, wall time) and exits 1 if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,14 +65,36 @@ ensure_postgres
 ensure_rabbitmq
 ensure_faketime
 ensure_nextest
-bash scripts/check-units.sh
-cargo nextest run --workspace --no-fail-fast "$@"
+# Every stage runs whatever an earlier one did; the summary names each with its outcome and
+# wall time, and the script fails if any stage failed.
+stages=()
+failed=0
+stage() { # NAME COMMAND...
+  local name=$1 started=$SECONDS status=0; shift
+  echo "test.sh: stage $name" >&2
+  "$@" || status=$?
+  local outcome=passed
+  if [ "$status" -ne 0 ]; then outcome="FAILED (exit $status)"; failed=1; fi
+  stages+=("$(printf '%-9s %-18s %5d s' "$name" "$outcome" "$((SECONDS - started))")")
+}
+
+stage units bash scripts/check-units.sh
+stage nextest cargo nextest run --workspace --no-fail-fast "$@"
 # OpenTelemetry export is a feature of its own (not in the default build): its test, built with it.
-cargo nextest run --features otel --test api --no-fail-fast otel
+stage otel cargo nextest run --features otel --test api --no-fail-fast otel
 # The dashboard end to end in headless Chromium (tests/browser; screenshots in
 # tests/browser/screenshots/).
-bash tests/browser/run.sh
+stage browser bash tests/browser/run.sh
 # The API against its published contract: schemathesis, every check (tests/contract).
-bash tests/contract/run.sh
-FUZZ_SECONDS="${FUZZ_SECONDS:-15}" bash scripts/fuzz.sh
-bash tests/chaos/run.sh
+stage contract bash tests/contract/run.sh
+stage fuzzing env FUZZ_SECONDS="${FUZZ_SECONDS:-15}" bash scripts/fuzz.sh
+stage chaos bash tests/chaos/run.sh
+
+echo
+echo "test.sh: summary"
+for line in "${stages[@]}"; do echo "  $line"; done
+if [ "$failed" -ne 0 ]; then
+  echo "test.sh: a stage failed" >&2
+  exit 1
+fi
+echo "test.sh: every stage passed"

@@ -98,12 +98,14 @@ test("a job's page shows its progress live, to 100 %", async () => {
   assert.equal(await page.locator("#progress").getAttribute("data-current"), "0", "the page came before any progress");
   let loads = 0;
   page.on("framenavigated", (frame) => { if (frame === page.mainFrame()) loads += 1; });
-  // No reload: the bar moves from the event stream (the page reloads once, at the end).
+  // No reload: the bar moves from the event stream, and at the end the page swaps in its
+  // fresh content (result, buttons) and marks <main data-settled>: the observable end.
   await page.locator('#progress[data-current="3"]').waitFor({ timeout: 30_000 });
   await page.screenshot({ path: join(shots, "job-running.png"), fullPage: true });
   await page.locator('#progress[data-current="6"]').waitFor({ timeout: 30_000 });
-  assert.equal(loads, 0, "the progress came without a reload");
   assert.equal(await page.locator("#progress .count").textContent(), "6/6 (100%)");
+  await page.locator("main[data-settled]").waitFor({ timeout: 30_000 });
+  assert.equal(loads, 0, "the progress and the end came without a reload");
   await page.locator("#status .status.succeeded").waitFor({ timeout: 30_000 });
   await page.locator("#result").waitFor({ timeout: 30_000 });
   const events = await page.locator("#timeline li b").allTextContents();

@@ -1,6 +1,7 @@
 // yardmaster dashboard: confirmations before destructive forms, and a job page's live
 // progress bar and timeline, read from the job's event stream (text/event-stream over
-// fetch, resumed with Last-Event-ID when the connection drops).
+// fetch, resumed with Last-Event-ID when the connection drops); at the job's end the page's
+// content is fetched again and swapped in, never reloaded.
 "use strict";
 
 document.addEventListener("submit", (event) => {
@@ -112,8 +113,30 @@ document.addEventListener("submit", (event) => {
       if (!ended) await new Promise((resolve) => setTimeout(resolve, pause));
     }
     timeline.dataset.ended = "true";
-    // The result, the error and the buttons of the job's end.
-    setTimeout(() => window.location.reload(), 400);
+    await settle();
+  }
+
+  // The result, the error and the buttons of the job's end: the page as the server renders
+  // it now, swapped in without a reload (nothing moves under the reader, and a test waits
+  // for `main[data-settled]`, not for a timer). Tried until it answers.
+  async function settle() {
+    const main = document.querySelector("main");
+    for (let pause = 250; ; pause = Math.min(pause * 2, 5000)) {
+      try {
+        const response = await fetch(window.location.href, { credentials: "same-origin" });
+        if (response.ok) {
+          const fresh = new DOMParser().parseFromString(await response.text(), "text/html").querySelector("main");
+          if (fresh) {
+            main.replaceChildren(...fresh.childNodes);
+            main.dataset.settled = "true";
+            return;
+          }
+        }
+      } catch (error) {
+        // the server is away for a moment (a redeploy): try again
+      }
+      await new Promise((resolve) => setTimeout(resolve, pause));
+    }
   }
   follow();
 })();
