@@ -17,12 +17,15 @@ use crate::domain::{JobEvent, JobStatus};
 /// Longest pause between tries to reach a server that is away.
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
+/// How long the last look at a job given up on may take.
+const LAST_LOOK: Duration = Duration::from_secs(5);
+
 /// How following ended.
 #[derive(Debug)]
 pub enum Ended {
     /// The job is over: its last state, as the server sent it.
     Job(Value),
-    /// The deadline passed first: the job as last read, if it could be.
+    /// The deadline passed first: the job as it was then (read once more), or as last read.
     GaveUp(Option<Value>),
 }
 
@@ -41,7 +44,7 @@ pub async fn follow(
         let before = after;
         let streamed = within(deadline, read_stream(client, id, &mut after, &mut on_event)).await;
         let broken = match streamed {
-            None => return Ok(Ended::GaveUp(last_job)),
+            None => return give_up(client, id, &mut after, &mut on_event, last_job).await,
             Some(Ok(())) => false,
             Some(Err(err)) if err.is_transient() => true,
             Some(Err(err)) => return Err(err),
@@ -51,7 +54,7 @@ pub async fn follow(
                 pause = Duration::from_millis(100);
             }
             match within(deadline, client.job(id)).await {
-                None => return Ok(Ended::GaveUp(last_job)),
+                None => return give_up(client, id, &mut after, &mut on_event, last_job).await,
                 Some(Ok(job)) => {
                     let status: JobStatus = typed(&job["status"])?;
                     if status.is_terminal() {
@@ -71,11 +74,31 @@ pub async fn follow(
             }
         }
         if deadline.is_some_and(|deadline| Instant::now() + pause >= deadline) {
-            return Ok(Ended::GaveUp(last_job));
+            return give_up(client, id, &mut after, &mut on_event, last_job).await;
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(MAX_PAUSE);
     }
+}
+
+/// The deadline passed: the job as it is now (one more read, not the state it was submitted
+/// in); one that ended meanwhile is reported as ended, its last events handed over first.
+async fn give_up(
+    client: &Client,
+    id: Uuid,
+    after: &mut Option<i64>,
+    on_event: &mut impl FnMut(&JobEvent),
+    last_job: Option<Value>,
+) -> Result<Ended, ClientError> {
+    let Ok(Ok(job)) = tokio::time::timeout(LAST_LOOK, client.job(id)).await else {
+        return Ok(Ended::GaveUp(last_job));
+    };
+    let status: JobStatus = typed(&job["status"])?;
+    if status.is_terminal() {
+        read_rest(client, id, after, on_event).await?;
+        return Ok(Ended::Job(job));
+    }
+    Ok(Ended::GaveUp(Some(job)))
 }
 
 /// Reads one connection's events until the server ends it.

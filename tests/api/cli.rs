@@ -11,6 +11,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 
+use yardmaster::domain::NewEvent;
+use yardmaster::store::RunRef;
+
 use crate::helpers::{read, Backend, ScratchDir, TestApp, TestOptions, PARKED};
 
 const BIN: &str = env!("CARGO_BIN_EXE_yardmaster");
@@ -93,6 +96,64 @@ async fn wait_exit_codes_tell_failed_from_cancelled(backend: Backend) {
     let output = run(&app, &token, &["submit", "ping", "--queue", PARKED, "--wait", "--timeout", "1"]).await;
     assert_eq!(output.status.code(), Some(5), "{}", text(&output.stderr));
     assert!(text(&output.stderr).contains("is queued and goes on"), "{}", text(&output.stderr));
+
+    // Given up on while it runs: the job as it is at the deadline, not as it was submitted.
+    // No worker takes the parked queue: the test starts the run itself, long before the
+    // deadline (which counts from after the first line), with a lease no reaper reaches.
+    for json in [false, true] {
+        let payload = r#"{"seconds": 30, "steps": 30}"#;
+        let mut args = vec!["submit", "sleep", "--payload", payload, "--queue", PARKED, "--wait", "--timeout", "5"];
+        if json {
+            args.push("--json");
+        }
+        let mut child = command(&app, &token, &args).spawn().unwrap();
+        // Text mode: the first line names the job; the rest is read to the end below (the
+        // command must not meet a closed pipe).
+        let mut lines = (!json).then(|| BufReader::new(child.stderr.take().unwrap()).lines());
+        let id = match lines.as_mut() {
+            None => parked_sleep(&app).await,
+            Some(lines) => {
+                let first = tokio::time::timeout(DEADLINE, lines.next_line()).await.unwrap().unwrap().unwrap();
+                first.split_whitespace().nth(1).and_then(|id| id.parse().ok()).unwrap_or_else(|| panic!("{first}"))
+            }
+        };
+        let started = std::time::Instant::now();
+        let job = app.store.claim(id, "test", Duration::from_secs(600)).await.unwrap().expect("claimed");
+        let progress = NewEvent::new("job.progress").fields(json!({"_progress_current": 1, "_progress_total": 30}));
+        assert!(app.store.record_event(RunRef::from(&job), progress).await.unwrap());
+        assert!(started.elapsed() < Duration::from_secs(4), "the run began too late to test the deadline");
+        let mut stderr = String::new();
+        if let Some(mut lines) = lines {
+            while let Some(line) = tokio::time::timeout(DEADLINE, lines.next_line()).await.unwrap().unwrap() {
+                stderr += &line;
+                stderr.push('\n');
+            }
+        }
+        let output = tokio::time::timeout(DEADLINE, child.wait_with_output()).await.unwrap().unwrap();
+        stderr += &text(&output.stderr);
+        assert_eq!(output.status.code(), Some(5), "{stderr}");
+        assert!(stderr.contains("is running and goes on"), "{stderr}");
+        if json {
+            let printed = json_of(&output);
+            assert_eq!((printed["status"].as_str(), printed["progress_current"].as_i64()), (Some("running"), Some(1)));
+        } else {
+            assert!(stderr.contains("1/30 3% running"), "{stderr}");
+        }
+        app.store.cancel(id).await.unwrap();
+    }
+}
+
+/// The one job of operation `sleep` waiting in the parked queue, once it is there.
+async fn parked_sleep(app: &TestApp) -> uuid::Uuid {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let (_, page) = app.get(&format!("/jobs?queue={PARKED}&operation=sleep&status=queued")).await;
+        if let Some(id) = page["jobs"].as_array().and_then(|jobs| jobs.first()).and_then(|job| job["id"].as_str()) {
+            return id.parse().unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "the command submitted nothing");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn json_output_parses(backend: Backend) {
