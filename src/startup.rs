@@ -133,7 +133,14 @@ impl ApplicationBuilder {
         // Every write through the store wakes whatever waits for the jobs it changed.
         let waiters = JobWaiters::new();
         let claimers = TaskWaiters::new();
-        store = Arc::new(NotifyingStore::new(store, waiters.clone(), claimers.clone()));
+        // A cancel stops this process's run of the job at once, whoever asked for it.
+        let in_flight = InFlight::new();
+        let stop_runs: live::StopRuns = {
+            let in_flight = in_flight.clone();
+            Arc::new(move |id| in_flight.stop_job(id))
+        };
+        store =
+            Arc::new(NotifyingStore::new(store, waiters.clone(), claimers.clone()).with_stop_runs(stop_runs.clone()));
         let transport = match self.transport {
             Some(transport) => transport,
             None => build_transport(&settings)?,
@@ -156,7 +163,6 @@ impl ApplicationBuilder {
                 crate::retention::Cleaner::new(store.clone(), db.clone(), uploads.clone(), settings.retention.clone());
             Supervisor::start(move |_| cleaner)
         });
-        let in_flight = InFlight::new();
         let consumers = match settings.worker.enabled {
             true => {
                 let mut consumers =
@@ -179,9 +185,10 @@ impl ApplicationBuilder {
         };
         let mut remote_sweeper = None;
         let closing = tokio_util::sync::CancellationToken::new();
-        // Waiting clients (API) and script hosts are woken across processes by NOTIFY.
-        if self.api || consumers.scripts.is_some() {
-            live::listen(&settings.store.url, waiters.clone(), claimers.clone())
+        // Waiting clients (API) and script hosts are woken across processes by NOTIFY, and
+        // workers hear of cancels made elsewhere.
+        if self.api || settings.worker.enabled {
+            live::listen(&settings.store.url, waiters.clone(), claimers.clone(), stop_runs)
                 .await
                 .context("starting the listener")?;
         }

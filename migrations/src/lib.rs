@@ -17,6 +17,7 @@ mod m20261125_000009_job_event_notify;
 mod m20261125_000010_remote_workers;
 mod m20261125_000011_uploads;
 mod m20261125_000012_finished_at_index;
+mod m20261126_000013_cancel_notify;
 
 /// Lists every migration in the order it is applied.
 pub struct Migrator;
@@ -37,6 +38,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000010_remote_workers::Migration),
             Box::new(m20261125_000011_uploads::Migration),
             Box::new(m20261125_000012_finished_at_index::Migration),
+            Box::new(m20261126_000013_cancel_notify::Migration),
         ]
     }
 }

@@ -2,8 +2,9 @@
 //! `job_event` (migration 9) sends the ids of the jobs a transaction wrote events for on
 //! [`CHANNEL`] when it commits, whichever process wrote them, and a row trigger on `job`
 //! (migration 10) sends a registered type's name on [`TASKS_CHANNEL`] when one of its jobs
-//! becomes claimable; every API process listens and wakes its waiters of those jobs and
-//! claimers of those types. A lost connection wakes every waiter (news may have been
+//! becomes claimable, and another (migration 13) a job's id on [`STOPS_CHANNEL`] when a
+//! running job is cancelled; every API and worker process listens, wakes its waiters of
+//! those jobs and claimers of those types, and stops its runs of the cancelled jobs. A lost connection wakes every waiter (news may have been
 //! missed meanwhile) and the listener reconnects.
 //!
 //! The listener runs on a thread of its own with its own runtime and connection, so it
@@ -16,13 +17,16 @@ use sea_orm::sqlx::postgres::PgListener;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::{JobWaiters, TaskWaiters};
+use super::{JobWaiters, StopRuns, TaskWaiters};
 
 /// The channel the trigger notifies: a comma-separated list of job ids per notification.
 pub const CHANNEL: &str = "yardmaster_jobs";
 
 /// The channel of claimable tasks: a registered type's full name per notification.
 pub const TASKS_CHANNEL: &str = "yardmaster_tasks";
+
+/// The channel of stopped runs: the id of a job cancelled while it ran.
+pub const STOPS_CHANNEL: &str = "yardmaster_stops";
 
 /// Pause before listening again after the listener could not connect.
 const PAUSE: Duration = Duration::from_secs(1);
@@ -34,7 +38,12 @@ const PAUSE: Duration = Duration::from_secs(1);
 /// Returns once the listener listens (or after [`READY_WITHIN`], when the database is slow
 /// to take it: it keeps trying), so a waiter that arrives after start-up cannot miss a
 /// notification sent before anyone listened.
-pub async fn listen(store_url: &str, waiters: Arc<JobWaiters>, tasks: Arc<TaskWaiters>) -> std::io::Result<()> {
+pub async fn listen(
+    store_url: &str,
+    waiters: Arc<JobWaiters>,
+    tasks: Arc<TaskWaiters>,
+    stop_runs: StopRuns,
+) -> std::io::Result<()> {
     if !store_url.starts_with("postgres") {
         return Ok(());
     }
@@ -45,7 +54,7 @@ pub async fn listen(store_url: &str, waiters: Arc<JobWaiters>, tasks: Arc<TaskWa
             Ok(runtime) => runtime,
             Err(err) => return warn!(error = %err, "cannot start the listener's runtime"),
         };
-        runtime.block_on(run(url, waiters, tasks, ready));
+        runtime.block_on(run(url, waiters, tasks, stop_runs, ready));
     })?;
     if tokio::time::timeout(READY_WITHIN, listening).await.is_err() {
         warn!("the listener is not listening yet; waiters may miss changes until it is");
@@ -56,18 +65,24 @@ pub async fn listen(store_url: &str, waiters: Arc<JobWaiters>, tasks: Arc<TaskWa
 /// How long start-up waits for the listener to listen.
 const READY_WITHIN: Duration = Duration::from_secs(5);
 
-async fn run(url: String, waiters: Arc<JobWaiters>, tasks: Arc<TaskWaiters>, ready: tokio::sync::oneshot::Sender<()>) {
+async fn run(
+    url: String,
+    waiters: Arc<JobWaiters>,
+    tasks: Arc<TaskWaiters>,
+    stop_runs: StopRuns,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
     let mut ready = Some(ready);
     // This thread's handle is the last one once the application is gone.
     while Arc::strong_count(&waiters) > 1 {
         match PgListener::connect(&url).await {
-            Ok(mut listener) => match listener.listen_all([CHANNEL, TASKS_CHANNEL]).await {
+            Ok(mut listener) => match listener.listen_all([CHANNEL, TASKS_CHANNEL, STOPS_CHANNEL]).await {
                 Ok(()) => {
                     info!(channel = CHANNEL, "listening for job changes of other processes");
                     if let Some(ready) = ready.take() {
                         let _ = ready.send(());
                     }
-                    relay(&mut listener, &waiters, &tasks).await;
+                    relay(&mut listener, &waiters, &tasks, &stop_runs).await;
                 }
                 Err(err) => warn!(error = %err, "cannot listen for job changes; trying again"),
             },
@@ -79,13 +94,19 @@ async fn run(url: String, waiters: Arc<JobWaiters>, tasks: Arc<TaskWaiters>, rea
     }
 }
 
-/// Wakes the waiters of every job notified, until the connection is lost or the
-/// application is gone. (No timeout around the read: it is not documented as safe to
+/// Wakes the waiters of every job notified and stops the runs of every job cancelled, until
+/// the connection is lost or the application is gone (a cancel missed meanwhile reaches its
+/// run at the run's next heartbeat). (No timeout around the read: it is not documented as safe to
 /// cancel; a process that exits takes this thread with it.)
-async fn relay(listener: &mut PgListener, waiters: &Arc<JobWaiters>, tasks: &TaskWaiters) {
+async fn relay(listener: &mut PgListener, waiters: &Arc<JobWaiters>, tasks: &TaskWaiters, stop_runs: &StopRuns) {
     while Arc::strong_count(waiters) > 1 {
         match listener.try_recv().await {
             Ok(Some(notification)) if notification.channel() == TASKS_CHANNEL => tasks.wake(notification.payload()),
+            Ok(Some(notification)) if notification.channel() == STOPS_CHANNEL => {
+                if let Ok(id) = Uuid::try_parse(notification.payload()) {
+                    stop_runs(id);
+                }
+            }
             Ok(Some(notification)) => {
                 for id in notification.payload().split(',').filter_map(|id| Uuid::try_parse(id).ok()) {
                     waiters.wake(&id);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::{JobWaiters, TaskWaiters, ANY_JOB};
+use super::{JobWaiters, StopRuns, TaskWaiters, ANY_JOB};
 use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, JobStatus, NewEvent, NewJob, QueueName, RUN_SCRIPT};
 use crate::store::{
     BatchRecorded, Cancellation, Completion, Dispatch, DispatchBook, ExpiredLease, JobCommands, JobFilter, JobReads,
@@ -22,11 +22,18 @@ pub struct NotifyingStore {
     inner: Arc<dyn JobStore>,
     waiters: Arc<JobWaiters>,
     tasks: Arc<TaskWaiters>,
+    stop_runs: Option<StopRuns>,
 }
 
 impl NotifyingStore {
     pub fn new(inner: Arc<dyn JobStore>, waiters: Arc<JobWaiters>, tasks: Arc<TaskWaiters>) -> Self {
-        NotifyingStore { inner, waiters, tasks }
+        NotifyingStore { inner, waiters, tasks, stop_runs: None }
+    }
+
+    /// A cancel that ends a run stops this process's run of it through `stop_runs`, at once.
+    pub fn with_stop_runs(mut self, stop_runs: StopRuns) -> Self {
+        self.stop_runs = Some(stop_runs);
+        self
     }
 
     /// Wakes the waiters of a job that changed, and of its parent; a job of a registered
@@ -98,6 +105,9 @@ impl JobCommands for NotifyingStore {
         let cancellation = self.inner.cancel(id).await?;
         if cancellation.changed {
             metrics::job_ended(&cancellation.job);
+            if let Some(stop) = &self.stop_runs {
+                std::iter::once(&cancellation.job.id).chain(&cancellation.descendants).for_each(|id| stop(*id));
+            }
         }
         self.changed(&cancellation.job);
         cancellation.descendants.iter().for_each(|child| self.waiters.wake(child));

@@ -1,5 +1,5 @@
-//! The runs this process is executing, for the shutdown guard: what to wait for, and what
-//! to requeue when the grace period runs out. A delivery takes a slot *before* it claims, so
+//! The runs this process is executing, for the shutdown guard (what to wait for, and what
+//! to requeue when the grace period runs out) and for a cancel (which run to stop). A delivery takes a slot *before* it claims, so
 //! no claim can slip past the guard; closing refuses new slots.
 
 use std::collections::HashMap;
@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::store::RunRef;
 
@@ -55,6 +56,15 @@ impl InFlight {
     pub fn stop(&self, run: RunRef) {
         if let Some(cancel) = self.lock().runs.get(&run) {
             cancel.cancel();
+        }
+    }
+
+    /// Tells every run of job `id` here to stop (the job was cancelled).
+    pub fn stop_job(&self, id: Uuid) {
+        for (run, cancel) in &self.lock().runs {
+            if run.id == id {
+                cancel.cancel();
+            }
         }
     }
 
@@ -110,8 +120,6 @@ impl Drop for Slot {
 
 #[cfg(test)]
 mod tests {
-    use uuid::Uuid;
-
     use super::*;
 
     #[actix_rt::test]
@@ -140,6 +148,19 @@ mod tests {
         drop(old);
         assert_eq!(in_flight.snapshot(), [RunRef { id, attempt: 2 }]);
         drop(new);
+    }
+
+    #[test]
+    fn stopping_a_job_stops_its_runs_only() {
+        let in_flight = InFlight::new();
+        let (id, other) = (Uuid::now_v7(), Uuid::now_v7());
+        let tokens = [CancellationToken::new(), CancellationToken::new()];
+        let mut slots = [in_flight.enter().unwrap(), in_flight.enter().unwrap()];
+        slots[0].bind(RunRef { id, attempt: 1 }, tokens[0].clone());
+        slots[1].bind(RunRef { id: other, attempt: 1 }, tokens[1].clone());
+        in_flight.stop_job(id);
+        assert!(tokens[0].is_cancelled());
+        assert!(!tokens[1].is_cancelled());
     }
 
     #[test]

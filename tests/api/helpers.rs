@@ -67,8 +67,15 @@ pub fn amqp_url() -> String {
 
 /// A database that exists for one test and is removed afterwards.
 pub enum TestDatabase {
-    Sqlite { path: PathBuf },
-    Postgres { admin_url: String, name: String },
+    Sqlite {
+        path: PathBuf,
+    },
+    Postgres {
+        admin_url: String,
+        name: String,
+    },
+    /// Another app's, removed with it.
+    Borrowed,
 }
 
 impl TestDatabase {
@@ -117,6 +124,7 @@ impl Drop for TestDatabase {
                 });
                 let _ = dropper.join();
             }
+            TestDatabase::Borrowed => {}
         }
     }
 }
@@ -160,6 +168,12 @@ pub struct TestOptions {
     pub remote: Option<yardmaster::config::RemoteSettings>,
     /// `[uploads]`: the defaults unless a test sets it; its `dir` is always the test's own.
     pub uploads: Option<yardmaster::config::UploadSettings>,
+    /// `worker.heartbeat_ms` and `worker.lease_ms`.
+    pub heartbeat_ms: u64,
+    pub lease_ms: u64,
+    /// Another process on `app`'s store and upload directory, with a store (and notifier)
+    /// of its own: what it learns of `app`'s writes, it learns as another process would.
+    pub beside: Option<(String, std::path::PathBuf)>,
 }
 
 impl TestOptions {
@@ -192,6 +206,9 @@ impl Default for TestOptions {
             max_wait_seconds: 60,
             remote: None,
             uploads: None,
+            heartbeat_ms: 300,
+            lease_ms: LEASE_MS,
+            beside: None,
         }
     }
 }
@@ -210,6 +227,8 @@ pub struct TestApp {
     pub stopped: actix_rt::task::JoinHandle<std::io::Result<i32>>,
     /// The app's `uploads.dir`, removed with it.
     pub uploads: ScratchDir,
+    /// The store's URL (for another app beside this one).
+    pub store_url: String,
     _database: TestDatabase,
 }
 
@@ -237,7 +256,10 @@ impl TestApp {
 
     pub async fn spawn_with(backend: Backend, options: TestOptions) -> TestApp {
         yardmaster::telemetry::init();
-        let (database, url) = TestDatabase::create(backend).await;
+        let (database, url) = match options.beside.clone() {
+            Some((url, _)) => (TestDatabase::Borrowed, url),
+            None => TestDatabase::create(backend).await,
+        };
         let mut settings = Settings::default();
         settings.server.bind = "127.0.0.1:0".into();
         settings.server.http_workers = 1;
@@ -250,8 +272,8 @@ impl TestApp {
         settings.store.group_commit_max = options.group_commit_max;
         settings.worker.enabled = options.workers;
         settings.worker.id = "test-worker".into();
-        settings.worker.lease_ms = LEASE_MS;
-        settings.worker.heartbeat_ms = 300;
+        settings.worker.lease_ms = options.lease_ms;
+        settings.worker.heartbeat_ms = options.heartbeat_ms;
         settings.reaper.interval_ms = 200;
         settings.dispatch.interval_ms = 100;
         settings.dispatch.grace_ms = 500;
@@ -270,7 +292,10 @@ impl TestApp {
         // Tests run the cleaner's passes themselves.
         settings.retention.enabled = false;
         let uploads = ScratchDir::new("uploads");
-        settings.uploads.dir = uploads.0.display().to_string();
+        settings.uploads.dir = match &options.beside {
+            Some((_, dir)) => dir.display().to_string(),
+            None => uploads.0.display().to_string(),
+        };
         if backend == Backend::Amqp {
             settings.transport.kind = TransportKind::Amqp;
             settings.transport.amqp.url = amqp_url();
@@ -298,6 +323,7 @@ impl TestApp {
         settings.queues.insert(PARKED.to_owned(), QueueSettings::default());
 
         let seeded = seed(&settings.store.url, "count", options.seed_jobs).await;
+        let settings_url = settings.store.url.clone();
         let transport: Arc<dyn Transport> = match backend {
             Backend::Amqp => Arc::new(AmqpTransport::new(settings.transport.amqp.clone()).unwrap()),
             Backend::Sqlite | Backend::Postgres => Arc::new(InProcessTransport::new()),
@@ -321,10 +347,22 @@ impl TestApp {
         }
         let app = builder.build().await.expect("app builds");
         let address = format!("http://127.0.0.1:{}", app.port().expect("the API is served"));
-        let (db, store) = (app.db(), app.store());
+        let (db, store, store_url) = (app.db(), app.store(), settings_url);
         let stopped = actix_rt::spawn(app.run_until_stopped());
         let client = client_with(&admin_token);
-        TestApp { address, client, admin_token, db, store, transport, seeded, stopped, uploads, _database: database }
+        TestApp {
+            address,
+            client,
+            admin_token,
+            db,
+            store,
+            transport,
+            seeded,
+            stopped,
+            uploads,
+            store_url,
+            _database: database,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -221,6 +221,37 @@ async fn cancel_and_timeout_kill_the_whole_process_group(backend: Backend) {
     group_gone(timed_group).await;
 }
 
+/// Options under which only the cancel path can stop a run: the heartbeat, which would
+/// find the run cancelled too, comes after ten minutes.
+fn no_heartbeat(options: TestOptions) -> TestOptions {
+    TestOptions { heartbeat_ms: 600_000, lease_ms: 1_200_000, ..options }
+}
+
+async fn a_cancel_stops_the_script_at_once(backend: Backend) {
+    let app = TestApp::spawn_with(backend, no_heartbeat(options(&[], 2))).await;
+    let job = upload_script(&app, "default", FOREVER, &[]).await;
+    let id = job["id"].as_str().unwrap();
+    let group: i32 = file_when_written(&app, id, "pgid").await.trim().parse().unwrap();
+    let (status, _) = app.post(&format!("/jobs/{id}/cancel")).await;
+    assert_eq!(status, 200);
+    group_gone(group).await;
+}
+
+/// The API in one process, the script host in another (on one PostgreSQL store and one
+/// upload directory): the cancel reaches the run through the store's notification.
+#[actix_rt::test]
+async fn a_cancel_made_by_another_process_stops_the_script_on_postgres() {
+    let api = TestApp::spawn_with(Backend::Postgres, TestOptions { workers: false, ..options(&[], 0) }).await;
+    let beside = Some((api.store_url.clone(), api.uploads.0.clone()));
+    let _host = TestApp::spawn_with(Backend::Postgres, no_heartbeat(TestOptions { beside, ..options(&[], 2) })).await;
+    let job = upload_script(&api, "default", FOREVER, &[]).await;
+    let id = job["id"].as_str().unwrap();
+    let group: i32 = file_when_written(&api, id, "pgid").await.trim().parse().unwrap();
+    let (status, _) = api.post(&format!("/jobs/{id}/cancel")).await;
+    assert_eq!(status, 200);
+    group_gone(group).await;
+}
+
 async fn quotas_hold_jobs_and_serve_users_in_turn(backend: Backend) {
     let trio = ServiceSettings { per_user: 2, total: 3, ..ServiceSettings::default() };
     let app = TestApp::spawn_with(backend, options(&[("trio", trio)], 4)).await;
@@ -587,6 +618,7 @@ on_both_backends!(
     a_failing_script_reports_its_exit_code_and_stderr,
     limits_fail_the_run_with_a_clear_error,
     cancel_and_timeout_kill_the_whole_process_group,
+    a_cancel_stops_the_script_at_once,
     quotas_hold_jobs_and_serve_users_in_turn,
     hostile_uploads_are_refused_and_leave_nothing,
     another_rooms_job_and_a_plain_job_have_no_files,
