@@ -45,6 +45,9 @@ pub async fn ensure_admin(db: &impl ConnectionTrait, bootstrap: Option<&Secret>)
     if tokens::count(db).await? > 0 {
         return Ok(FirstToken::Existing);
     }
-    let created = tokens::create(db, admin).await?;
-    Ok(FirstToken::Created(Secret::new(created.token)))
+    // Servers starting together on an empty store: one makes the token, the rest find it.
+    Ok(match tokens::create_first(db, admin).await? {
+        Some(created) => FirstToken::Created(Secret::new(created.token)),
+        None => FirstToken::Existing,
+    })
 }

@@ -35,9 +35,14 @@ pub struct Issued {
 
 /// Makes a token with a fresh id and 256 bits from the operating system's generator.
 pub fn issue() -> Result<Issued, getrandom::Error> {
+    issue_as(Uuid::new_v4())
+}
+
+/// Makes a token with id `id` (the first admin token's, which decides who made it) and 256
+/// bits from the operating system's generator.
+pub fn issue_as(id: Uuid) -> Result<Issued, getrandom::Error> {
     let mut bytes = [0u8; SECRET_BYTES];
     getrandom::fill(&mut bytes)?;
-    let id = Uuid::new_v4();
     let secret = URL_SAFE_NO_PAD.encode(bytes);
     let digest = digest(&secret);
     Ok(Issued { id, text: format!("{PREFIX}{}_{secret}", id.simple()), digest })

@@ -104,6 +104,23 @@ pub async fn create(db: &impl ConnectionTrait, new: NewToken) -> Result<CreatedT
     Ok(CreatedToken { token: issued.text, info: to_info(row)? })
 }
 
+/// The id of the admin token a new store makes at its first start.
+pub const FIRST_ADMIN_ID: Uuid = Uuid::from_u128(1);
+
+/// Makes the first admin token of a store, unless another process made it first (`None`):
+/// processes starting together on an empty store all try the one id, and one insert wins.
+pub async fn create_first(db: &impl ConnectionTrait, new: NewToken) -> Result<Option<CreatedToken>, TokenError> {
+    new.check().map_err(TokenError::Invalid)?;
+    let issued = secret::issue_as(FIRST_ADMIN_ID).map_err(|err| TokenError::Random(err.to_string()))?;
+    if !insert_new(db, issued.id, issued.digest, &new).await? {
+        return Ok(None);
+    }
+    let Some(row) = api_token::Entity::find_by_id(issued.id).one(db).await? else {
+        return Err(TokenError::Invalid(format!("token {} vanished as it was made", issued.id)));
+    };
+    Ok(Some(CreatedToken { token: issued.text, info: to_info(row)? }))
+}
+
 /// Stores a token made elsewhere (a deployment's bootstrap token), unless its id is stored
 /// already. Err when that id is stored with another secret.
 pub async fn register(db: &impl ConnectionTrait, presented: &Presented, new: NewToken) -> Result<bool, TokenError> {

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use yardmaster::api::ROUTES;
 use yardmaster::auth::Access;
 
-use crate::helpers::{client_with, read, Backend, TestApp, TestOptions, PARKED};
+use crate::helpers::{client_with, read, Backend, TestApp, TestDatabase, TestOptions, PARKED};
 
 /// Every (method, path pattern, access) the router serves, HEAD included.
 fn endpoints() -> Vec<(Method, &'static str, Access)> {
@@ -376,7 +376,26 @@ async fn token_management_keeps_secrets_and_refuses_bad_requests(backend: Backen
     assert_eq!(app.get("/healthz").await.0, 200);
 }
 
+/// Servers starting together on an empty store: exactly one makes (and prints) the first
+/// admin token.
+async fn one_first_admin_token_however_many_servers_start(backend: Backend) {
+    let (_database, url) = TestDatabase::create(backend).await;
+    let settings = yardmaster::config::StoreSettings { url, ..yardmaster::config::Settings::default().store };
+    let db = yardmaster::store::connect(&settings).await.unwrap();
+    yardmaster::store::migrate(&db).await.unwrap();
+    let starts = (0..8).map(|_| yardmaster::auth::ensure_admin(&db, None));
+    let created = futures_util::future::join_all(starts)
+        .await
+        .into_iter()
+        .filter(|first| matches!(first.as_ref().unwrap(), yardmaster::auth::FirstToken::Created(_)))
+        .count();
+    assert_eq!(created, 1);
+    assert_eq!(yardmaster::auth::tokens::count(&db).await.unwrap(), 1);
+    db.close().await.unwrap();
+}
+
 on_both_backends!(
+    one_first_admin_token_however_many_servers_start,
     every_route_needs_a_valid_bearer_token,
     roles_and_read_only_tokens_are_enforced_on_every_route,
     two_tenants_cannot_see_or_touch_each_others_jobs,
