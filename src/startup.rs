@@ -192,14 +192,19 @@ impl ApplicationBuilder {
                 .await
                 .context("starting the listener")?;
         }
+        let remote = Arc::new(crate::remote::Remote::new(db.clone(), &settings.remote, claimers.clone()));
+        // Silent remote workers are swept wherever the API or the reaper runs, so workers
+        // with their API down still give up the tasks of a worker that went away (each
+        // sweep is a compare-and-set: sweepers in many processes mark a worker gone once).
+        if self.api || settings.reaper.enabled {
+            remote_sweeper = Some(Supervisor::start({
+                let (remote, interval) = (remote.clone(), Duration::from_millis(settings.remote.sweep_interval_ms));
+                move |_| crate::remote::sweeper::RemoteSweeper::new(remote, interval)
+            }));
+        }
         let (port, server) = match self.api {
             true => {
                 first_admin_token(&db, &settings).await?;
-                let remote = Arc::new(crate::remote::Remote::new(db.clone(), &settings.remote, claimers.clone()));
-                remote_sweeper = Some(Supervisor::start({
-                    let (remote, interval) = (remote.clone(), Duration::from_millis(settings.remote.sweep_interval_ms));
-                    move |_| crate::remote::sweeper::RemoteSweeper::new(remote, interval)
-                }));
                 let state = AppState {
                     store: store.clone(),
                     db: db.clone(),
@@ -425,13 +430,13 @@ impl Application {
         Self::builder(settings).build().await
     }
 
-    /// The port the API listens on (useful when bound to port 0); `None` for a worker.
-    /// Runs one remote sweep now (tests); `None` without the API.
+    /// Runs one remote sweep now (tests); `None` where neither the API nor the reaper runs.
     pub async fn sweep_remote(&self) -> Option<crate::remote::sweeper::SweepCounts> {
         let sweeper = self.remote_sweeper.as_ref()?;
         sweeper.send(crate::remote::sweeper::Sweep).await.ok()
     }
 
+    /// The port the API listens on (useful when bound to port 0); `None` for a worker.
     pub fn port(&self) -> Option<u16> {
         self.port
     }

@@ -34,3 +34,4 @@ mod systemd;
 mod test_ops;
 mod tokens_cli;
 mod uploads;
+mod workers_only;
