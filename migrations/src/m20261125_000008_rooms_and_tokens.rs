@@ -37,18 +37,37 @@ impl MigrationTrait for Migration {
         manager.create_table(token_table()).await
     }
 
+    /// Undoes `up`: the per-room indexes and the column go, idempotency keys are unique
+    /// across the store again (this fails, changing nothing, when two rooms hold one key),
+    /// the `default` room's sets take their names back and, on PostgreSQL, the name columns
+    /// narrow again (failing, not truncating, when a name no longer fits). Sets of other
+    /// rooms keep their `room:` names: the one thing `down` cannot give back.
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let db = manager.get_connection();
-        manager.drop_table(Table::drop().table(ApiToken::Table).to_owned()).await?;
+        manager.drop_table(Table::drop().table(ApiToken::Table).if_exists().to_owned()).await?;
         for sql in [
-            "CREATE UNIQUE INDEX ux_job_key ON job (idempotency_key) WHERE idempotency_key IS NOT NULL",
-            "DROP INDEX ux_job_room_key",
-            "DROP INDEX ix_job_room_status_id",
-            "DROP INDEX ix_job_room_id",
+            "DROP INDEX IF EXISTS ux_job_room_key",
+            "CREATE UNIQUE INDEX IF NOT EXISTS ux_job_key ON job (idempotency_key) WHERE idempotency_key IS NOT NULL",
+            "DROP INDEX IF EXISTS ix_job_room_status_id",
+            "DROP INDEX IF EXISTS ix_job_room_id",
         ] {
             db.execute_unprepared(sql).await?;
         }
-        manager.alter_table(Table::alter().table(Alias::new("job")).drop_column(Alias::new("room")).to_owned()).await
+        if manager.has_column("job", "room").await? {
+            let drop = Table::alter().table(Alias::new("job")).drop_column(Alias::new("room")).to_owned();
+            manager.alter_table(drop).await?;
+            db.execute_unprepared("UPDATE embedding_set SET name = substr(name, 9) WHERE name LIKE 'default:%'")
+                .await?;
+            db.execute_unprepared(
+                "UPDATE embedding SET set_name = substr(set_name, 9) WHERE set_name LIKE 'default:%'",
+            )
+            .await?;
+        }
+        if manager.get_database_backend() == DbBackend::Postgres {
+            db.execute_unprepared("ALTER TABLE embedding_set ALTER COLUMN name TYPE varchar(200)").await?;
+            db.execute_unprepared("ALTER TABLE embedding ALTER COLUMN set_name TYPE varchar(200)").await?;
+        }
+        Ok(())
     }
 }
 

@@ -24,6 +24,7 @@ mod lifecycle;
 mod live;
 mod logs;
 mod metrics;
+mod migrations;
 mod openapi;
 #[cfg(feature = "otel")]
 mod otel;
