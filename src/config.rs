@@ -311,6 +311,10 @@ pub struct AmqpSettings {
     pub confirm_timeout_seconds: u64,
     /// Tries per publish (reconnecting between them) before the job is left to the sweep.
     pub publish_attempts: u32,
+    /// A claimed run still going after this long has its delivery acknowledged (the job's
+    /// row and lease hold it from then on): keep it under the broker's `consumer_timeout`
+    /// (30 minutes by default), which closes the channel of a delivery held longer.
+    pub ack_running_after_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -499,6 +503,7 @@ impl Default for Settings {
                     connect_timeout_seconds: 5,
                     confirm_timeout_seconds: 10,
                     publish_attempts: 5,
+                    ack_running_after_ms: 15 * 60 * 1000,
                 },
             },
             worker: WorkerSettings {
@@ -607,6 +612,10 @@ impl Settings {
         anyhow::ensure!(
             self.transport.amqp.publish_attempts >= 1,
             "transport.amqp.publish_attempts must be at least 1"
+        );
+        anyhow::ensure!(
+            self.transport.amqp.ack_running_after_ms >= 1,
+            "transport.amqp.ack_running_after_ms must be at least 1"
         );
         anyhow::ensure!(self.server.max_page_size >= 1, "server.max_page_size must be at least 1");
         anyhow::ensure!(self.server.body_timeout_seconds >= 1, "server.body_timeout_seconds must be at least 1");

@@ -389,7 +389,9 @@ fn start_workers(
     };
     let executor = Arc::new(Executor::new(services.clone(), registry.clone(), config));
     let heartbeat = Duration::from_millis(settings.worker.heartbeat_ms);
-    let jobs = Arc::new(JobMessages::new(executor.clone(), store.clone(), in_flight.clone(), heartbeat));
+    let ack_running_after = Duration::from_millis(settings.transport.amqp.ack_running_after_ms);
+    let jobs =
+        Arc::new(JobMessages::new(executor.clone(), store.clone(), in_flight.clone(), heartbeat, ack_running_after));
     let operations = Arc::new(OperationMessages::new(registry.clone(), services));
     let writes = Arc::new(BatchWrites::new(store.clone(), registry.clone()));
     let mut consumers = Consumers { executor: Some(executor), ..Consumers::default() };

@@ -158,6 +158,7 @@ impl<H: DeliveryHandler> Handler<StopIntake> for Consumer<H> {
 impl<H: DeliveryHandler> Supervised for Consumer<H> {
     fn restarting(&mut self, _ctx: &mut Self::Context) {
         warn!(queue = %self.queue, kind = self.handler.kind(), "restarting consumer");
+        crate::telemetry::metrics::consumer_restarted(&self.queue);
     }
 }
 

@@ -5,8 +5,10 @@
 //! delivery is what fills this process's window at the broker. Acknowledged at the claim,
 //! the broker would hand the next message to a process with no free slot, where it waits
 //! beside idle workers (and a frozen worker would swallow the job the reaper re-queued).
-//! If the broker drops the channel meanwhile, its redelivery finds the job RUNNING and is
-//! acknowledged unrun. A message that is oversized, not a job id, or names no job goes to
+//! A run that goes on past `ack_running_after` (below the broker's `consumer_timeout`, which
+//! closes the channel of a delivery held longer) has its delivery acknowledged then: the
+//! job's row and lease hold the run from its claim on. If the broker drops the channel
+//! anyway, its redelivery finds the job RUNNING and is acknowledged unrun. A message that is oversized, not a job id, or names no job goes to
 //! the dead letters; a claim that fails on the store, or arrives while the process shuts
 //! down, gives the message back.
 //!
@@ -19,7 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -41,6 +43,8 @@ pub struct JobMessages {
     store: Arc<dyn JobStore>,
     in_flight: Arc<InFlight>,
     heartbeat: Duration,
+    /// A claimed run still going after this long has its delivery acknowledged.
+    ack_running_after: Duration,
 }
 
 /// How one job of a delivery went, and so how the delivery is settled.
@@ -61,12 +65,14 @@ impl JobMessages {
         store: Arc<dyn JobStore>,
         in_flight: Arc<InFlight>,
         heartbeat: Duration,
+        ack_running_after: Duration,
     ) -> Self {
-        JobMessages { executor, store, in_flight, heartbeat }
+        JobMessages { executor, store, in_flight, heartbeat, ack_running_after }
     }
 
-    /// Claims and runs one job; the slot (`permit`) is given back when it ends.
-    async fn run_one(&self, id: Uuid, permit: OwnedSemaphorePermit) -> Step {
+    /// Claims and runs one job; the slot (`permit`) is given back when it ends. `claimed`
+    /// hears of a claim that succeeded, as the run begins.
+    async fn run_one(&self, id: Uuid, permit: OwnedSemaphorePermit, claimed: Option<oneshot::Sender<()>>) -> Step {
         // The in-flight slot is taken before the claim, so the shutdown guard sees every claim.
         let Some(mut slot) = self.in_flight.enter() else { return Step::ShuttingDown };
         let step = match self.executor.claim(id).await {
@@ -74,6 +80,9 @@ impl JobMessages {
                 let run = RunRef::from(&*job);
                 let cancel = CancellationToken::new();
                 slot.bind(run, cancel.clone());
+                if let Some(claimed) = claimed {
+                    let _ = claimed.send(());
+                }
                 run_with_heartbeat(&self.executor, self.store.clone(), self.heartbeat, *job, cancel).await;
                 Step::Done
             }
@@ -113,7 +122,24 @@ impl DeliveryHandler for JobMessages {
             [id] => match slots.take().await {
                 Some(permit) => {
                     slots.done();
-                    vec![self.run_one(*id, permit).await]
+                    let (claimed, on_claim) = oneshot::channel();
+                    let run = self.run_one(*id, permit, Some(claimed));
+                    tokio::pin!(run);
+                    // Past its claim and `ack_running_after`, the run holds the delivery no longer.
+                    let long_run = async {
+                        match on_claim.await {
+                            Ok(()) => tokio::time::sleep(self.ack_running_after).await,
+                            Err(_) => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        step = &mut run => vec![step],
+                        () = long_run => {
+                            settle(acker.ack().await);
+                            run.await;
+                            return;
+                        }
+                    }
                 }
                 None => vec![Step::ShuttingDown],
             },
@@ -123,7 +149,7 @@ impl DeliveryHandler for JobMessages {
                 for id in ids {
                     let Some(permit) = slots.take().await else { break };
                     let this = self.clone();
-                    runs.push(actix::spawn(async move { this.run_one(id, permit).await }));
+                    runs.push(actix::spawn(async move { this.run_one(id, permit, None).await }));
                 }
                 slots.done();
                 // A run that panicked lost nothing: its job's lease expires and the reaper

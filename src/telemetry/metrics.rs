@@ -70,6 +70,10 @@ fn describe() {
     describe_counter!("yardmaster_dispatch_resent_total", "Jobs the dispatch sweep published again");
     describe_counter!("yardmaster_cleaner_actions_total", "What the cleaner did, by action");
     describe_counter!("yardmaster_dead_letters_total", "Messages set aside as dead letters, by queue and reason");
+    describe_counter!(
+        "yardmaster_consumer_restarts_total",
+        "Queue consumers subscribed anew after their subscription ended (a broker restart, a lost connection, a closed channel), by queue"
+    );
     describe_histogram!("yardmaster_group_commit_batch_size", "Writes committed together by the group-commit writer");
     describe_counter!("yardmaster_http_requests_total", "HTTP requests answered, by route pattern, method and status");
     describe_histogram!(
@@ -144,6 +148,11 @@ pub enum Maintenance {
 /// A message set aside.
 pub fn dead_lettered(queue: &str, reason: &str) {
     counter!("yardmaster_dead_letters_total", "queue" => queue.to_owned(), "reason" => reason.to_owned()).increment(1);
+}
+
+/// A queue consumer subscribes anew.
+pub fn consumer_restarted(queue: &str) {
+    counter!("yardmaster_consumer_restarts_total", "queue" => queue.to_owned()).increment(1);
 }
 
 /// A group commit of `writes` writes.

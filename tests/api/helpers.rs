@@ -174,6 +174,8 @@ pub struct TestOptions {
     /// Another process on `app`'s store and upload directory, with a store (and notifier)
     /// of its own: what it learns of `app`'s writes, it learns as another process would.
     pub beside: Option<(String, std::path::PathBuf)>,
+    /// `transport.amqp.ack_running_after_ms`: the default unless a test sets it.
+    pub ack_running_after_ms: Option<u64>,
 }
 
 impl TestOptions {
@@ -209,6 +211,7 @@ impl Default for TestOptions {
             heartbeat_ms: 300,
             lease_ms: LEASE_MS,
             beside: None,
+            ack_running_after_ms: None,
         }
     }
 }
@@ -300,6 +303,9 @@ impl TestApp {
             settings.transport.kind = TransportKind::Amqp;
             settings.transport.amqp.url = amqp_url();
             settings.transport.amqp.queue_prefix = format!("t{}.", &Uuid::new_v4().simple().to_string()[..12]);
+            if let Some(after) = options.ack_running_after_ms {
+                settings.transport.amqp.ack_running_after_ms = after;
+            }
         }
         settings.queues = options
             .queues

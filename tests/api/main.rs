@@ -7,6 +7,7 @@ mod custom_operation;
 #[macro_use]
 mod helpers;
 mod amqp_fan_out;
+mod amqp_long_runs;
 mod amqp_processes;
 mod auth;
 mod batches;
