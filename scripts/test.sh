@@ -44,6 +44,8 @@ ensure_rabbitmq() {
   rabbitmqctl -q await_startup --timeout 120
   # A broker restart test may have left the application stopped.
   rabbitmqctl -q start_app >/dev/null 2>&1 || true
+  # The broker's defaults, should a test that shortens the consumer timeout have been killed.
+  rabbitmqctl -q eval 'application:set_env(rabbit, consumer_timeout, 1800000), application:set_env(rabbit, channel_tick_interval, 60000).' >/dev/null
   # Queues of earlier runs go with the old virtual host.
   rabbitmqctl -q delete_vhost "$TEST_VHOST" >/dev/null 2>&1 || true
   rabbitmqctl -q add_vhost "$TEST_VHOST"
