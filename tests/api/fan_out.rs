@@ -225,7 +225,10 @@ async fn the_reaper_judges_a_deferred_parent_by_its_batches(backend: Backend) {
     let store = app.store.clone();
     let dispatcher = yardmaster::dispatch::Dispatcher::new(store.clone(), app.transport.clone());
     let parent = store.submit(NewJob::new("sum_squares")).await.unwrap().job;
-    let run = RunRef::from(&store.claim(parent.id, "test", Duration::from_millis(1)).await.unwrap().unwrap());
+    // A lease long enough to outlast the claim-to-defer steps: the app's reaper passes every
+    // 200 ms and would re-queue a run whose lease ran out before `defer` dropped it. Nothing
+    // below needs the lease to expire: a deferred run holds none.
+    let run = RunRef::from(&store.claim(parent.id, "test", Duration::from_secs(60)).await.unwrap().unwrap());
     store.fan_out(run, 3, FanOutForm::Batches).await.unwrap().unwrap();
     let deferred = store.defer(run).await.unwrap().unwrap();
     assert!(deferred.leased_until.is_none() && deferred.deferred_at.is_some());

@@ -58,6 +58,9 @@ async fn systemd_hears_watchdog_pings_while_serving() {
     let socket_path = dir.join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
     socket.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // Taken before the spawn: every ping is sent after it, and reading one late only adds
+    // to the time measured from it.
+    let spawned = std::time::Instant::now();
     // Killed when dropped, should the test fail before it stops.
     let mut child = crate::amqp_processes::Process(
         Command::new(env!("CARGO_BIN_EXE_yardmaster"))
@@ -72,23 +75,27 @@ async fn systemd_hears_watchdog_pings_while_serving() {
             .unwrap(),
     );
 
-    // Three pings after READY, each about 200 ms (half the period) after the one before.
-    let (socket, pings) = actix_rt::task::spawn_blocking(move || {
+    // Pings after READY, each 200 ms (half the period) after the one before, the first 200 ms
+    // after the process started: the fifth is sent a second or more after the spawn. Spaced
+    // by when they are read instead, a late reader would find them queued up, as a burst.
+    // Pings in a burst (or too fast) would all be in well before, start-up being quicker.
+    const PINGS: u32 = 5;
+    let (socket, last) = actix_rt::task::spawn_blocking(move || {
         let mut ready = false;
-        let mut pings = Vec::new();
-        while pings.len() < 3 {
+        let mut pings = 0;
+        while pings < PINGS {
             let message = receive(&socket);
             ready |= message.contains("READY=1");
             if ready && message.contains("WATCHDOG=1") {
-                pings.push(std::time::Instant::now());
+                pings += 1;
             }
         }
-        (socket, pings)
+        (socket, std::time::Instant::now())
     })
     .await
     .unwrap();
-    let spread = pings[2] - pings[0];
-    assert!(spread >= Duration::from_millis(300), "pings came in a burst: {spread:?}");
+    let spread = last - spawned;
+    assert!(spread >= PINGS * Duration::from_millis(200), "{PINGS} pings {spread:?} after the spawn: a burst");
 
     // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
     unsafe {
@@ -185,7 +192,11 @@ impl Served {
 
 #[actix_rt::test]
 async fn sigterm_answers_the_request_under_way_before_exiting() {
-    let served = Served::start(&["--no-workers"], &[("RUST_LOG", "info,yardmaster::api=trace")]);
+    // A grace far longer than the request takes, however slow the machine: the drain still
+    // ends when the request does, and a 1 s one could cut it short before the body's rest
+    // arrives.
+    let env = [("RUST_LOG", "info,yardmaster::api=trace"), ("YARDMASTER__WORKER__GRACE_SECONDS", "20")];
+    let served = Served::start(&["--no-workers"], &env);
     let (port, token) = (served.port, served.token.clone());
     let (served, answer) = actix_rt::task::spawn_blocking(move || {
         use std::io::{Read as _, Write as _};
@@ -273,7 +284,9 @@ async fn a_killed_embedded_service_reruns_the_coordinator_whose_batches_it_held(
     let served = Served::start(&[], &[]);
     let client = crate::helpers::client_with(&served.token);
     let base = format!("http://127.0.0.1:{}", served.port);
-    let payload = serde_json::json!({ "start": 1, "end": 40, "batch_size": 1, "batch_delay_ms": 100 });
+    // 40 batches of a second each, 4 at a time: about 10 s of batches, still mostly pending
+    // when the SIGKILL below comes, however late it is read and sent.
+    let payload = serde_json::json!({ "start": 1, "end": 40, "batch_size": 1, "batch_delay_ms": 1000 });
     let job: serde_json::Value = client
         .post(format!("{base}/jobs"))
         .json(&serde_json::json!({ "operation": "sum_squares", "payload": payload }))
