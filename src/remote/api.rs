@@ -289,13 +289,19 @@ pub struct HeartbeatAnswer {
 }
 
 /// A sign of life: renews the worker and the leases of the runs it names, and answers
-/// which of them to stop (a cancel reaches the worker here).
+/// which of them to stop (a cancel reaches the worker here). With `Prefer: wait=N` the
+/// answer is held while there is nothing to stop, up to N seconds (within
+/// `server.max_wait_seconds` and half the lease and the worker's deadline), and given as
+/// soon as one of the runs is cancelled or taken away: a worker that beats again at once
+/// hears of a cancel as it commits.
 #[utoipa::path(
     post, path = "/workers/{id}/heartbeat", tag = "remote", operation_id = "worker_heartbeat",
-    params(("id" = Uuid, Path, description = "The worker's id")),
+    params(("id" = Uuid, Path, description = "The worker's id"),
+        ("Prefer" = Option<String>, Header, description = "`wait=N`: hold the answer up to N seconds while there is nothing to stop")),
     request_body = Heartbeat,
     responses(
-        (status = 200, description = "Alive", body = HeartbeatAnswer),
+        (status = 200, description = "Alive", body = HeartbeatAnswer,
+         headers(("Preference-Applied" = String, description = "`wait=N`, the wait applied, when one was asked"))),
         (status = 403, description = "`worker_forbidden`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "`worker_not_found`", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "`worker_gone`: register again", body = Problem, content_type = "application/problem+json"),
@@ -304,6 +310,7 @@ pub struct HeartbeatAnswer {
 pub async fn heartbeat(
     state: web::Data<AppState>,
     caller: Caller,
+    req: HttpRequest,
     id: web::Path<Uuid>,
     body: web::Json<Heartbeat>,
 ) -> Result<HttpResponse, ApiError> {
@@ -312,10 +319,18 @@ pub async fn heartbeat(
         return Err(ApiError::new(Code::InvalidRequest, format!("at most {MAX_HELD} tasks")).at("/tasks"));
     }
     let worker = live_worker(&state, &caller, *id).await?;
-    let stop = tasks::renew(&state.remote, state.store.as_ref(), state.store.as_ref(), &worker, &body.tasks).await?;
+    let asked = crate::api::prefer_wait(req.headers());
+    let wait = tasks::heartbeat_wait(&state.remote, asked, state.max_wait).unwrap_or_default();
+    let (store, remote) = (state.store.as_ref(), &state.remote);
+    let stop =
+        tasks::renew_held(remote, store, store, &state.waiters, &worker, &body.tasks, wait, &state.closing).await?;
     let info = state.remote.workers.info(worker.id, state.remote.lease).await.map_err(db)?;
     let info = info.ok_or_else(|| ApiError::new(Code::WorkerNotFound, format!("no worker {id}")))?;
-    Ok(HttpResponse::Ok().json(HeartbeatAnswer { worker: info, stop }))
+    let mut response = HttpResponse::Ok();
+    if asked.is_some() {
+        response.insert_header(("Preference-Applied", format!("wait={}", wait.as_secs())));
+    }
+    Ok(response.json(HeartbeatAnswer { worker: info, stop }))
 }
 
 /// The worker leaves: it is marked gone and the tasks it held go back to the queue at once

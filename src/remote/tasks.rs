@@ -14,6 +14,7 @@ use uuid::Uuid;
 use super::workers::LiveWorker;
 use super::Remote;
 use crate::domain::{nul_pointer, scrub_nul, EventLevel, Job, JobStatus, NewEvent, QueueName};
+use crate::live::JobWaiters;
 use crate::store::{Completion, JobReads, Requeue, RunRef, RunWrites, StoreError};
 
 /// Longest RetryLater delay a worker may ask for.
@@ -312,6 +313,70 @@ pub async fn renew(
         }
         let status = match reads.get(task.id).await? {
             Some(job) if owned || QueueName::pulled(&job.queue) => job.status,
+            _ => JobStatus::Cancelled,
+        };
+        stop.push(Stop { id: task.id, attempt: task.attempt, status });
+    }
+    Ok(stop)
+}
+
+/// The wait a held heartbeat may take: what the worker asked, within `max_wait` and half
+/// the lease and the worker's deadline (the next beat, sent as this one is answered, renews
+/// both in time).
+pub fn heartbeat_wait(remote: &Remote, asked: Option<Duration>, max_wait: Duration) -> Option<Duration> {
+    let cap = max_wait.min(remote.lease / 2).min(remote.workers.ttl() / 2);
+    asked.map(|asked| asked.min(cap))
+}
+
+/// A heartbeat held up to `wait`: renews as [`renew`] does; while nothing is to stop, waits
+/// for a write to one of the held tasks (in this process, or by NOTIFY from another) and
+/// looks again, so a cancel reaches the worker as it commits, not at its next beat.
+/// Watching starts before the first look, so nothing written meanwhile is missed.
+#[allow(clippy::too_many_arguments)]
+pub async fn renew_held(
+    remote: &Remote,
+    reads: &dyn JobReads,
+    runs: &dyn RunWrites,
+    waiters: &JobWaiters,
+    worker: &LiveWorker,
+    held: &[HeldTask],
+    wait: Duration,
+    closing: &tokio_util::sync::CancellationToken,
+) -> Result<Vec<Stop>, StoreError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut watches: Vec<_> = held.iter().map(|task| waiters.watch(task.id)).collect();
+    let stop = renew(remote, reads, runs, worker, held).await?;
+    if !stop.is_empty() || watches.is_empty() {
+        return Ok(stop);
+    }
+    loop {
+        let woken = select_all(watches.iter_mut().map(|watch| Box::pin(watch.changed())));
+        tokio::select! {
+            _ = woken => {}
+            () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+            () = closing.cancelled() => return Ok(Vec::new()),
+        }
+        let stop = stopped(reads, worker, held).await?;
+        if !stop.is_empty() {
+            return Ok(stop);
+        }
+    }
+}
+
+/// The held runs that are no longer the worker's running ones (a read: no lease moves).
+async fn stopped(reads: &dyn JobReads, worker: &LiveWorker, held: &[HeldTask]) -> Result<Vec<Stop>, StoreError> {
+    let owner = worker.owner();
+    let mut stop = Vec::new();
+    for task in held {
+        let job = reads.get(task.id).await?;
+        let status = match &job {
+            Some(job) if job.owner.as_deref() == Some(owner.as_str()) && job.attempts == task.attempt => {
+                if job.status == JobStatus::Running {
+                    continue;
+                }
+                job.status
+            }
+            Some(job) if QueueName::pulled(&job.queue) => job.status,
             _ => JobStatus::Cancelled,
         };
         stop.push(Stop { id: task.id, attempt: task.attempt, status });

@@ -4,7 +4,9 @@
 //! broken download with `Range`, each file checked against its SHA-256), runs `run.sh` in
 //! the same sandbox as a local host, sends the archive back in pieces (resuming where the
 //! server says it stopped) and reports with `PATCH /tasks/{id}`. Its heartbeat renews the
-//! leases of its runs and stops those the server says to (a cancel). SIGTERM: runs get
+//! leases of its runs and stops those the server says to (a cancel): while it runs
+//! something, each beat is held by the server (`Prefer: wait`) and answered as soon as a
+//! run is cancelled, and the next is sent at once. SIGTERM: runs get
 //! `--grace-seconds` to finish, then are killed and handed back (`DELETE /workers/{id}`).
 
 use std::collections::HashMap;
@@ -79,6 +81,8 @@ struct Host {
     workspace: Workspace,
     worker: Uuid,
     held: Held,
+    /// Woken when a run is added to `held`: the beat under way does not name it yet.
+    held_more: tokio::sync::Notify,
 }
 
 /// Runs the host until SIGTERM or SIGINT; the process's exit code.
@@ -93,7 +97,9 @@ pub async fn run(options: HostOptions) -> anyhow::Result<i32> {
     let registered: Registered = answer(response).await.context("registering")?;
     tracing::info!(worker_id = %registered.id, services = ?options.services, "script host registered");
     let (copies, workspace) = (LocalFiles::open(&options.dir)?, Workspace::open(&options.dir)?);
-    let host = Arc::new(Host { http, options, copies, workspace, worker: registered.id, held: Held::default() });
+    let held_more = tokio::sync::Notify::new();
+    let host =
+        Arc::new(Host { http, options, copies, workspace, worker: registered.id, held: Held::default(), held_more });
     let stop = CancellationToken::new();
     let beat =
         tokio::spawn(heartbeat(host.clone(), Duration::from_secs(registered.heartbeat_seconds.max(1)), stop.clone()));
@@ -134,16 +140,37 @@ async fn answer<T: serde::de::DeserializeOwned>(response: reqwest::Response) -> 
     Ok(serde_json::from_slice(&body)?)
 }
 
+/// Beats every `every` while nothing runs; while something does, beat after beat, each held
+/// by the server up to `every` and answered at once when a run must stop. A run claimed
+/// meanwhile starts a new beat that names it.
 async fn heartbeat(host: Arc<Host>, every: Duration, stop: CancellationToken) {
+    let mut pause = false;
     loop {
-        tokio::time::sleep(every).await;
+        let more = host.held_more.notified();
+        tokio::pin!(more);
+        more.as_mut().enable();
         let tasks: Vec<Value> = host
             .held
             .lock()
             .map(|held| held.keys().map(|(id, attempt)| json!({ "id": id, "attempt": attempt })).collect())
             .unwrap_or_default();
+        if tasks.is_empty() || pause {
+            pause = false;
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = &mut more => continue,
+            }
+        }
         let url = format!("{}/workers/{}/heartbeat", host.options.url, host.worker);
-        match host.http.post(url).json(&json!({ "tasks": tasks })).send().await {
+        let mut request = host.http.post(url).json(&json!({ "tasks": tasks }));
+        if !tasks.is_empty() {
+            request = request.header("Prefer", format!("wait={}", every.as_secs().max(1)));
+        }
+        let sent = tokio::select! {
+            sent = request.send() => sent,
+            () = &mut more => continue,
+        };
+        match sent {
             Ok(response) => match answer::<Beat>(response).await {
                 Ok(beat) => {
                     for run in beat.stop {
@@ -155,10 +182,16 @@ async fn heartbeat(host: Arc<Host>, every: Duration, stop: CancellationToken) {
                         }
                     }
                 }
-                Err(err) => tracing::warn!(error = %err, "heartbeat refused"),
+                Err(err) => {
+                    tracing::warn!(error = %err, "heartbeat refused");
+                    pause = true;
+                }
             },
             Err(err) if stop.is_cancelled() => return tracing::debug!(error = %err, "heartbeat after stop"),
-            Err(err) => tracing::warn!(error = %err, "heartbeat failed; trying again"),
+            Err(err) => {
+                tracing::warn!(error = %err, "heartbeat failed; trying again");
+                pause = true;
+            }
         }
     }
 }
@@ -193,6 +226,7 @@ async fn slot(host: Arc<Host>, stop: CancellationToken) {
         if let Ok(mut held) = host.held.lock() {
             held.insert(key, cancel.clone());
         }
+        host.held_more.notify_waiters();
         tracing::info!(job_id = %job.id, attempt = job.attempts, "script claimed");
         if let Err(err) = run_task(&host, &job, &limits, &cancel).await {
             tracing::warn!(job_id = %job.id, error = %err, "run not reported; its lease will lapse and it runs again");

@@ -464,6 +464,62 @@ async fn a_cancel_reaches_the_remote_worker(backend: Backend) {
     assert!(app.event_names(&second).await.contains(&"job.requeued_on_shutdown".to_owned()));
 }
 
+/// A beat held with `Prefer: wait`: (status, Preference-Applied, the answer, how long it took).
+async fn held_beat(worker: &Worker, app: &TestApp, tasks: Value, wait: u64) -> (u16, Option<String>, Value, Duration) {
+    let started = Instant::now();
+    let url = app.url(&format!("/workers/{}/heartbeat", worker.id));
+    let request = worker.client.post(url).header("prefer", format!("wait={wait}")).json(&json!({ "tasks": tasks }));
+    let response = request.send().await.unwrap();
+    let applied = response.headers().get("preference-applied").map(|value| value.to_str().unwrap().to_owned());
+    let (status, body) = read(response).await;
+    (status, applied, body, started.elapsed())
+}
+
+/// A cancel reaches a worker whose heartbeat the server holds, as the cancel commits: in
+/// this process, and (`beside`) from another process's API on the same store.
+async fn held_beat_hears_a_cancel(app: &TestApp, cancel_from: &TestApp) {
+    let lab = worker_token(app, &["lab"]).await;
+    register_type(app, &lab, json!({ "category": "modifiers", "name": "Rotate", "schema": schema() })).await;
+    let worker = Worker::register(app, lab, &[ROTATE]).await;
+    let (_, job) =
+        app.submit(json!({ "room": "lab", "operation": "modifiers:Rotate", "payload": { "angle": 1 } })).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let (_, task) = worker.claim_within(app, Duration::from_secs(30)).await;
+    let held = json!([{ "id": id, "attempt": task["attempts"] }]);
+    // Nothing to stop: the answer comes at the wait, the lease renewed.
+    let (status, applied, beat, took) = held_beat(&worker, app, held.clone(), 1).await;
+    assert_eq!((status, applied.as_deref(), &beat["stop"]), (200, Some("wait=1"), &json!([])), "{beat}");
+    assert!(took >= Duration::from_secs(1), "the beat was not held: {took:?}");
+    // Held for up to 14 s (half the 30 s lease is the cap), answered by the cancel. A
+    // cancel that lands before the beat looks is answered at once all the same.
+    let beat = held_beat(&worker, app, held.clone(), 14);
+    let cancel = async {
+        let (status, _) =
+            read(cancel_from.client.post(cancel_from.url(&format!("/jobs/{id}/cancel"))).send().await.unwrap()).await;
+        assert_eq!(status, 200);
+        Instant::now()
+    };
+    let ((status, applied, beat, _), cancelled) = tokio::join!(beat, cancel);
+    let answered = Instant::now();
+    assert_eq!((status, applied.as_deref()), (200, Some("wait=14")), "{beat}");
+    assert_eq!(beat["stop"], json!([{ "id": id, "attempt": 1, "status": "cancelled" }]), "{beat}");
+    assert!(answered - cancelled < Duration::from_secs(10), "answered at the wait, not by the cancel");
+}
+
+async fn a_held_heartbeat_answers_as_its_task_is_cancelled(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    held_beat_hears_a_cancel(&app, &app).await;
+}
+
+#[actix_rt::test]
+async fn a_held_heartbeat_hears_a_cancel_made_by_another_process_on_postgres() {
+    let app = TestApp::spawn_with(Backend::Postgres, TestOptions { workers: false, ..Default::default() }).await;
+    let beside = Some((app.store_url.clone(), app.uploads.0.clone()));
+    let other =
+        TestApp::spawn_with(Backend::Postgres, TestOptions { workers: false, beside, ..Default::default() }).await;
+    held_beat_hears_a_cancel(&app, &other).await;
+}
+
 async fn a_waiting_claim_is_woken_by_the_submission_and_by_a_delay_ending(backend: Backend) {
     let app =
         TestApp::spawn_with(backend, TestOptions { workers: false, max_wait_seconds: 20, ..Default::default() }).await;
@@ -678,6 +734,7 @@ on_both_backends!(
     a_silent_workers_task_is_requeued_and_finished_by_another,
     reports_come_only_from_the_claiming_worker_and_run,
     a_cancel_reaches_the_remote_worker,
+    a_held_heartbeat_answers_as_its_task_is_cancelled,
     a_waiting_claim_is_woken_by_the_submission_and_by_a_delay_ending,
     hostile_worker_requests_are_refused,
     the_example_worker_runs_tasks_and_stops_on_cancel,

@@ -454,7 +454,8 @@ impl Drop for Reaped {
 /// HTTP. It fetches the upload, runs it, sends the archive back; a cancel reaches it through
 /// its heartbeat and kills the run's processes; SIGTERM hands its runs back.
 async fn a_script_host_elsewhere_runs_jobs_over_http(backend: Backend) {
-    let remote = yardmaster::config::RemoteSettings { worker_ttl_seconds: 3, ..Default::default() };
+    // Plain beats a hundred seconds apart: a cancel must come through the held beat.
+    let remote = yardmaster::config::RemoteSettings { worker_ttl_seconds: 300, ..Default::default() };
     let app = TestApp::spawn_with(backend, TestOptions { remote: Some(remote), ..options(&[], 0) }).await;
     let (status, created) = read(
         app.client
@@ -493,7 +494,7 @@ wc -c < data.bin > out/size.txt
     assert!(done["owner"].as_str().unwrap().starts_with("remote:"), "run elsewhere: {done}");
     let files = archive(&app, id).await;
     assert_eq!(files["out/size.txt"].trim(), "3145728", "the upload arrived whole: {files:?}");
-    // A cancel reaches the host through its heartbeat, and its run's processes die.
+    // A cancel reaches the host through its held heartbeat at once, and its run's processes die.
     let forever = upload_script(&app, "default", FOREVER, &[]).await;
     let forever = forever["id"].as_str().unwrap().to_owned();
     app.wait_for_status(&forever, "running").await;
