@@ -163,6 +163,14 @@ impl ApplicationBuilder {
                 crate::retention::Cleaner::new(store.clone(), db.clone(), uploads.clone(), settings.retention.clone());
             Supervisor::start(move |_| cleaner)
         });
+        // Waiting clients (API) and script hosts are woken across processes by NOTIFY, and
+        // workers hear of cancels made elsewhere: listening before the first claim, so no
+        // run starts before its cancel could reach it.
+        if self.api || settings.worker.enabled {
+            live::listen(&settings.store.url, waiters.clone(), claimers.clone(), stop_runs)
+                .await
+                .context("starting the listener")?;
+        }
         let consumers = match settings.worker.enabled {
             true => {
                 let mut consumers =
@@ -185,13 +193,6 @@ impl ApplicationBuilder {
         };
         let mut remote_sweeper = None;
         let closing = tokio_util::sync::CancellationToken::new();
-        // Waiting clients (API) and script hosts are woken across processes by NOTIFY, and
-        // workers hear of cancels made elsewhere.
-        if self.api || settings.worker.enabled {
-            live::listen(&settings.store.url, waiters.clone(), claimers.clone(), stop_runs)
-                .await
-                .context("starting the listener")?;
-        }
         let remote = Arc::new(crate::remote::Remote::new(db.clone(), &settings.remote, claimers.clone()));
         // Silent remote workers are swept wherever the API or the reaper runs, so workers
         // with their API down still give up the tasks of a worker that went away (each
