@@ -8,9 +8,9 @@
 //! A run that goes on past `ack_running_after` (below the broker's `consumer_timeout`, which
 //! closes the channel of a delivery held longer) has its delivery acknowledged then: the
 //! job's row and lease hold the run from its claim on. If the broker drops the channel
-//! anyway, its redelivery finds the job RUNNING and is acknowledged unrun. A message that is oversized, not a job id, or names no job goes to
-//! the dead letters; a claim that fails on the store, or arrives while the process shuts
-//! down, gives the message back.
+//! anyway, its redelivery finds the job RUNNING and is acknowledged unrun. A message that
+//! is oversized, not a job id, or names no job goes to the dead letters; a claim that fails
+//! on the store, or arrives while the process shuts down, gives the message back.
 //!
 //! A message may name several jobs of its queue (`ids_per_message`): each runs in a slot of
 //! its own, and the message is settled once all have ended, so a crash at any point leaves

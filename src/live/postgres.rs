@@ -4,8 +4,9 @@
 //! (migration 10) sends a registered type's name on [`TASKS_CHANNEL`] when one of its jobs
 //! becomes claimable, and another (migration 13) a job's id on [`STOPS_CHANNEL`] when a
 //! running job is cancelled; every API and worker process listens, wakes its waiters of
-//! those jobs and claimers of those types, and stops its runs of the cancelled jobs. A lost connection wakes every waiter (news may have been
-//! missed meanwhile) and the listener reconnects.
+//! those jobs and claimers of those types, and stops its runs of the cancelled jobs. A lost
+//! connection wakes every waiter (news may have been missed meanwhile) and the listener
+//! reconnects.
 //!
 //! The listener runs on a thread of its own with its own runtime and connection, so it
 //! outlives no runtime it depends on; it ends once nothing else holds the waiters.

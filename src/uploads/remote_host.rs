@@ -140,11 +140,16 @@ async fn answer<T: serde::de::DeserializeOwned>(response: reqwest::Response) -> 
     Ok(serde_json::from_slice(&body)?)
 }
 
+/// Pause after a beat that told a run to stop, while the run winds down (the next beat
+/// still names it, and would be answered at once).
+const AFTER_STOP: Duration = Duration::from_millis(200);
+
 /// Beats every `every` while nothing runs; while something does, beat after beat, each held
 /// by the server up to `every` and answered at once when a run must stop. A run claimed
-/// meanwhile starts a new beat that names it.
+/// meanwhile starts a new beat that names it. A server that does not hold beats (no
+/// `Preference-Applied`), a refusal or a failure brings back the plain pace.
 async fn heartbeat(host: Arc<Host>, every: Duration, stop: CancellationToken) {
-    let mut pause = false;
+    let mut pause = None;
     loop {
         let more = host.held_more.notified();
         tokio::pin!(more);
@@ -154,10 +159,10 @@ async fn heartbeat(host: Arc<Host>, every: Duration, stop: CancellationToken) {
             .lock()
             .map(|held| held.keys().map(|(id, attempt)| json!({ "id": id, "attempt": attempt })).collect())
             .unwrap_or_default();
-        if tasks.is_empty() || pause {
-            pause = false;
+        let wait = if tasks.is_empty() { Some(every) } else { pause.take() };
+        if let Some(wait) = wait {
             tokio::select! {
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep(wait) => {}
                 () = &mut more => continue,
             }
         }
@@ -170,28 +175,30 @@ async fn heartbeat(host: Arc<Host>, every: Duration, stop: CancellationToken) {
             sent = request.send() => sent,
             () = &mut more => continue,
         };
+        // Only a beat that asked to be held can come back at once; it then waits a while.
+        pause = (!tasks.is_empty()).then_some(every);
         match sent {
-            Ok(response) => match answer::<Beat>(response).await {
-                Ok(beat) => {
-                    for run in beat.stop {
-                        tracing::info!(job_id = %run.id, attempt = run.attempt, "the server says stop: killing the run");
-                        if let Some(cancel) =
-                            host.held.lock().ok().and_then(|held| held.get(&(run.id, run.attempt)).cloned())
-                        {
-                            cancel.cancel();
+            Ok(response) => {
+                let held = response.headers().contains_key("preference-applied");
+                match answer::<Beat>(response).await {
+                    Ok(beat) => {
+                        if held {
+                            pause = (!beat.stop.is_empty()).then_some(AFTER_STOP);
+                        }
+                        for run in beat.stop {
+                            tracing::info!(job_id = %run.id, attempt = run.attempt, "the server says stop: killing the run");
+                            if let Some(cancel) =
+                                host.held.lock().ok().and_then(|held| held.get(&(run.id, run.attempt)).cloned())
+                            {
+                                cancel.cancel();
+                            }
                         }
                     }
+                    Err(err) => tracing::warn!(error = %err, "heartbeat refused"),
                 }
-                Err(err) => {
-                    tracing::warn!(error = %err, "heartbeat refused");
-                    pause = true;
-                }
-            },
-            Err(err) if stop.is_cancelled() => return tracing::debug!(error = %err, "heartbeat after stop"),
-            Err(err) => {
-                tracing::warn!(error = %err, "heartbeat failed; trying again");
-                pause = true;
             }
+            Err(err) if stop.is_cancelled() => return tracing::debug!(error = %err, "heartbeat after stop"),
+            Err(err) => tracing::warn!(error = %err, "heartbeat failed; trying again"),
         }
     }
 }
