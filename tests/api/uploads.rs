@@ -227,14 +227,20 @@ fn no_heartbeat(options: TestOptions) -> TestOptions {
     TestOptions { heartbeat_ms: 600_000, lease_ms: 1_200_000, ..options }
 }
 
-async fn a_cancel_stops_the_script_at_once(backend: Backend) {
-    let app = TestApp::spawn_with(backend, no_heartbeat(options(&[], 2))).await;
-    let job = upload_script(&app, "default", FOREVER, &[]).await;
+/// Uploads a script that runs until stopped, cancels it through `api` once it runs, and
+/// waits until its processes are gone.
+async fn cancel_kills_the_run(api: &TestApp) {
+    let job = upload_script(api, "default", FOREVER, &[]).await;
     let id = job["id"].as_str().unwrap();
-    let group: i32 = file_when_written(&app, id, "pgid").await.trim().parse().unwrap();
-    let (status, _) = app.post(&format!("/jobs/{id}/cancel")).await;
+    let group: i32 = file_when_written(api, id, "pgid").await.trim().parse().unwrap();
+    let (status, _) = api.post(&format!("/jobs/{id}/cancel")).await;
     assert_eq!(status, 200);
     group_gone(group).await;
+}
+
+async fn a_cancel_stops_the_script_at_once(backend: Backend) {
+    let app = TestApp::spawn_with(backend, no_heartbeat(options(&[], 2))).await;
+    cancel_kills_the_run(&app).await;
 }
 
 /// The API in one process, the script host in another (on one PostgreSQL store and one
@@ -244,12 +250,7 @@ async fn a_cancel_made_by_another_process_stops_the_script_on_postgres() {
     let api = TestApp::spawn_with(Backend::Postgres, TestOptions { workers: false, ..options(&[], 0) }).await;
     let beside = Some((api.store_url.clone(), api.uploads.0.clone()));
     let _host = TestApp::spawn_with(Backend::Postgres, no_heartbeat(TestOptions { beside, ..options(&[], 2) })).await;
-    let job = upload_script(&api, "default", FOREVER, &[]).await;
-    let id = job["id"].as_str().unwrap();
-    let group: i32 = file_when_written(&api, id, "pgid").await.trim().parse().unwrap();
-    let (status, _) = api.post(&format!("/jobs/{id}/cancel")).await;
-    assert_eq!(status, 200);
-    group_gone(group).await;
+    cancel_kills_the_run(&api).await;
 }
 
 async fn quotas_hold_jobs_and_serve_users_in_turn(backend: Backend) {
