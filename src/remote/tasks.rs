@@ -311,13 +311,19 @@ pub async fn renew(
         if owned && runs.extend_lease(run, remote.lease).await? {
             continue;
         }
-        let status = match reads.get(task.id).await? {
-            Some(job) if owned || QueueName::pulled(&job.queue) => job.status,
-            _ => JobStatus::Cancelled,
-        };
-        stop.push(Stop { id: task.id, attempt: task.attempt, status });
+        stop.push(stop_of(task, reads.get(task.id).await?.as_ref(), owned));
     }
     Ok(stop)
+}
+
+/// A held task the worker must stop, as it is now: its status while it is the worker's
+/// (or on a pulled queue), `cancelled` when it is gone or another's.
+fn stop_of(task: &HeldTask, job: Option<&Job>, owned: bool) -> Stop {
+    let status = match job {
+        Some(job) if owned || QueueName::pulled(&job.queue) => job.status,
+        _ => JobStatus::Cancelled,
+    };
+    Stop { id: task.id, attempt: task.attempt, status }
 }
 
 /// The wait a held heartbeat may take: what the worker asked, within `max_wait` and half
@@ -369,17 +375,13 @@ async fn stopped(reads: &dyn JobReads, worker: &LiveWorker, held: &[HeldTask]) -
     let mut stop = Vec::new();
     for task in held {
         let job = reads.get(task.id).await?;
-        let status = match &job {
-            Some(job) if job.owner.as_deref() == Some(owner.as_str()) && job.attempts == task.attempt => {
-                if job.status == JobStatus::Running {
-                    continue;
-                }
-                job.status
-            }
-            Some(job) if QueueName::pulled(&job.queue) => job.status,
-            _ => JobStatus::Cancelled,
-        };
-        stop.push(Stop { id: task.id, attempt: task.attempt, status });
+        let owned = job
+            .as_ref()
+            .is_some_and(|job| job.owner.as_deref() == Some(owner.as_str()) && job.attempts == task.attempt);
+        if owned && job.as_ref().is_some_and(|job| job.status == JobStatus::Running) {
+            continue;
+        }
+        stop.push(stop_of(task, job.as_ref(), owned));
     }
     Ok(stop)
 }
