@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 use uuid::Uuid;
 
@@ -292,5 +293,33 @@ mod tests {
         assert_eq!(decode_job_message(&broken), None);
         let too_many: Vec<Uuid> = (0..=MAX_IDS_PER_MESSAGE).map(|_| Uuid::now_v7()).collect();
         assert_eq!(decode_job_message(&encode_job_ids(&too_many)), None);
+    }
+}
+
+/// The dispatch sweep: re-sends QUEUED jobs whose message was never confirmed (a crash
+/// between commit and publish, a broker outage) and jobs whose RetryLater delay is over.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DispatchSettings {
+    /// Run the sweep in this process.
+    pub enabled: bool,
+    /// Milliseconds between sweeps.
+    pub interval_ms: u64,
+    /// A job younger than this is left to its submitter, which is still publishing it.
+    pub grace_ms: u64,
+    /// Jobs sent per sweep at most.
+    pub batch: u64,
+}
+
+impl Default for DispatchSettings {
+    fn default() -> Self {
+        DispatchSettings { enabled: true, interval_ms: 1000, grace_ms: 5000, batch: 1000 }
+    }
+}
+
+impl DispatchSettings {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.interval_ms >= 1, "dispatch.interval_ms must be at least 1");
+        Ok(())
     }
 }

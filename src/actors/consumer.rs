@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
 
-use crate::config::QueueSettings;
+use super::settings::QueueSettings;
 use crate::store::Maintenance;
 use crate::transport::{Acker, Delivery, Transport, TransportError};
 

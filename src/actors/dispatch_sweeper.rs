@@ -7,7 +7,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use tracing::warn;
 
-use crate::config::DispatchSettings;
+use crate::dispatch::DispatchSettings;
 use crate::dispatch::Dispatcher;
 
 pub struct DispatchSweeper {

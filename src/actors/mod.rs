@@ -7,6 +7,7 @@ mod heartbeat;
 mod operation_consumer;
 mod queue_consumer;
 pub mod reaper;
+pub mod settings;
 mod shutdown_guard;
 mod write_consumer;
 

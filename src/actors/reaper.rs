@@ -17,7 +17,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use tracing::{info, warn};
 
-use crate::config::ReaperSettings;
+use super::settings::ReaperSettings;
 use crate::dispatch::Dispatcher;
 use crate::store::{Completion, JobStore, Maintenance, Requeue, RunWrites, StoreError};
 

@@ -7,8 +7,8 @@ use sea_orm::ConnectionTrait;
 
 use super::caller::Role;
 use super::secret;
+use super::settings::Secret;
 use super::tokens::{self, NewToken, TokenError};
-use crate::config::Secret;
 
 /// What start-up did about the first admin token.
 pub enum FirstToken {

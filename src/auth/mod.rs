@@ -11,6 +11,7 @@ pub mod commands;
 mod entity;
 mod middleware;
 pub mod secret;
+pub mod settings;
 pub mod tokens;
 mod verifier;
 

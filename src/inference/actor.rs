@@ -20,8 +20,8 @@ use tch::{CModule, Device, Kind, Tensor};
 use tokio::sync::Semaphore;
 use tracing::{error, info};
 
+use super::settings::InferenceSettings;
 use super::tokenizer::Tokens;
-use crate::config::InferenceSettings;
 
 /// How long a model that failed to load is taken as unavailable before loading is tried again.
 pub const RELOAD_AFTER: Duration = Duration::from_secs(10);

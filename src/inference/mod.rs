@@ -9,6 +9,7 @@
 pub mod api;
 pub mod entity;
 pub mod sets;
+pub mod settings;
 pub mod tokenizer;
 
 #[cfg(feature = "inference")]
@@ -20,8 +21,8 @@ pub mod neighbours;
 #[cfg(feature = "inference")]
 pub mod ops;
 
-use crate::config::InferenceSettings;
 use crate::ops::OperationRegistry;
+pub use settings::InferenceSettings;
 
 /// The operations of this capability, by name.
 pub const OPERATIONS: [&str; 4] =

@@ -12,6 +12,7 @@ pub mod api;
 pub mod entity;
 pub mod names;
 pub mod schema;
+pub mod settings;
 pub mod sweeper;
 pub mod tasks;
 pub mod types;
@@ -25,8 +26,8 @@ pub use workers::WorkerBook;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::RemoteSettings;
 use crate::live::TaskWaiters;
+pub use settings::RemoteSettings;
 
 /// Everything the remote-worker endpoints and submissions of registered types use.
 pub struct Remote {

@@ -22,7 +22,7 @@ use sea_orm::{
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use crate::config::RetentionSettings;
+use super::settings::RetentionSettings;
 use crate::domain::JobStatus;
 use crate::store::entity::job;
 use crate::store::{clock, Maintenance, StoreError};

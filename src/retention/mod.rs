@@ -6,5 +6,6 @@
 //! batches over partial indexes.
 
 pub mod cleaner;
+pub mod settings;
 
 pub use cleaner::{CleanCounts, Cleaner};

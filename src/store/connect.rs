@@ -7,7 +7,7 @@ use migration::{Migrator, MigratorTrait};
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 
-use crate::config::StoreSettings;
+use super::settings::StoreSettings;
 
 /// Which engine a URL points at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

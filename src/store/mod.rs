@@ -8,6 +8,7 @@ mod connect;
 pub mod entity;
 pub mod overview;
 mod sea;
+pub mod settings;
 
 use std::sync::Arc;
 use std::time::Duration;

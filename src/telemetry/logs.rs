@@ -10,7 +10,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
 use super::otel;
-use crate::config::{LogFormat, LogSettings};
+use super::settings::{LogFormat, LogSettings};
 
 /// Installs the default subscriber (text, `info`) once; later calls are no-ops.
 pub fn init() {

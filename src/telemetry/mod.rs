@@ -9,5 +9,6 @@ pub mod metrics;
 pub mod otel;
 pub mod requests;
 pub mod scrape;
+pub mod settings;
 
 pub use logs::{init, init_with};

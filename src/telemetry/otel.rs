@@ -6,7 +6,7 @@
 //! nothing is exported.
 
 #[cfg(not(feature = "otel"))]
-use crate::config::LogSettings;
+use super::settings::LogSettings;
 
 #[cfg(feature = "otel")]
 mod export {
@@ -20,7 +20,7 @@ mod export {
     use tracing_subscriber::registry::LookupSpan;
     use tracing_subscriber::Layer;
 
-    use crate::config::LogSettings;
+    use super::settings::LogSettings;
 
     /// The provider, kept to flush it at exit.
     static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();

@@ -22,8 +22,8 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::sync::{mpsc, Mutex};
 use tracing::{info, warn};
 
+use super::settings::AmqpSettings;
 use super::{Acker, DeadLetter, Delivery, Subscription, Transport, TransportError};
-use crate::config::AmqpSettings;
 
 /// Header naming why a message was dead-lettered.
 const REASON_HEADER: &str = "x-yardmaster-reason";

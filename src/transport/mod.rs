@@ -3,6 +3,7 @@
 
 mod amqp;
 mod in_process;
+pub mod settings;
 
 use std::time::Duration;
 

@@ -21,10 +21,10 @@ use uuid::Uuid;
 use super::files::{open_inside, Blob, BlobWriter, StagedUpload};
 use super::names::{normalise, NameError, NameSet};
 use super::sandbox::SCRIPT;
+use super::settings::ServiceSettings;
 use crate::api::jobs::{check_idempotency_key, find, idempotency_header};
 use crate::api::{ApiError, AppState, Code, Problem};
 use crate::auth::Caller;
-use crate::config::ServiceSettings;
 use crate::domain::{EventLevel, Job, JobStatus, NewEvent, NewJob, QueueName, RoomId, RUN_SCRIPT};
 
 /// Longest text field (service, room, idempotency key), in bytes.

@@ -18,6 +18,7 @@ pub mod quota;
 pub mod remote_host;
 pub mod run_script;
 pub mod sandbox;
+pub mod settings;
 pub mod workspace;
 
 use std::collections::BTreeMap;
@@ -30,8 +31,8 @@ pub use quota::Quotas;
 pub use run_script::RunScript;
 pub use workspace::Workspace;
 
-use crate::config::{ServiceSettings, UploadSettings};
 use crate::ops::OperationRegistry;
+pub use settings::{ServiceSettings, UploadSettings};
 
 /// Everything the upload endpoints and script hosts share.
 pub struct Uploads {

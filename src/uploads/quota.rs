@@ -21,7 +21,7 @@ use sea_orm::{
 };
 use uuid::Uuid;
 
-use crate::config::ServiceSettings;
+use super::settings::ServiceSettings;
 use crate::domain::Job;
 use crate::store::entity::job;
 use crate::store::{clock, RunWrites, StoreError};

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ServiceSettings;
+use super::settings::ServiceSettings;
 
 /// The script every upload carries, run by `bash` from the run's working directory.
 pub const SCRIPT: &str = "run.sh";

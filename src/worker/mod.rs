@@ -2,6 +2,7 @@
 
 mod executor;
 mod in_flight;
+pub mod settings;
 
 pub use executor::{unstorable, Claim, Executor, ExecutorConfig, HandleOutcome, INVALID_RESULT, OPERATION_PANICKED};
 pub use in_flight::{InFlight, Slot};

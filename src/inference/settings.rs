@@ -1,0 +1,59 @@
+//! The `[inference]` settings: the model, its device and batches, the actor's mailbox, the
+//! tokeniser, and the queues its batches travel on.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferenceSettings {
+    /// The TorchScript model file: input int64 `[batch, tokens]` (token ids, 0 = padding),
+    /// output float `[batch, dim]`. `yardmaster model init` writes the default model there.
+    pub model: String,
+    /// `auto` (CUDA when available, else CPU), `cpu` or `cuda`.
+    pub device: String,
+    /// Inputs per batch (one forward pass).
+    pub batch_size: usize,
+    /// Batches the inference actor accepts at once (running and waiting); a batch that
+    /// finds it full is answered RetryLater and waits off the queue, never blocking a slot.
+    pub mailbox: usize,
+    /// How long a batch refused by a full actor waits before it is tried again.
+    pub retry_after_ms: u64,
+    /// The tokeniser's vocabulary: token ids are 1 to `vocab - 1` (see `inference::tokenizer`).
+    pub vocab: u32,
+    /// Longest input, in characters (tokens); a longer one fails its job (`InvalidInput`).
+    pub max_tokens: usize,
+    /// The operations queue batches run on: consumed by the processes that hold the model.
+    pub queue: String,
+    /// The writes queue batch outcomes (the vectors) are stored from.
+    pub write_queue: String,
+}
+
+impl Default for InferenceSettings {
+    fn default() -> Self {
+        InferenceSettings {
+            model: "models/default.pt".into(),
+            device: "auto".into(),
+            batch_size: 64,
+            mailbox: 2,
+            retry_after_ms: 200,
+            vocab: 4096,
+            max_tokens: 512,
+            queue: "inference".into(),
+            write_queue: crate::ops::WRITE_QUEUE.into(),
+        }
+    }
+}
+
+impl InferenceSettings {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            matches!(self.device.as_str(), "auto" | "cpu" | "cuda"),
+            "inference.device must be auto, cpu or cuda"
+        );
+        anyhow::ensure!((1..=4096).contains(&self.batch_size), "inference.batch_size must be 1 to 4096");
+        anyhow::ensure!((1..=1024).contains(&self.mailbox), "inference.mailbox must be 1 to 1024");
+        anyhow::ensure!((2..=1 << 24).contains(&self.vocab), "inference.vocab must be 2 to 16777216");
+        anyhow::ensure!((1..=65_536).contains(&self.max_tokens), "inference.max_tokens must be 1 to 65536");
+        Ok(())
+    }
+}
