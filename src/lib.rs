@@ -18,6 +18,7 @@
 //! - [`client`]: the command line's client commands (submit --wait, ls, events --follow, …).
 
 pub mod actors;
+pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod cli;
@@ -28,7 +29,9 @@ pub mod dead_letters;
 pub mod dispatch;
 pub mod domain;
 pub mod failpoint;
+pub mod http;
 pub mod inference;
+pub mod jobs;
 pub mod live;
 pub mod ops;
 pub mod remote;

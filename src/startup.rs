@@ -16,10 +16,11 @@ use crate::actors::{
     BatchWrites, ClockSync, DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, Reaper,
     ShutdownGuard, StopIntake, WriteConsumer, CLOCK_SYNC_INTERVAL,
 };
-use crate::api::{self, AppState};
+use crate::api;
 use crate::auth::{self, Authenticator, FirstToken};
 use crate::config::{QueueKind, Settings, StoreSettings, TransportKind};
 use crate::dispatch::Dispatcher;
+use crate::http::{self, AppState};
 use crate::live::{self, JobWaiters, NotifyingStore, TaskWaiters};
 use crate::ops::{OperationRegistry, Services};
 use crate::store::{self, JobStore, SeaStore};
@@ -193,7 +194,12 @@ impl ApplicationBuilder {
         };
         let mut remote_sweeper = None;
         let closing = tokio_util::sync::CancellationToken::new();
-        let remote = Arc::new(crate::remote::Remote::new(db.clone(), &settings.remote, claimers.clone()));
+        let remote = Arc::new(crate::remote::Remote::new(
+            db.clone(),
+            &settings.remote,
+            claimers.clone(),
+            settings.uploads.services.keys().cloned().collect(),
+        ));
         // Silent remote workers are swept wherever the API or the reaper runs, so workers
         // with their API down still give up the tasks of a worker that went away (each
         // sweep is a compare-and-set: sweepers in many processes mark a worker gone once).
@@ -214,18 +220,17 @@ impl ApplicationBuilder {
                     registry,
                     max_page_size: settings.server.max_page_size,
                     job_queues: settings.job_queues(),
-                    outage: api::Outage::default(),
+                    outage: http::Outage::default(),
                     waiters,
                     max_wait: Duration::from_secs(settings.server.max_wait_seconds),
-                    remote,
-                    uploads: uploads.clone(),
                     closing: closing.clone(),
-                    auth: match self.check_tokens {
-                        true => Authenticator::new(db.clone(), Duration::from_secs(settings.auth.cache_seconds)),
-                        false => Authenticator::trusting(db.clone(), auth::Caller::admin_for_benchmarks()),
-                    },
                 };
-                let (port, server) = serve_api(&settings, state)?;
+                let auth = match self.check_tokens {
+                    true => Authenticator::new(db.clone(), Duration::from_secs(settings.auth.cache_seconds)),
+                    false => Authenticator::trusting(db.clone(), auth::Caller::admin_for_benchmarks()),
+                };
+                let parts = Capabilities { auth: auth.into(), remote: remote.into(), uploads: uploads.clone().into() };
+                let (port, server) = serve_api(&settings, state, parts)?;
                 (Some(port), Some(server))
             }
             false => (None, None),
@@ -302,7 +307,14 @@ async fn start_sweeper(settings: &Settings, dispatcher: &Dispatcher) -> anyhow::
     Ok(Some(Supervisor::start(move |_| sweeper)))
 }
 
-fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Server)> {
+/// The state of the capabilities beside [`AppState`], each its own `web::Data`.
+struct Capabilities {
+    auth: web::Data<Authenticator>,
+    remote: web::Data<crate::remote::Remote>,
+    uploads: web::Data<crate::uploads::Uploads>,
+}
+
+fn serve_api(settings: &Settings, state: AppState, parts: Capabilities) -> anyhow::Result<(u16, Server)> {
     let state = web::Data::new(state);
     let listener = TcpListener::bind(&settings.server.bind)
         .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
@@ -310,8 +322,8 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
     let server_settings = settings.server.clone();
     let max_body = server_settings.max_body_bytes;
     let body_timeout = Duration::from_secs(server_settings.body_timeout_seconds);
-    let upload_timeout = state.uploads.body_timeout;
-    let clients = api::ClientLimit::new(server_settings.max_connections_per_client);
+    let upload_timeout = parts.uploads.body_timeout;
+    let clients = http::ClientLimit::new(server_settings.max_connections_per_client);
     let document = api::openapi::document(&api::openapi::Deployment {
         max_page_size: server_settings.max_page_size,
         operations: state.registry.names().collect(),
@@ -321,15 +333,18 @@ fn serve_api(settings: &Settings, state: AppState) -> anyhow::Result<(u16, Serve
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
+            .app_data(parts.auth.clone())
+            .app_data(parts.remote.clone())
+            .app_data(parts.uploads.clone())
             .configure(|cfg| api::configure(cfg, max_body, document.clone()))
             .configure(crate::dashboard::configure)
             .default_service(web::to(api::not_found))
-            .wrap(actix_web::middleware::from_fn(api::fail_fast))
+            .wrap(actix_web::middleware::from_fn(http::fail_fast))
             .wrap(actix_web::middleware::from_fn(crate::telemetry::http::observe))
             .wrap(actix_web::middleware::from_fn(crate::telemetry::requests::request_id_header))
             .wrap(tracing_actix_web::TracingLogger::<crate::telemetry::requests::RequestSpan>::new())
             // Outermost, so it holds an unread body until the response is written.
-            .wrap(api::BodyGuard::new(body_timeout).longer_for("/uploads", upload_timeout))
+            .wrap(http::BodyGuard::new(body_timeout).longer_for("/uploads", upload_timeout))
     })
     .workers(server_settings.http_workers.max(1))
     .max_connections(server_settings.max_connections)

@@ -7,10 +7,10 @@ use std::sync::OnceLock;
 
 use actix_web::web;
 
-use super::admin::SummaryQuery;
-use super::jobs::{parse_submission, EventsQuery, ListQuery, Submissions};
+use crate::admin::SummaryQuery;
 use crate::dispatch::decode_job_message;
 use crate::domain::{nul_pointer, BatchOutcome};
+use crate::jobs::{parse_submission, EventsQuery, ListQuery, Submissions};
 use crate::ops::{OperationMessage, OperationRegistry};
 
 fn registry() -> &'static OperationRegistry {

@@ -3,8 +3,7 @@
 use actix_web::web;
 use serde::Serialize;
 
-use super::error::{ApiError, Code, Problem};
-use super::AppState;
+use crate::http::{ApiError, AppState, Code, Problem};
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Health {

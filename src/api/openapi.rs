@@ -15,9 +15,11 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement
 use utoipa::openapi::{Content, Header, OpenApi as Document, Ref, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
-use super::error::{ApiError, Code, Problem};
-use super::{admin, health, jobs, tokens, Access, ROUTES};
+use super::health;
+use crate::http::{Access, ApiError, Code, Problem};
 
+/// The server's own part of the document: its description, its routes (health), the problem
+/// schema, and the completion every operation gets.
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -26,55 +28,26 @@ use super::{admin, health, jobs, tokens, Access, ROUTES};
             them. Every endpoint but `/healthz` and `/readyz` takes `Authorization: Bearer TOKEN`; every error \
             is RFC 9457 `application/problem+json` with a stable `code`."
     ),
-    paths(
-        health::healthz,
-        health::readyz,
-        jobs::submit,
-        jobs::submit_batch,
-        jobs::list,
-        jobs::get,
-        jobs::cancel,
-        jobs::retry,
-        jobs::children,
-        jobs::events,
-        super::stream::job_events,
-        super::stream::room_events,
-        crate::inference::api::get,
-        admin::summary,
-        admin::replay,
-        admin::purge,
-        tokens::list,
-        tokens::create,
-        tokens::revoke,
-        crate::remote::api::list_types,
-        crate::remote::api::register_type,
-        crate::remote::api::register_worker,
-        crate::remote::api::heartbeat,
-        crate::remote::api::deregister_worker,
-        crate::remote::api::claim,
-        crate::remote::api::report,
-        crate::uploads::api::upload,
-        crate::uploads::api::result,
-        crate::uploads::api::file,
-        crate::uploads::hosts::claim,
-        crate::uploads::hosts::task_file,
-        crate::uploads::hosts::put_result,
-        crate::uploads::hosts::result_progress,
-        crate::telemetry::scrape::metrics,
-    ),
+    paths(health::healthz, health::readyz),
     components(schemas(Problem)),
-    modifiers(&Completed),
-    tags(
-        (name = "jobs", description = "Submit, read, list, cancel and retry jobs; their children and events"),
-        (name = "inference", description = "Stored embedding sets"),
-        (name = "remote", description = "Registered job types, and remote workers that claim and report their tasks over HTTP"),
-        (name = "uploads", description = "Upload files with run.sh for a service; download the ZIP of what it made"),
-        (name = "admin", description = "Dead letters and tokens: admins only"),
-        (name = "operations", description = "Metrics in Prometheus text: admins only"),
-        (name = "health", description = "Liveness and readiness: no token"),
-    )
+    tags((name = "health", description = "Liveness and readiness: no token"))
 )]
-pub struct ApiDoc;
+struct ServerDoc;
+
+/// The server's own part of the document (its [`super::SURFACES`] entry).
+pub fn server_document() -> Document {
+    ServerDoc::openapi()
+}
+
+/// Every surface's part merged, then completed from the route table and the problem table.
+pub fn merged() -> Document {
+    let mut spec = server_document();
+    for surface in super::SURFACES.iter().skip(1) {
+        spec.merge((surface.document)());
+    }
+    Completed.modify(&mut spec);
+    spec
+}
 
 /// A registered type, as a submission names it: `category:name`, or `room:category:name`.
 const TYPE_REFERENCE: &str =
@@ -99,7 +72,7 @@ pub struct Deployment<'a> {
 /// The document as served: the generated one, with this deployment's operations, job
 /// queues and page limit.
 pub fn document(deployment: &Deployment) -> Arc<String> {
-    let mut spec = ApiDoc::openapi();
+    let mut spec = merged();
     let components = spec.components.get_or_insert_with(Default::default);
     if let Some(RefOr::T(Schema::Object(submit))) = components.schemas.get_mut("SubmitRequest") {
         let names = |names: &[&str]| Some(names.iter().map(|name| serde_json::json!(name)).collect::<Vec<_>>());
@@ -195,7 +168,7 @@ impl Modify for Completed {
             }
         }
         for (path, item) in spec.paths.paths.iter_mut() {
-            let access = ROUTES.iter().find(|route| route.path == path).map_or(Access::Member, |route| route.access);
+            let access = super::routes().find(|route| route.path == path).map_or(Access::Member, |route| route.access);
             for operation in item_operations(item) {
                 complete(operation, access, path.contains('{'));
             }

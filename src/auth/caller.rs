@@ -7,8 +7,8 @@ use actix_web::{dev::Payload, FromRequest, HttpMessage as _, HttpRequest};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::api::{ApiError, Code};
 use crate::domain::RoomId;
+use crate::http::{ApiError, Code};
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

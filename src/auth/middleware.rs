@@ -10,23 +10,9 @@ use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage as _};
 
 use super::caller::{Caller, Role};
+use super::verifier::Authenticator;
 use super::verifier::Rejected;
-use crate::api::{ApiError, AppState, Code};
-
-/// Who may call a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Anyone who reaches the port (health checks).
-    Public,
-    /// Admins and members (rooms decide the rest).
-    Member,
-    /// Admins only.
-    Admin,
-    /// Remote workers (and admins, who may serve `@global` types).
-    Worker,
-    /// Every role: members, workers and admins (rooms decide the rest).
-    Any,
-}
+use crate::http::{Access, ApiError, Code};
 
 /// Query parameters that carry a token by RFC 6750 §2.3, refused: URLs end up in logs.
 const TOKEN_PARAMETERS: [&str; 2] = ["access_token", "token"];
@@ -53,9 +39,10 @@ async fn admit(access: Access, req: &ServiceRequest) -> Result<Caller, ApiError>
         let detail = "a token in the URL is refused: send it as Authorization: Bearer TOKEN";
         return Err(ApiError::new(Code::TokenInQuery, detail));
     }
-    let state = req.app_data::<web::Data<AppState>>().ok_or_else(|| ApiError::new(Code::Internal, "no state"))?;
+    let auth =
+        req.app_data::<web::Data<Authenticator>>().ok_or_else(|| ApiError::new(Code::Internal, "no verifier"))?;
     let header = req.headers().get(header::AUTHORIZATION).map(|value| value.as_bytes());
-    let caller = state.auth.authenticate(header).await.map_err(|rejected| match rejected {
+    let caller = auth.authenticate(header).await.map_err(|rejected| match rejected {
         Rejected::Missing => ApiError::unauthorized(rejected.to_string()),
         Rejected::Malformed | Rejected::Refused => ApiError::invalid_token(rejected.to_string()),
         Rejected::Store(err) => {

@@ -5,6 +5,7 @@
 //! Depends on the store's connection and the API's error type; nothing in `store/`, `ops/`
 //! or `worker/` depends on it.
 
+pub mod api;
 mod bootstrap;
 mod caller;
 pub mod commands;
@@ -15,7 +16,34 @@ pub mod settings;
 pub mod tokens;
 mod verifier;
 
+pub use crate::http::Access;
 pub use bootstrap::{ensure_admin, FirstToken};
 pub use caller::{Caller, Identity, Role};
-pub use middleware::{authorize, Access};
+pub use middleware::authorize;
 pub use verifier::{Authenticator, Rejected};
+
+use actix_web::web;
+
+use crate::http::{read, Route, Surface, DELETE, READ_WRITE};
+
+/// Token management, for admins.
+pub const ROUTES: &[Route] = &[
+    Route {
+        path: "/admin/tokens",
+        allow: READ_WRITE,
+        access: Access::Admin,
+        handlers: |r| r.route(web::post().to(api::create)).route(read().to(api::list)),
+    },
+    Route {
+        path: "/admin/tokens/{id}",
+        allow: DELETE,
+        access: Access::Admin,
+        handlers: |r| r.route(web::delete().to(api::revoke)),
+    },
+];
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(api::list, api::create, api::revoke))]
+struct Doc;
+
+pub const SURFACE: Surface = Surface { routes: ROUTES, document: <Doc as utoipa::OpenApi>::openapi };

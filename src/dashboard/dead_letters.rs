@@ -10,9 +10,9 @@ use serde::Deserialize;
 
 use super::html::{self, enc, esc};
 use super::session::Viewer;
-use crate::api::AppState;
 use crate::dead_letters::{self, Selection};
 use crate::domain::QueueName;
+use crate::http::AppState;
 
 /// Letters looked at per queue for the summary.
 const SUMMARY_LIMIT: usize = 1000;

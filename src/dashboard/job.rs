@@ -14,8 +14,8 @@ use super::html::{self, esc};
 use super::jobs::table;
 use super::login::CsrfForm;
 use super::session::Viewer;
-use crate::api::AppState;
 use crate::domain::{Job, JobStatus};
+use crate::http::AppState;
 use crate::store::{overview, JobFilter, StoreError};
 
 /// Events shown on the page (the stream adds what comes after).

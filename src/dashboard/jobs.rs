@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use super::html::{self, enc, esc};
 use super::session::Viewer;
-use crate::api::AppState;
 use crate::domain::{JobStatus, JobSummary};
+use crate::http::AppState;
 use crate::store::{JobFilter, StoreError};
 
 /// Jobs per page.

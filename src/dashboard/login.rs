@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::html::{self, esc};
 use super::session::{self, Admission, Viewer};
-use crate::api::AppState;
+use crate::auth::Authenticator;
 
 #[derive(Debug, Deserialize)]
 pub struct LoginQuery {
@@ -42,7 +42,7 @@ pub async fn page(query: web::Query<LoginQuery>) -> HttpResponse {
     html::page(None, "Log in", &form(next, None))
 }
 
-pub async fn submit(state: web::Data<AppState>, req: HttpRequest, body: web::Form<LoginForm>) -> HttpResponse {
+pub async fn submit(auth: web::Data<Authenticator>, req: HttpRequest, body: web::Form<LoginForm>) -> HttpResponse {
     if !session::same_origin(&req) {
         return html::problem(None, StatusCode::FORBIDDEN, "Refused", "a login must come from this site's own page");
     }
@@ -53,7 +53,7 @@ pub async fn submit(state: web::Data<AppState>, req: HttpRequest, body: web::For
         *response.status_mut() = status;
         response
     };
-    match session::admit(&state, token).await {
+    match session::admit(&auth, token).await {
         Admission::Admitted(viewer) => {
             let identity = viewer.caller().identity();
             tracing::info!(user = %identity.user, role = identity.role.as_str(), "dashboard login");

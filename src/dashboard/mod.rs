@@ -47,7 +47,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/jobs/{id}", web::get().to(job::page))
             .route("/jobs/{id}/cancel", web::post().to(job::cancel))
             .route("/jobs/{id}/retry", web::post().to(job::retry))
-            .route("/jobs/{id}/stream", web::get().to(crate::api::stream::job_events))
+            .route("/jobs/{id}/stream", web::get().to(crate::jobs::stream::job_events))
             .route("/dead-letters", web::get().to(dead_letters::page))
             .route("/dead-letters", web::post().to(dead_letters::settle))
             .route("/assets/{name}", web::get().to(asset))

@@ -11,7 +11,7 @@ use chrono::Duration;
 
 use super::html::{self, age, enc, esc};
 use super::session::Viewer;
-use crate::api::AppState;
+use crate::http::AppState;
 use crate::store::{clock, overview};
 
 /// Seconds between refreshes of the page.

@@ -15,7 +15,7 @@ use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
 use super::html;
-use crate::api::AppState;
+use crate::auth::Authenticator;
 use crate::auth::{Caller, Role};
 
 /// The session cookie's name.
@@ -87,8 +87,8 @@ pub enum Admission {
 }
 
 /// Checks `token` as the API checks a bearer token.
-pub async fn admit(state: &AppState, token: &str) -> Admission {
-    match state.auth.verify(token).await {
+pub async fn admit(auth: &Authenticator, token: &str) -> Admission {
+    match auth.verify(token).await {
         Ok(caller) if caller.identity().role == Role::Worker => Admission::WrongRole,
         Ok(caller) => Admission::Admitted(Viewer { caller, csrf: csrf_of(token) }),
         Err(crate::auth::Rejected::Store(err)) => {
@@ -142,11 +142,11 @@ pub async fn guard(req: ServiceRequest, next: Next<BoxBody>) -> Result<ServiceRe
         return Ok(req.into_response(response));
     }
     let token = req.cookie(COOKIE).map(|cookie| cookie.value().to_owned()).filter(|token| !token.is_empty());
-    let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
+    let Some(auth) = req.app_data::<web::Data<Authenticator>>().cloned() else {
         return Ok(req.into_response(html::problem(None, StatusCode::INTERNAL_SERVER_ERROR, "Not set up", "no state")));
     };
     let admission = match token {
-        Some(token) => admit(&state, &token).await,
+        Some(token) => admit(&auth, &token).await,
         None => Admission::Refused,
     };
     match admission {

@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::sets::{self, check_set_name, Item};
-use crate::api::{ApiError, AppState, Code, Problem};
 use crate::auth::Caller;
 use crate::domain::JobStatus;
+use crate::http::{ApiError, AppState, Code, Problem};
 use crate::store::StoreError;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -65,10 +65,10 @@ pub async fn get(
 ) -> Result<web::Json<SetPage>, ApiError> {
     check_set_name(&name).map_err(|err| ApiError::new(Code::InvalidSetName, err))?;
     let room = match query.room.as_deref() {
-        Some(room) => crate::api::room_id(room)?,
+        Some(room) => crate::http::room_id(room)?,
         None => caller.default_room(),
     };
-    let limit = crate::api::jobs::page_size(query.limit, state.max_page_size)?;
+    let limit = crate::http::page_size(query.limit, state.max_page_size)?;
     let db = &state.db;
     let key = sets::key(room.as_str(), &name);
     let missing = || ApiError::new(Code::SetNotFound, format!("no embedding set {:?} in room {room}", name.as_str()));

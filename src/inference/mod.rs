@@ -53,3 +53,18 @@ pub fn register(registry: OperationRegistry, _settings: &InferenceSettings) -> O
     let reason = "this yardmaster was built without the `inference` feature (libtorch)";
     OPERATIONS.iter().fold(registry, |registry, name| registry.without(name, reason))
 }
+
+/// The inference API: stored embedding sets.
+pub const ROUTES: &[crate::http::Route] = &[crate::http::Route {
+    path: "/embeddings/{set}",
+    allow: crate::http::READ,
+    access: crate::http::Access::Member,
+    handlers: |r| r.route(crate::http::read().to(api::get)),
+}];
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(api::get), tags((name = "inference", description = "Stored embedding sets")))]
+struct Doc;
+
+pub const SURFACE: crate::http::Surface =
+    crate::http::Surface { routes: ROUTES, document: <Doc as utoipa::OpenApi>::openapi };

@@ -9,9 +9,10 @@ use super::names::TypeName;
 use super::tasks::{self, HeldTask, Report, ReportError, Stop};
 use super::types::{Registered, TypeError, TypeInfo};
 use super::workers::{LiveWorker, WorkerError, WorkerInfo};
-use crate::api::{room_id, ApiError, AppState, Code, Problem};
+use super::Remote;
 use crate::auth::Caller;
 use crate::domain::{Job, RoomId};
+use crate::http::{room_id, ApiError, AppState, Code, Problem};
 use crate::store::{Requeue, StoreError};
 
 /// Most types one worker serves.
@@ -90,6 +91,7 @@ pub struct TypeList {
 )]
 pub async fn list_types(
     state: web::Data<AppState>,
+    remote: web::Data<Remote>,
     caller: Caller,
     query: web::Query<TypesQuery>,
 ) -> Result<HttpResponse, ApiError> {
@@ -112,7 +114,7 @@ pub async fn list_types(
     }
     let mut types = match rooms.as_deref() {
         Some([]) => Vec::new(),
-        rooms => state.remote.types.list(rooms).await.map_err(db)?,
+        rooms => remote.types.list(rooms).await.map_err(db)?,
     };
     if internal {
         types.extend(state.registry.names().into_iter().map(|operation| TypeInfo {
@@ -162,7 +164,7 @@ pub struct RegisterType {
     )
 )]
 pub async fn register_type(
-    state: web::Data<AppState>,
+    remote: web::Data<Remote>,
     caller: Caller,
     body: web::Json<RegisterType>,
 ) -> Result<HttpResponse, ApiError> {
@@ -179,7 +181,7 @@ pub async fn register_type(
             ApiError::new(Code::NulCharacter, "a NUL character (\\u0000) cannot be stored").at(format!("/schema{at}"))
         );
     }
-    let (info, registered) = state.remote.types.register(&name, body.schema).await?;
+    let (info, registered) = remote.types.register(&name, body.schema).await?;
     let mut response = match registered {
         Registered::Unchanged => HttpResponse::Ok(),
         Registered::Created | Registered::Revived => HttpResponse::Created(),
@@ -218,7 +220,7 @@ pub struct RegisterWorker {
     )
 )]
 pub async fn register_worker(
-    state: web::Data<AppState>,
+    remote: web::Data<Remote>,
     caller: Caller,
     body: web::Json<RegisterWorker>,
 ) -> Result<HttpResponse, ApiError> {
@@ -242,7 +244,7 @@ pub async fn register_worker(
         let name =
             TypeName::parse(text).map_err(|err| ApiError::new(Code::InvalidTypeName, err).at(pointer.clone()))?;
         caller.may_serve(name.room.as_str()).map_err(|err| err.at(pointer.clone()))?;
-        if !state.remote.types.is_active(&name).await.map_err(db)? {
+        if !remote.types.is_active(&name).await.map_err(db)? {
             let detail = format!("no active type {name}: register it with POST /types first");
             return Err(ApiError::new(Code::UnknownType, detail).at(pointer));
         }
@@ -252,7 +254,7 @@ pub async fn register_worker(
     }
     let mut served: Vec<String> = types.iter().map(TypeName::full).collect();
     for (at, service) in body.services.iter().enumerate() {
-        if !state.uploads.services.contains_key(service) {
+        if !remote.services.contains(service) {
             let detail = format!("no upload service {service:?} is configured here");
             return Err(ApiError::new(Code::UnknownService, detail).at(format!("/services/{at}")));
         }
@@ -261,14 +263,14 @@ pub async fn register_worker(
             served.push(name);
         }
     }
-    let (id, _) = state.remote.workers.register(caller.identity().token_id, &name, &served).await.map_err(db)?;
-    let info = state.remote.workers.info(id, state.remote.lease).await.map_err(db)?;
+    let (id, _) = remote.workers.register(caller.identity().token_id, &name, &served).await.map_err(db)?;
+    let info = remote.workers.info(id, remote.lease).await.map_err(db)?;
     Ok(HttpResponse::Created().insert_header(("Location", format!("/workers/{id}"))).json(info))
 }
 
 /// The worker `id` as this caller may use it, renewed: a heartbeat's sign of life.
-async fn live_worker(state: &AppState, caller: &Caller, id: Uuid) -> Result<LiveWorker, ApiError> {
-    Ok(state.remote.workers.renew(id, caller.identity().token_id).await?)
+async fn live_worker(remote: &Remote, caller: &Caller, id: Uuid) -> Result<LiveWorker, ApiError> {
+    Ok(remote.workers.renew(id, caller.identity().token_id).await?)
 }
 
 /// Body of `POST /workers/{id}/heartbeat`.
@@ -309,6 +311,7 @@ pub struct HeartbeatAnswer {
 )]
 pub async fn heartbeat(
     state: web::Data<AppState>,
+    remote: web::Data<Remote>,
     caller: Caller,
     req: HttpRequest,
     id: web::Path<Uuid>,
@@ -318,13 +321,13 @@ pub async fn heartbeat(
     if body.tasks.len() > MAX_HELD {
         return Err(ApiError::new(Code::InvalidRequest, format!("at most {MAX_HELD} tasks")).at("/tasks"));
     }
-    let worker = live_worker(&state, &caller, *id).await?;
-    let asked = crate::api::prefer_wait(req.headers());
-    let wait = tasks::heartbeat_wait(&state.remote, asked, state.max_wait).unwrap_or_default();
-    let (store, remote) = (state.store.as_ref(), &state.remote);
+    let worker = live_worker(&remote, &caller, *id).await?;
+    let asked = crate::http::prefer_wait(req.headers());
+    let wait = tasks::heartbeat_wait(&remote, asked, state.max_wait).unwrap_or_default();
+    let (store, remote) = (state.store.as_ref(), &remote);
     let stop =
         tasks::renew_held(remote, store, store, &state.waiters, &worker, &body.tasks, wait, &state.closing).await?;
-    let info = state.remote.workers.info(worker.id, state.remote.lease).await.map_err(db)?;
+    let info = remote.workers.info(worker.id, remote.lease).await.map_err(db)?;
     let info = info.ok_or_else(|| ApiError::new(Code::WorkerNotFound, format!("no worker {id}")))?;
     let mut response = HttpResponse::Ok();
     if asked.is_some() {
@@ -346,15 +349,16 @@ pub async fn heartbeat(
 )]
 pub async fn deregister_worker(
     state: web::Data<AppState>,
+    remote: web::Data<Remote>,
     caller: Caller,
     id: web::Path<Uuid>,
 ) -> Result<HttpResponse, ApiError> {
-    match state.remote.workers.check(*id, caller.identity().token_id).await {
+    match remote.workers.check(*id, caller.identity().token_id).await {
         Ok(_) | Err(WorkerError::Gone(_)) => {}
         Err(WorkerError::NotYours(_)) if caller.is_admin() => {}
         Err(err) => return Err(err.into()),
     }
-    state.remote.workers.leave(*id).await.map_err(db)?;
+    remote.workers.leave(*id).await.map_err(db)?;
     let owner = super::workers::owner(*id);
     loop {
         let runs = state.store.runs_owned_by(&owner, 100).await?;
@@ -365,7 +369,7 @@ pub async fn deregister_worker(
             break;
         }
     }
-    let info = state.remote.workers.info(*id, state.remote.lease).await.map_err(db)?;
+    let info = remote.workers.info(*id, remote.lease).await.map_err(db)?;
     Ok(HttpResponse::Ok().json(info))
 }
 
@@ -401,16 +405,17 @@ pub struct ClaimAnswer {
 )]
 pub async fn claim(
     state: web::Data<AppState>,
+    remote: web::Data<Remote>,
     caller: Caller,
     req: HttpRequest,
     body: web::Json<ClaimRequest>,
 ) -> Result<HttpResponse, ApiError> {
     // A claim renews the worker too, unless this process did lately.
-    let worker = state.remote.workers.renew_lately(body.worker_id, caller.identity().token_id).await?;
-    let asked = crate::api::prefer_wait(req.headers());
-    let wait = tasks::claim_wait(&state.remote, asked, state.max_wait).unwrap_or_default();
+    let worker = remote.workers.renew_lately(body.worker_id, caller.identity().token_id).await?;
+    let asked = crate::http::prefer_wait(req.headers());
+    let wait = tasks::claim_wait(&remote, asked, state.max_wait).unwrap_or_default();
     let token = caller.identity().token_id;
-    let task = tasks::claim(&state.remote, state.store.as_ref(), &worker, token, wait, &state.closing).await?;
+    let task = tasks::claim(&remote, state.store.as_ref(), &worker, token, wait, &state.closing).await?;
     let mut response = HttpResponse::Ok();
     if asked.is_some() {
         response.insert_header(("Preference-Applied", format!("wait={}", wait.as_secs())));
@@ -435,12 +440,13 @@ pub async fn claim(
 )]
 pub async fn report(
     state: web::Data<AppState>,
+    remote: web::Data<Remote>,
     caller: Caller,
     id: web::Path<Uuid>,
     body: web::Json<Report>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let worker = state.remote.workers.check_lately(body.worker_id, caller.identity().token_id).await?;
-    let job = tasks::report(&state.remote, state.store.as_ref(), state.store.as_ref(), &worker, *id, body).await?;
+    let worker = remote.workers.check_lately(body.worker_id, caller.identity().token_id).await?;
+    let job = tasks::report(&remote, state.store.as_ref(), state.store.as_ref(), &worker, *id, body).await?;
     Ok(HttpResponse::Ok().json(job))
 }

@@ -18,7 +18,6 @@ pub mod tasks;
 pub mod types;
 pub mod workers;
 
-pub use api::{claim, deregister_worker, heartbeat, list_types, register_type, register_worker, report};
 pub use names::TypeName;
 pub use types::{Resolved, TypeBook};
 pub use workers::WorkerBook;
@@ -26,6 +25,9 @@ pub use workers::WorkerBook;
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::web;
+
+use crate::http::{read, Access, Route, Surface, DELETE, PATCH, READ_WRITE, WRITE};
 use crate::live::TaskWaiters;
 pub use settings::RemoteSettings;
 
@@ -39,16 +41,82 @@ pub struct Remote {
     pub lease: Duration,
     /// Whether a submission to a type with no live worker queues when it does not say.
     pub queue_without_worker: bool,
+    /// The upload services a script host may register for (`uploads.services`).
+    pub services: std::collections::BTreeSet<String>,
 }
 
 impl Remote {
-    pub fn new(db: sea_orm::DatabaseConnection, settings: &RemoteSettings, claimers: Arc<TaskWaiters>) -> Self {
+    /// `services`: the upload services a script host may name when it registers.
+    pub fn new(
+        db: sea_orm::DatabaseConnection,
+        settings: &RemoteSettings,
+        claimers: Arc<TaskWaiters>,
+        services: std::collections::BTreeSet<String>,
+    ) -> Self {
         Remote {
             types: TypeBook::new(db.clone(), settings.categories.iter().cloned().collect()),
             workers: WorkerBook::new(db, Duration::from_secs(settings.worker_ttl_seconds.max(1))),
             claimers,
             lease: Duration::from_secs(settings.lease_seconds.max(1)),
             queue_without_worker: settings.queue_without_worker,
+            services,
         }
     }
 }
+
+/// The remote API: registered types, workers, and the tasks they claim and report.
+pub const ROUTES: &[Route] = &[
+    Route {
+        path: "/types",
+        allow: READ_WRITE,
+        access: Access::Any,
+        handlers: |r| r.route(web::post().to(api::register_type)).route(read().to(api::list_types)),
+    },
+    Route {
+        path: "/workers",
+        allow: WRITE,
+        access: Access::Worker,
+        handlers: |r| r.route(web::post().to(api::register_worker)),
+    },
+    Route {
+        path: "/workers/{id}",
+        allow: DELETE,
+        access: Access::Worker,
+        handlers: |r| r.route(web::delete().to(api::deregister_worker)),
+    },
+    Route {
+        path: "/workers/{id}/heartbeat",
+        allow: WRITE,
+        access: Access::Worker,
+        handlers: |r| r.route(web::post().to(api::heartbeat)),
+    },
+    Route {
+        path: "/tasks/claim",
+        allow: WRITE,
+        access: Access::Worker,
+        handlers: |r| r.route(web::post().to(api::claim)),
+    },
+    Route {
+        path: "/tasks/{id}",
+        allow: PATCH,
+        access: Access::Worker,
+        handlers: |r| r.route(web::patch().to(api::report)),
+    },
+];
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(
+        api::list_types,
+        api::register_type,
+        api::register_worker,
+        api::heartbeat,
+        api::deregister_worker,
+        api::claim,
+        api::report,
+    ),
+    tags((name = "remote", description = "Registered job types, and remote workers that claim and report their tasks over HTTP"))
+)]
+struct Doc;
+
+pub const SURFACE: Surface = Surface { routes: ROUTES, document: <Doc as utoipa::OpenApi>::openapi };

@@ -99,7 +99,7 @@ pub struct Report {
     /// The worker reporting (its registration's id).
     pub worker_id: Uuid,
     /// The run: the task's `attempts` as the claim answered it.
-    #[serde(deserialize_with = "crate::api::required_whole_number")]
+    #[serde(deserialize_with = "crate::http::required_whole_number")]
     #[schema(minimum = 1)]
     pub attempt: i32,
     /// `running` (progress, a message, or only a lease renewal), `succeeded`, `failed`,
@@ -138,10 +138,10 @@ pub enum ReportStatus {
 #[derive(Debug, Clone, Copy, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Progress {
-    #[serde(deserialize_with = "crate::api::required_whole_number")]
+    #[serde(deserialize_with = "crate::http::required_whole_number")]
     #[schema(minimum = 0)]
     pub current: i64,
-    #[serde(default, deserialize_with = "crate::api::whole_number")]
+    #[serde(default, deserialize_with = "crate::http::whole_number")]
     #[schema(minimum = 0)]
     pub total: Option<i64>,
 }
@@ -281,7 +281,7 @@ pub async fn current(reads: &dyn JobReads, worker: &LiveWorker, id: Uuid, attemp
 #[serde(deny_unknown_fields)]
 pub struct HeldTask {
     pub id: Uuid,
-    #[serde(deserialize_with = "crate::api::required_whole_number")]
+    #[serde(deserialize_with = "crate::http::required_whole_number")]
     pub attempt: i32,
 }
 

@@ -8,7 +8,6 @@ pub mod logs;
 pub mod metrics;
 pub mod otel;
 pub mod requests;
-pub mod scrape;
 pub mod settings;
 
 pub use logs::{init, init_with};

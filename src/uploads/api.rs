@@ -22,10 +22,11 @@ use super::files::{open_inside, Blob, BlobWriter, StagedUpload};
 use super::names::{normalise, NameError, NameSet};
 use super::sandbox::SCRIPT;
 use super::settings::ServiceSettings;
-use crate::api::jobs::{check_idempotency_key, find, idempotency_header};
-use crate::api::{ApiError, AppState, Code, Problem};
+use super::Uploads;
 use crate::auth::Caller;
 use crate::domain::{EventLevel, Job, JobStatus, NewEvent, NewJob, QueueName, RoomId, RUN_SCRIPT};
+use crate::http::{ApiError, AppState, Code, Problem};
+use crate::jobs::{check_idempotency_key, find, idempotency_header};
 
 /// Longest text field (service, room, idempotency key), in bytes.
 const MAX_TEXT_FIELD: usize = 1024;
@@ -88,12 +89,13 @@ struct UploadedFile {
 )]
 pub async fn upload(
     state: web::Data<AppState>,
+    uploads: web::Data<Uploads>,
     caller: Caller,
     req: HttpRequest,
     multipart: Multipart,
 ) -> Result<HttpResponse, ApiError> {
     let mut key = idempotency_header(&req)?;
-    let uploads = &state.uploads;
+    let uploads = &uploads;
     let id = Uuid::now_v7();
     let mut form = Form { multipart, idle: uploads.idle_timeout };
     let mut service: Option<(String, ServiceSettings)> = None;
@@ -110,7 +112,7 @@ pub async fn upload(
             let text = text_field(&mut field, &name, uploads.idle_timeout).await?;
             match name.as_str() {
                 "service" if service.is_none() => service = Some(known_service(uploads, &text)?),
-                "room" if room.is_none() => room = Some(crate::api::room_id(&text).map_err(|err| err.at("/room"))?),
+                "room" if room.is_none() => room = Some(crate::http::room_id(&text).map_err(|err| err.at("/room"))?),
                 "idempotency_key" => key = Some(text),
                 _ => {
                     let detail = format!(
@@ -175,7 +177,7 @@ pub async fn upload(
         }
     };
     if submission.created {
-        explain_wait(&state, &submission.job, &service).await;
+        explain_wait(&state, &uploads, &submission.job, &service).await;
     }
     let mut response = match submission.created {
         true => HttpResponse::Created(),
@@ -186,8 +188,7 @@ pub async fn upload(
 }
 
 /// Records why a new job waits, when its user or its service is at its quota.
-async fn explain_wait(state: &AppState, job: &Job, service: &str) {
-    let uploads = &state.uploads;
+async fn explain_wait(state: &AppState, uploads: &Uploads, job: &Job, service: &str) {
     let (Some(limits), Some(user)) = (uploads.services.get(service), job.submitted_by.as_deref()) else { return };
     let load = match uploads.quotas.load(service, user, job.id).await {
         Ok(load) => load,
@@ -260,7 +261,7 @@ fn stalled() -> ApiError {
 fn multipart_error(err: actix_multipart::MultipartError) -> ApiError {
     use actix_multipart::MultipartError;
     match err {
-        MultipartError::Payload(payload) if crate::api::is_body_timeout(&payload) => {
+        MultipartError::Payload(payload) if crate::http::is_body_timeout(&payload) => {
             ApiError::new(Code::RequestTimeout, "the upload did not arrive in time")
         }
         other => ApiError::new(Code::InvalidMultipart, other.to_string()),
@@ -342,7 +343,12 @@ async fn receive_file(
         (status = 410, description = "`result_cleaned`", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn result(state: web::Data<AppState>, caller: Caller, id: web::Path<Uuid>) -> Result<HttpResponse, ApiError> {
+pub async fn result(
+    state: web::Data<AppState>,
+    uploads: web::Data<Uploads>,
+    caller: Caller,
+    id: web::Path<Uuid>,
+) -> Result<HttpResponse, ApiError> {
     let job = find(&state, &caller, *id).await?;
     if job.operation != RUN_SCRIPT {
         return Err(ApiError::new(Code::NotAnUpload, format!("job {} is a {} job", job.id, job.operation)));
@@ -353,11 +359,11 @@ pub async fn result(state: web::Data<AppState>, caller: Caller, id: web::Path<Uu
     if let Some(at) = job.cleaned_at {
         return Err(ApiError::new(Code::ResultCleaned, format!("job {}'s files were removed at {at}", job.id)));
     }
-    let blobs = state.uploads.blobs.clone();
+    let blobs = uploads.blobs.clone();
     let blob = match web::block(move || blobs.open_result(job.id)).await.map_err(internal)? {
         Ok(blob) => blob,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            let blobs = state.uploads.blobs.clone();
+            let blobs = uploads.blobs.clone();
             let holds = web::block(move || blobs.holds(job.id)).await.map_err(internal)?.map_err(internal)?;
             return Err(match holds {
                 true => ApiError::new(Code::NoResult, format!("job {} is {} and left no archive", job.id, job.status)),
@@ -398,6 +404,7 @@ pub struct FilePath {
 )]
 pub async fn file(
     state: web::Data<AppState>,
+    uploads: web::Data<Uploads>,
     caller: Caller,
     req: HttpRequest,
     path: web::Path<FilePath>,
@@ -408,7 +415,7 @@ pub async fn file(
     if job.operation != RUN_SCRIPT {
         return Err(ApiError::new(Code::NotAnUpload, format!("job {} is a {} job", job.id, job.operation)));
     }
-    let (blobs, workspace) = (state.uploads.blobs.clone(), state.uploads.workspace.clone());
+    let (blobs, workspace) = (uploads.blobs.clone(), uploads.workspace.clone());
     let holds = {
         let blobs = blobs.clone();
         web::block(move || blobs.holds(id)).await.map_err(internal)?.map_err(internal)?

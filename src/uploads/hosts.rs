@@ -22,11 +22,13 @@ use super::api::{internal, stream_blob};
 use super::names::normalise;
 use super::quota::Scope;
 use super::sandbox::Limits;
-use crate::api::{prefer_wait, ApiError, AppState, Code, Problem};
+use super::Uploads;
 use crate::auth::Caller;
 use crate::domain::{Job, RUN_SCRIPT};
+use crate::http::{prefer_wait, ApiError, AppState, Code, Problem};
 use crate::remote::tasks::{claim_wait, current, hold_claim, ReportError};
 use crate::remote::workers::LiveWorker;
+use crate::remote::Remote;
 
 /// Body of `POST /scripts/claim`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -58,12 +60,14 @@ pub struct ScriptTask {
 )]
 pub async fn claim(
     state: web::Data<AppState>,
+    remote: web::Data<Remote>,
+    uploads: web::Data<Uploads>,
     caller: Caller,
     req: HttpRequest,
     body: web::Json<ScriptClaim>,
 ) -> Result<HttpResponse, ApiError> {
-    let worker = state.remote.workers.renew_lately(body.worker_id, caller.identity().token_id).await?;
-    let wait = claim_wait(&state.remote, prefer_wait(req.headers()), state.max_wait).unwrap_or_default();
+    let worker = remote.workers.renew_lately(body.worker_id, caller.identity().token_id).await?;
+    let wait = claim_wait(&remote, prefer_wait(req.headers()), state.max_wait).unwrap_or_default();
     let scope = Scope {
         services: Some(worker.services()),
         rooms: (!caller.is_admin())
@@ -71,14 +75,14 @@ pub async fn claim(
     };
     // Woken when a script job is queued or a running one frees its quota slot.
     let keys = [RUN_SCRIPT.to_owned()];
-    let (quotas, owner) = (&state.uploads.quotas, worker.owner());
-    let attempt = || quotas.claim(state.store.as_ref(), &owner, state.remote.lease, &scope);
+    let (quotas, owner) = (&uploads.quotas, worker.owner());
+    let attempt = || quotas.claim(state.store.as_ref(), &owner, remote.lease, &scope);
     let token = caller.identity().token_id;
-    let task = hold_claim(&state.remote, &worker, token, &keys, wait, &state.closing, attempt).await?;
+    let task = hold_claim(&remote, &worker, token, &keys, wait, &state.closing, attempt).await?;
     let limits = task
         .as_ref()
         .and_then(|job| job.service.as_deref())
-        .and_then(|service| state.uploads.services.get(service).map(Limits::from));
+        .and_then(|service| uploads.services.get(service).map(Limits::from));
     Ok(HttpResponse::Ok().json(ScriptTask { task, limits }))
 }
 
@@ -100,8 +104,14 @@ pub struct TaskFilePath {
 }
 
 /// The script job `id` as its claiming worker's current run, or why not.
-async fn held(state: &AppState, caller: &Caller, id: Uuid, query: &RunQuery) -> Result<(LiveWorker, Job), ApiError> {
-    let worker = state.remote.workers.check_lately(query.worker_id, caller.identity().token_id).await?;
+async fn held(
+    state: &AppState,
+    remote: &Remote,
+    caller: &Caller,
+    id: Uuid,
+    query: &RunQuery,
+) -> Result<(LiveWorker, Job), ApiError> {
+    let worker = remote.workers.check_lately(query.worker_id, caller.identity().token_id).await?;
     let job = current(state.store.as_ref(), &worker, id, query.attempt).await.map_err(ApiError::from)?;
     if job.operation != RUN_SCRIPT {
         return Err(ReportError::NotFound(id).into());
@@ -130,6 +140,8 @@ async fn held(state: &AppState, caller: &Caller, id: Uuid, query: &RunQuery) -> 
 )]
 pub async fn task_file(
     state: web::Data<AppState>,
+    remote: web::Data<Remote>,
+    uploads: web::Data<Uploads>,
     caller: Caller,
     req: HttpRequest,
     path: web::Path<TaskFilePath>,
@@ -137,8 +149,8 @@ pub async fn task_file(
 ) -> Result<HttpResponse, ApiError> {
     let TaskFilePath { id, path } = path.into_inner();
     let name = normalise(&path)?;
-    let (_, job) = held(&state, &caller, id, &query).await?;
-    let (blobs, wanted) = (state.uploads.blobs.clone(), name.clone());
+    let (_, job) = held(&state, &remote, &caller, id, &query).await?;
+    let (blobs, wanted) = (uploads.blobs.clone(), name.clone());
     let opened = web::block(move || blobs.open_input(job.id, &wanted)).await.map_err(internal)?;
     let blob =
         opened.map_err(|_| ApiError::new(Code::FileNotFound, format!("no uploaded file {name:?} in task {id}")))?;
@@ -173,14 +185,16 @@ pub struct Received {
 )]
 pub async fn put_result(
     state: web::Data<AppState>,
+    remote: web::Data<Remote>,
+    uploads: web::Data<Uploads>,
     caller: Caller,
     req: HttpRequest,
     id: web::Path<Uuid>,
     query: web::Query<RunQuery>,
     mut body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (_, job) = held(&state, &caller, *id, &query).await?;
-    let limit = job.service.as_deref().and_then(|service| state.uploads.services.get(service)).map_or(0, |service| {
+    let (_, job) = held(&state, &remote, &caller, *id, &query).await?;
+    let limit = job.service.as_deref().and_then(|service| uploads.services.get(service)).map_or(0, |service| {
         // Outputs are bounded by the file-size limit per file; the archive by the log caps
         // and a generous multiple for the files.
         service.file_size_bytes.saturating_mul(4).saturating_add(service.log_bytes * 2)
@@ -199,7 +213,7 @@ pub async fn put_result(
             format!("an archive of this service is {limit} bytes at most"),
         ));
     }
-    let partial = partial_result(&state, &job);
+    let partial = partial_result(&uploads, &job);
     let start = range.map_or(0, |(first, _, _)| first);
     let opened = {
         let partial = partial.clone();
@@ -236,7 +250,7 @@ pub async fn put_result(
         file = web::block(move || file.write_all(&chunk).map(|()| file)).await.map_err(internal)?.map_err(internal)?;
     }
     let complete = total.is_none_or(|total| written == total);
-    let blobs = state.uploads.blobs.clone();
+    let blobs = uploads.blobs.clone();
     web::block(move || {
         file.sync_all()?;
         if complete {
@@ -264,12 +278,14 @@ pub async fn put_result(
 )]
 pub async fn result_progress(
     state: web::Data<AppState>,
+    remote: web::Data<Remote>,
+    uploads: web::Data<Uploads>,
     caller: Caller,
     id: web::Path<Uuid>,
     query: web::Query<RunQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let (_, job) = held(&state, &caller, *id, &query).await?;
-    let partial = partial_result(&state, &job);
+    let (_, job) = held(&state, &remote, &caller, *id, &query).await?;
+    let partial = partial_result(&uploads, &job);
     let stored =
         web::block(move || std::fs::metadata(partial).map(|meta| meta.len()).unwrap_or(0)).await.map_err(internal)?;
     Ok(HttpResponse::Ok().json(Received { received: stored, complete: false }))
@@ -277,8 +293,8 @@ pub async fn result_progress(
 
 /// Where the pieces of a run's archive gather until the last arrives: this process's
 /// workspace, beside the job's local runs.
-fn partial_result(state: &AppState, job: &Job) -> std::path::PathBuf {
-    state.uploads.workspace.job_dir(job.id).join(format!("result.zip.part-{}", job.attempts))
+fn partial_result(uploads: &Uploads, job: &Job) -> std::path::PathBuf {
+    uploads.workspace.job_dir(job.id).join(format!("result.zip.part-{}", job.attempts))
 }
 
 /// `bytes FIRST-LAST/TOTAL` → (first, last, total).

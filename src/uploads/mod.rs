@@ -31,6 +31,9 @@ pub use quota::Quotas;
 pub use run_script::RunScript;
 pub use workspace::Workspace;
 
+use actix_web::web;
+
+use crate::http::{read, Access, Route, Surface, READ, READ_PUT, WRITE};
 use crate::ops::OperationRegistry;
 pub use settings::{ServiceSettings, UploadSettings};
 
@@ -74,3 +77,53 @@ pub fn check_service_name(name: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The uploads API: uploads and their results and files, and the protocol of remote script
+/// hosts (claim a run, fetch its files, send back its result).
+pub const ROUTES: &[Route] = &[
+    Route {
+        path: "/uploads",
+        allow: WRITE,
+        access: Access::Member,
+        handlers: |r| r.route(web::post().to(api::upload)),
+    },
+    Route {
+        path: "/jobs/{id}/result",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(api::result)),
+    },
+    Route {
+        path: "/jobs/{id}/files/{path:.*}",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(api::file)),
+    },
+    Route {
+        path: "/scripts/claim",
+        allow: WRITE,
+        access: Access::Worker,
+        handlers: |r| r.route(web::post().to(hosts::claim)),
+    },
+    Route {
+        path: "/tasks/{id}/files/{path:.*}",
+        allow: READ,
+        access: Access::Worker,
+        handlers: |r| r.route(read().to(hosts::task_file)),
+    },
+    Route {
+        path: "/tasks/{id}/result",
+        allow: READ_PUT,
+        access: Access::Worker,
+        handlers: |r| r.route(web::put().to(hosts::put_result)).route(read().to(hosts::result_progress)),
+    },
+];
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(api::upload, api::result, api::file, hosts::claim, hosts::task_file, hosts::put_result, hosts::result_progress),
+    tags((name = "uploads", description = "Upload files with run.sh for a service; download the ZIP of what it made"))
+)]
+struct Doc;
+
+pub const SURFACE: Surface = Surface { routes: ROUTES, document: <Doc as utoipa::OpenApi>::openapi };

@@ -7,9 +7,10 @@ use std::fmt::Write as _;
 
 use actix_web::{web, HttpResponse};
 
-use crate::api::{ApiError, AppState, Code};
+use crate::http::{ApiError, AppState, Code};
 use crate::store::clock;
 use crate::store::overview::{self, QueueFigures as Queue};
+use crate::telemetry::metrics;
 
 /// Prometheus's text format.
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -19,13 +20,13 @@ const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
     get, path = "/metrics", tag = "operations", operation_id = "get_metrics",
     responses(
         (status = 200, description = "Prometheus text exposition format 0.0.4", content_type = "text/plain", body = String),
-        (status = 401, description = "`unauthenticated`", body = crate::api::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: an admin token is needed", body = crate::api::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`metrics_unavailable`: another metrics recorder owns this process", body = crate::api::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthenticated`", body = crate::http::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: an admin token is needed", body = crate::http::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`metrics_unavailable`: another metrics recorder owns this process", body = crate::http::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let Some(handle) = super::metrics::handle() else {
+    let Some(handle) = metrics::handle() else {
         return Err(ApiError::new(Code::MetricsUnavailable, "this process has another metrics recorder"));
     };
     handle.run_upkeep();

@@ -3,10 +3,9 @@
 use actix_web::web;
 use serde::Deserialize;
 
-use super::error::{ApiError, Code, Problem};
-use super::AppState;
 use crate::dead_letters::{self, Selection, Settled, Summary};
 use crate::domain::QueueName;
+use crate::http::{ApiError, AppState, Code, Problem};
 
 /// Most dead letters read by one call.
 const MAX_LIMIT: usize = 10_000;
@@ -32,7 +31,7 @@ pub struct SettleRequest {
     /// Only dead letters with this reason (`not_a_job_id`, `unknown_job`, `oversized`, …).
     #[serde(default)]
     pub reason: Option<String>,
-    #[serde(default, deserialize_with = "super::extract::whole_number")]
+    #[serde(default, deserialize_with = "crate::http::whole_number")]
     #[schema(minimum = 1, maximum = 10000)]
     pub limit: Option<usize>,
     /// Report what would happen, change nothing.

@@ -12,7 +12,7 @@ use actix_web::middleware::Next;
 use actix_web::{web, Error};
 
 use super::error::{ApiError, Code, StoreWentAway, STORE_RETRY_AFTER_SECONDS};
-use super::AppState;
+use super::state::AppState;
 
 /// How long one unreachable answer stands for all requests.
 pub const DOWN_WINDOW: Duration = Duration::from_secs(1);

@@ -14,11 +14,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::error::{ApiError, Code, Problem};
-use super::jobs::find;
-use super::AppState;
+use super::handlers::find;
 use crate::auth::Caller;
 use crate::domain::JobEvent;
+use crate::http::{ApiError, AppState, Code, Problem};
 use crate::live::{Watch, ANY_JOB};
 
 /// Seconds between keep-alive comments on an idle stream.
@@ -92,7 +91,7 @@ pub async fn room_events(
     query: web::Query<StreamQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let after = resume_after(&req, &query)?;
-    let room = super::room_id(&room)?;
+    let room = crate::http::room_id(&room)?;
     if !caller.can_read(room.as_str()) {
         return Err(ApiError::new(Code::RoomForbidden, format!("this token may not read room {room}")));
     }

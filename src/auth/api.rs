@@ -5,12 +5,9 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::auth::Caller;
-
-use super::error::{ApiError, Code, Problem};
-use super::AppState;
-use crate::auth::tokens::{self, CreatedToken, NewToken, TokenError, TokenInfo};
-use crate::auth::Role;
+use super::tokens::{self, CreatedToken, NewToken, TokenError, TokenInfo};
+use super::{Authenticator, Caller, Role};
+use crate::http::{ApiError, AppState, Code, Problem};
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -85,11 +82,12 @@ pub async fn create(
 )]
 pub async fn revoke(
     state: web::Data<AppState>,
+    auth: web::Data<Authenticator>,
     caller: Caller,
     id: web::Path<Uuid>,
 ) -> Result<web::Json<TokenInfo>, ApiError> {
     let revoked = tokens::revoke(&state.db, *id).await.map_err(from_token_error)?;
-    state.auth.forget(*id);
+    auth.forget(*id);
     if revoked.is_some() {
         tracing::info!(token_id = %id, by = %caller.identity().user, "token revoked");
     }
@@ -111,7 +109,7 @@ fn new_token(request: CreateRequest) -> Result<NewToken, ApiError> {
         .rooms
         .iter()
         .enumerate()
-        .map(|(at, room)| super::extract::room_id(room).map_err(|err| err.at(format!("/rooms/{at}"))))
+        .map(|(at, room)| crate::http::room_id(room).map_err(|err| err.at(format!("/rooms/{at}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let new = NewToken { user: request.user, label: request.label, role, read_only: request.read_only, rooms };
     new.check().map_err(|err| ApiError::new(Code::InvalidToken, err))?;

@@ -8,18 +8,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::error::{ApiError, Code, Problem};
-use super::AppState;
 use crate::auth::Caller;
 use crate::domain::{nul_pointer, Job, JobEvent, JobStatus, JobSummary, NewJob, QueueName, RetryPolicy, RoomId};
+use crate::http::{page_size, ApiError, AppState, Code, Problem};
 use crate::ops::OperationRegistry;
 use crate::remote::names::{is_type_reference, TypeReference};
+use crate::remote::Remote;
 use crate::store::{JobFilter, Page, StoreError};
 
 /// Longest idempotency key accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 const MAX_RETRIES_LIMIT: i32 = 100;
-const DEFAULT_PAGE: u64 = 50;
 /// Most submissions in one `POST /jobs:batch`.
 pub const MAX_BATCH: usize = 1000;
 
@@ -52,7 +51,7 @@ pub struct SubmitRequest {
     #[schema(min_length = 1, max_length = 255, pattern = r"^[^\u0000]*$")]
     pub idempotency_key: Option<String>,
     /// Retries after a failure; default: the operation's.
-    #[serde(default, deserialize_with = "super::extract::whole_number")]
+    #[serde(default, deserialize_with = "crate::http::whole_number")]
     #[schema(minimum = 0, maximum = 100)]
     pub max_retries: Option<i32>,
     /// Backoff and error classes for those retries; default: the operation's.
@@ -85,6 +84,7 @@ pub struct SubmitRequest {
 )]
 pub async fn submit(
     state: web::Data<AppState>,
+    remote: web::Data<Remote>,
     caller: Caller,
     req: HttpRequest,
     body: web::Json<SubmitRequest>,
@@ -96,7 +96,7 @@ pub async fn submit(
     let wait_for_worker = body.wait_for_worker;
     let mut new = validate_submission(&state.submissions(), body, header_key, &caller.default_room())?;
     place(&caller, &mut new, asked_room, parent.as_ref())?;
-    admit_type(&state, &mut new, wait_for_worker).await?;
+    admit_type(&remote, &mut new, wait_for_worker).await?;
     let submission = state.dispatcher.submit(new).await?;
     let location = format!("/jobs/{}", submission.job.id);
     let mut response = match submission.created {
@@ -145,6 +145,7 @@ pub struct BatchResponse {
 )]
 pub async fn submit_batch(
     state: web::Data<AppState>,
+    remote: web::Data<Remote>,
     caller: Caller,
     req: HttpRequest,
     body: web::Json<BatchRequest>,
@@ -173,7 +174,7 @@ pub async fn submit_batch(
             let wait_for_worker = request.wait_for_worker;
             let mut new = validate_submission(&state.submissions(), request, None, &default_room)?;
             place(&caller, &mut new, asked_room, parent)?;
-            admit_type(&state, &mut new, wait_for_worker).await?;
+            admit_type(&remote, &mut new, wait_for_worker).await?;
             Ok::<_, ApiError>(new)
         };
         jobs.push(validated.await.map_err(|err| err.at(format!("/jobs/{at}")))?);
@@ -227,14 +228,14 @@ fn place(caller: &Caller, new: &mut NewJob, asked_room: bool, parent: Option<&Jo
 /// A submission naming a registered type (`category:name` or `room:category:name`): the
 /// type must be active in the job's room or `@global`, the payload must pass its schema, and
 /// unless the submission may wait, a live worker must serve it.
-async fn admit_type(state: &AppState, new: &mut NewJob, wait_for_worker: Option<bool>) -> Result<(), ApiError> {
+async fn admit_type(remote: &Remote, new: &mut NewJob, wait_for_worker: Option<bool>) -> Result<(), ApiError> {
     if !new.queue.is_remote() {
         return Ok(());
     }
     let reference = TypeReference::parse(&new.operation)
         .map_err(|err| ApiError::new(Code::UnknownOperation, err).at("/operation"))?;
     let resolved =
-        state.remote.types.resolve(&new.room, &reference).await.map_err(|err| ApiError::from(err).at("/operation"))?;
+        remote.types.resolve(&new.room, &reference).await.map_err(|err| ApiError::from(err).at("/operation"))?;
     let violations = crate::remote::schema::violations(&resolved.validator, &new.payload);
     if let Some(first) = violations.first() {
         let listed: Vec<String> =
@@ -243,8 +244,8 @@ async fn admit_type(state: &AppState, new: &mut NewJob, wait_for_worker: Option<
         return Err(ApiError::new(Code::InvalidPayload, detail).at(format!("/payload{}", first.pointer)));
     }
     new.operation = resolved.name.full();
-    let may_wait = wait_for_worker.unwrap_or(state.remote.queue_without_worker);
-    let serving = state.remote.workers.serving(&new.operation).await.map_err(StoreError::Database)?;
+    let may_wait = wait_for_worker.unwrap_or(remote.queue_without_worker);
+    let serving = remote.workers.serving(&new.operation).await.map_err(StoreError::Database)?;
     if !may_wait && !serving {
         let detail = format!(
             "no live worker serves {}; submit with \"wait_for_worker\": true to queue it until one registers",
@@ -331,7 +332,7 @@ fn validate_submission(
 ) -> Result<NewJob, ApiError> {
     refuse_nul(&body, header_key.as_deref())?;
     let room = match body.room.as_deref() {
-        Some(room) => super::extract::room_id(room).map_err(|err| err.at("/room"))?,
+        Some(room) => crate::http::room_id(room).map_err(|err| err.at("/room"))?,
         None => default_room.clone(),
     };
     let payload = body.payload.unwrap_or_else(|| Value::Object(Default::default()));
@@ -381,7 +382,7 @@ fn validate_submission(
 }
 
 /// The `Idempotency-Key` header, if sent.
-pub(crate) fn idempotency_header(req: &HttpRequest) -> Result<Option<String>, ApiError> {
+pub fn idempotency_header(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     req.headers()
         .get("Idempotency-Key")
         .map(|value| value.to_str().map(str::to_owned))
@@ -390,7 +391,7 @@ pub(crate) fn idempotency_header(req: &HttpRequest) -> Result<Option<String>, Ap
 }
 
 /// An idempotency key of 1-255 characters (as the `varchar(255)` column counts them).
-pub(crate) fn check_idempotency_key(key: Option<String>) -> Result<Option<String>, ApiError> {
+pub fn check_idempotency_key(key: Option<String>) -> Result<Option<String>, ApiError> {
     if let Some(key) = &key {
         if key.is_empty() || key.chars().count() > MAX_IDEMPOTENCY_KEY {
             let detail = format!("idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY} characters");
@@ -422,7 +423,7 @@ pub async fn get(
     req: HttpRequest,
     id: web::Path<Uuid>,
 ) -> Result<HttpResponse, ApiError> {
-    let Some(wait) = super::prefer::wait(req.headers()).map(|asked| asked.min(state.max_wait)) else {
+    let Some(wait) = crate::http::prefer_wait(req.headers()).map(|asked| asked.min(state.max_wait)) else {
         let job = find(&state, &caller, *id).await?;
         return Ok(HttpResponse::Ok().json(JobView::of(&state, job).await?));
     };
@@ -459,7 +460,7 @@ impl JobView {
 }
 
 /// A job the caller may see; another room's job is answered exactly as a missing one.
-pub(crate) async fn find(state: &AppState, caller: &Caller, id: Uuid) -> Result<Job, ApiError> {
+pub async fn find(state: &AppState, caller: &Caller, id: Uuid) -> Result<Job, ApiError> {
     let job = state.store.get(id).await?.filter(|job| caller.can_read(&job.room));
     job.ok_or_else(|| ApiError::new(Code::JobNotFound, format!("no job with id {id}")))
 }
@@ -541,7 +542,7 @@ pub async fn list(
     let query = query.into_inner();
     let rooms = match query.room.as_deref() {
         Some(room) => {
-            let room = super::extract::room_id(room)?;
+            let room = crate::http::room_id(room)?;
             if !caller.can_read(room.as_str()) {
                 return Err(ApiError::new(Code::RoomForbidden, format!("this token cannot see room {room:?}")));
             }
@@ -605,14 +606,6 @@ pub async fn children(
         ..Default::default()
     };
     Ok(web::Json(JobPage::within_budget(state.store.list(&filter).await?)))
-}
-
-pub(crate) fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiError> {
-    match requested {
-        None => Ok(DEFAULT_PAGE.min(max)),
-        Some(limit) if (1..=max).contains(&limit) => Ok(limit),
-        Some(_) => Err(ApiError::new(Code::InvalidQuery, format!("limit must be between 1 and {max}"))),
-    }
 }
 
 /// Cancels a QUEUED or RUNNING job and its unfinished descendants; a no-op on finished jobs.

@@ -1,0 +1,25 @@
+//! What every HTTP surface shares: the problem+json error type and its table of codes, the
+//! route type and who may call a route, the state every handler can reach, the extractors'
+//! error mapping, and the middleware that guards bodies, connections and store outages.
+//!
+//! Capabilities (`jobs`, `remote`, `uploads`, `inference`, `admin`, `auth`, …) build on this
+//! module and export a [`Surface`]: their routes and their part of the OpenAPI document.
+//! The server (`api`) merges them; nothing here knows which capabilities exist.
+
+mod body_guard;
+mod client_limit;
+mod error;
+mod extract;
+mod outage;
+mod prefer;
+mod route;
+mod state;
+
+pub use body_guard::{is_body_timeout, BodyGuard};
+pub use client_limit::ClientLimit;
+pub use error::{ApiError, Code, Problem};
+pub use extract::{json_config, page_size, path_config, query_config, required_whole_number, room_id, whole_number};
+pub use outage::{fail_fast, Outage};
+pub use prefer::wait as prefer_wait;
+pub use route::{read, resource, Access, Route, Surface, DELETE, PATCH, READ, READ_PUT, READ_WRITE, WRITE};
+pub use state::AppState;
