@@ -21,14 +21,13 @@ use crate::auth::{self, Authenticator, FirstToken};
 use crate::config::{QueueKind, Settings, StoreSettings, TransportKind};
 use crate::dispatch::Dispatcher;
 use crate::http::{self, AppState};
-use crate::live::{self, JobWaiters, NotifyingStore, TaskWaiters};
+use crate::live::{self, JobWaiters, Notifier, TaskWaiters};
 use crate::ops::{OperationRegistry, Services};
 use crate::store::{self, JobStore, SeaStore};
 use crate::transport::{AmqpTransport, InProcessTransport, Transport};
 use crate::worker::{Executor, ExecutorConfig, InFlight};
 
 /// Wraps the store, e.g. to inject faults in tests.
-pub type StoreWrapper = Box<dyn FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore>>;
 
 /// A running instance: the HTTP server (unless worker-only), the queue consumers when
 /// workers are enabled, the dispatch sweeper, the reaper, and the shutdown guard.
@@ -55,7 +54,7 @@ pub struct Application {
 pub struct ApplicationBuilder {
     settings: Settings,
     registry: OperationRegistry,
-    wrap_store: Option<StoreWrapper>,
+    hook: Option<Arc<dyn crate::store::Hook>>,
     transport: Option<Arc<dyn Transport>>,
     api: bool,
     signals: bool,
@@ -70,9 +69,9 @@ impl ApplicationBuilder {
         self
     }
 
-    /// Wraps the store, for example to inject faults in tests.
-    pub fn wrap_store(mut self, wrap: impl FnOnce(Arc<dyn JobStore>) -> Arc<dyn JobStore> + 'static) -> Self {
-        self.wrap_store = Some(Box::new(wrap));
+    /// A hook the store asks before every call and after every commit (tests inject faults).
+    pub fn hook(mut self, hook: Arc<dyn crate::store::Hook>) -> Self {
+        self.hook = Some(hook);
         self
     }
 
@@ -120,28 +119,29 @@ impl ApplicationBuilder {
             let db = db.clone();
             move |_| ClockSync::new(db, CLOCK_SYNC_INTERVAL)
         });
-        let sea = match settings.store.group_commit() {
-            1 => SeaStore::new(db.clone()),
-            batch => {
-                let writer_db = store::connect(&StoreSettings { max_connections: 1, ..settings.store.clone() }).await?;
-                SeaStore::new(db.clone()).with_group_commit_on(batch, writer_db)
-            }
-        };
-        let mut store: Arc<dyn JobStore> = Arc::new(sea);
-        if let Some(wrap) = self.wrap_store {
-            store = wrap(store);
-        }
-        // Every write through the store wakes whatever waits for the jobs it changed.
+        // Every commit of the store is counted, then wakes whatever waits for the jobs it
+        // changed; a cancel stops this process's run of the job at once, whoever asked.
         let waiters = JobWaiters::new();
         let claimers = TaskWaiters::new();
-        // A cancel stops this process's run of the job at once, whoever asked for it.
         let in_flight = InFlight::new();
         let stop_runs: live::StopRuns = {
             let in_flight = in_flight.clone();
             Arc::new(move |id| in_flight.stop_job(id))
         };
-        store =
-            Arc::new(NotifyingStore::new(store, waiters.clone(), claimers.clone()).with_stop_runs(stop_runs.clone()));
+        let notifier = Notifier::new(waiters.clone(), claimers.clone()).with_stop_runs(stop_runs.clone());
+        let mut sea = match settings.store.group_commit() {
+            1 => SeaStore::new(db.clone()),
+            batch => {
+                let writer_db = store::connect(&StoreSettings { max_connections: 1, ..settings.store.clone() }).await?;
+                SeaStore::new(db.clone()).with_group_commit_on(batch, writer_db)
+            }
+        }
+        .observed_by(Arc::new(crate::telemetry::metrics::JobMetrics))
+        .observed_by(Arc::new(notifier));
+        if let Some(hook) = self.hook {
+            sea = sea.with_hook(hook);
+        }
+        let store: Arc<dyn JobStore> = Arc::new(sea);
         let transport = match self.transport {
             Some(transport) => transport,
             None => build_transport(&settings)?,
@@ -436,7 +436,7 @@ impl Application {
         ApplicationBuilder {
             settings,
             registry: OperationRegistry::builtin(),
-            wrap_store: None,
+            hook: None,
             transport: None,
             api: true,
             signals: false,

@@ -6,6 +6,7 @@
 pub mod clock;
 mod connect;
 pub mod entity;
+pub mod observe;
 pub mod overview;
 mod sea;
 pub mod settings;
@@ -18,10 +19,11 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::domain::{
-    BatchOutcome, FanOutForm, InvalidTransition, Job, JobEvent, JobStatus, JobSummary, NewEvent, NewJob,
+    BatchOutcome, EventName, FanOutForm, InvalidTransition, Job, JobEvent, JobStatus, JobSummary, NewEvent, NewJob,
 };
 
 pub use connect::{connect, migrate, Backend};
+pub use observe::{Call, Change, Hook, Observer};
 pub use sea::SeaStore;
 
 /// What the API reads: jobs, pages of them, their events and places in line, and the
@@ -319,6 +321,16 @@ impl Completion {
             Completion::CancelledByParent => JobStatus::Cancelled,
         }
     }
+
+    /// The event the run's ending writes.
+    pub fn event(&self) -> &'static str {
+        match self {
+            Completion::Succeeded { .. } => EventName::SUCCEEDED,
+            Completion::Failed { .. } => EventName::FAILED,
+            Completion::CancelledByParent => EventName::CANCELLED_BY_PARENT,
+            Completion::LeaseExpired { .. } => EventName::LEASE_EXPIRED,
+        }
+    }
 }
 
 /// Why a RUNNING job goes back to QUEUED.
@@ -335,6 +347,19 @@ pub enum Requeue {
     /// A coordinator's batches were held by a transport that kept nothing across the
     /// restart of its process (in-process): the coordinator runs again.
     BatchesLost,
+}
+
+impl Requeue {
+    /// The event the requeue writes.
+    pub fn event(&self) -> &'static str {
+        match self {
+            Requeue::RetryLater { .. } => EventName::RETRY_LATER,
+            Requeue::RetryAfterFailure { .. } => EventName::RETRY_SCHEDULED,
+            Requeue::Shutdown => EventName::REQUEUED_ON_SHUTDOWN,
+            Requeue::LeaseExpired => EventName::LEASE_EXPIRED_REQUEUE,
+            Requeue::BatchesLost => EventName::REQUEUED_BATCHES_LOST,
+        }
+    }
 }
 
 /// A RUNNING job whose lease expired.

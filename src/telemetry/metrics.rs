@@ -12,7 +12,8 @@ use chrono::{DateTime, Utc};
 use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::domain::{Job, JobStatus};
+use crate::domain::{EventName, Job, JobStatus};
+use crate::store::{Change, Observer};
 
 /// Bucket bounds of the job and request histograms, in seconds: 1 ms to 6 hours.
 const SECONDS: &[f64] = &[
@@ -155,11 +156,41 @@ pub fn consumer_restarted(queue: &str) {
     counter!("yardmaster_consumer_restarts_total", "queue" => queue.to_owned()).increment(1);
 }
 
-/// A group commit of `writes` writes.
-pub fn group_committed(writes: usize) {
-    histogram!("yardmaster_group_commit_batch_size").record(writes as f64);
-}
-
 fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     (to - from).num_microseconds().map_or(0.0, |micros| micros.max(0) as f64 / 1e6)
+}
+
+/// The job counters and histograms, as an observer of the store: each commit that started,
+/// ended or handed back a run is counted once, after it committed.
+pub struct JobMetrics;
+
+impl Observer for JobMetrics {
+    fn committed(&self, changes: &[Change]) {
+        for change in changes {
+            let Change::Moved { job, was, event } = change else { continue };
+            if *event == EventName::STARTED {
+                job_started(job);
+            }
+            if *was == [JobStatus::Running] && job.status == JobStatus::Queued {
+                job_requeued(job, requeue_reason(event));
+            }
+            // A job that was running or waiting and is final now (not a finished job's files
+            // being cleaned).
+            if was.iter().any(|status| !status.is_terminal()) {
+                job_ended(job);
+            }
+        }
+    }
+}
+
+/// The `reason` label of a requeue, from the event it wrote.
+fn requeue_reason(event: &str) -> &'static str {
+    match event {
+        EventName::RETRY_LATER => "retry_later",
+        EventName::RETRY_SCHEDULED => "failure",
+        EventName::REQUEUED_ON_SHUTDOWN => "shutdown",
+        EventName::LEASE_EXPIRED_REQUEUE => "lease_expired",
+        EventName::REQUEUED_BATCHES_LOST => "batches_lost",
+        _ => "other",
+    }
 }

@@ -10,12 +10,8 @@ use async_trait::async_trait;
 use serde_json::json;
 use uuid::Uuid;
 use yardmaster::dispatch::{encode_job_ids, encode_job_message};
-use yardmaster::domain::{BatchOutcome, FanOutForm, Job, JobEvent, NewEvent, NewJob};
-use yardmaster::startup::StoreWrapper;
-use yardmaster::store::{
-    BatchRecorded, Cancellation, Completion, Dispatch, DispatchBook, ExpiredLease, JobCommands, JobFilter, JobReads,
-    JobStore, Maintenance, Page, Reduce, Requeue, RunRef, RunWrites, StoreError, Submission,
-};
+use yardmaster::domain::Job;
+use yardmaster::store::{Call, Change, Completion, Hook, JobStore, Requeue, StoreError};
 
 use crate::helpers::{Backend, TestApp, TestOptions, PARKED};
 
@@ -92,199 +88,55 @@ static OUTCOMES_REFUSED: AtomicUsize = AtomicUsize::new(0);
 /// Reads that [`Fault::Unreachable`] failed (each test runs in a process of its own).
 static UNREACHABLE_READS: AtomicUsize = AtomicUsize::new(0);
 
-/// Delegates to the real store but fails the writes its [`Fault`] names.
-struct Faulty(Arc<dyn JobStore>, Fault);
+/// Fails the calls of the real store its [`Fault`] names, as if the database went away.
+struct Faulty(Fault);
 
 fn injected() -> StoreError {
     StoreError::Database(sea_orm::DbErr::Custom("injected: connection lost at commit".into()))
 }
 
-#[async_trait]
-impl JobReads for Faulty {
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.0.ping().await
-    }
-
-    async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
-        if self.1 == Fault::Unreachable {
-            UNREACHABLE_READS.fetch_add(1, Ordering::SeqCst);
-            return Err(StoreError::Database(sea_orm::DbErr::ConnectionAcquire(
-                sea_orm::error::ConnAcquireErr::Timeout,
-            )));
-        }
-        self.0.get(id).await
-    }
-
-    async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError> {
-        self.0.list(filter).await
-    }
-
-    async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
-        self.0.events(id, after, limit).await
-    }
-
-    async fn room_events(&self, room: &str, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
-        self.0.room_events(room, after, limit).await
-    }
-    async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError> {
-        self.0.queue_position(job).await
-    }
+fn unreachable() -> StoreError {
+    StoreError::Database(sea_orm::DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout))
 }
 
 #[async_trait]
-impl JobCommands for Faulty {
-    async fn submit(&self, job: NewJob) -> Result<Submission, StoreError> {
-        self.0.submit(job).await
-    }
-
-    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
-        self.0.submit_many(jobs).await
-    }
-
-    async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
-        self.0.cancel(id).await
-    }
-
-    async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
-        self.0.retry(id).await
-    }
-
-    async fn note_queued(&self, id: Uuid, event: yardmaster::domain::NewEvent) -> Result<bool, StoreError> {
-        self.0.note_queued(id, event).await
-    }
-}
-
-#[async_trait]
-impl RunWrites for Faulty {
-    async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
-        let claimed = self.0.claim(id, owner, lease).await?;
-        if let (Fault::CancelParentOnClaim, Some(parent)) = (self.1, claimed.as_ref().and_then(|job| job.parent_job_id))
-        {
-            self.0.cancel(parent).await?;
-        }
-        Ok(claimed)
-    }
-
-    async fn claim_next(&self, operations: &[String], owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
-        let job = self.0.claim_next(operations, owner, lease).await?;
-        Ok(job)
-    }
-
-    async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
-        match completion {
-            Completion::Succeeded { .. } if self.1 == Fault::Success => Err(injected()),
-            _ if self.1 == Fault::OutcomeWhileDatabaseAway
-                && OUTCOMES_REFUSED.fetch_add(1, Ordering::SeqCst) < AWAY_FOR_WRITES =>
-            {
-                Err(StoreError::Database(sea_orm::DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout)))
+impl Hook for Faulty {
+    async fn before(&self, call: Call<'_>) -> Result<(), StoreError> {
+        match (self.0, call) {
+            (Fault::Unreachable, Call::Read("get", _)) => {
+                UNREACHABLE_READS.fetch_add(1, Ordering::SeqCst);
+                Err(unreachable())
             }
-            _ => self.0.finish(run, completion).await,
+            (Fault::Success, Call::Finish(_, Completion::Succeeded { .. })) => Err(injected()),
+            (Fault::OutcomeWhileDatabaseAway, Call::Finish(..))
+                if OUTCOMES_REFUSED.fetch_add(1, Ordering::SeqCst) < AWAY_FOR_WRITES =>
+            {
+                Err(unreachable())
+            }
+            (Fault::ShutdownRequeue, Call::Requeue(_, Requeue::Shutdown)) => Err(injected()),
+            (Fault::Events, Call::RecordEvent(..)) => Err(injected()),
+            _ => Ok(()),
         }
     }
 
-    async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
-        match requeue {
-            Requeue::Shutdown if self.1 == Fault::ShutdownRequeue => Err(injected()),
-            _ => self.0.requeue(run, requeue).await,
+    async fn after(&self, call: Call<'_>, changes: &[Change<'_>], store: &dyn JobStore) -> Result<(), StoreError> {
+        if let (Fault::CancelParentOnClaim, Call::Claim(_)) = (self.0, call) {
+            for change in changes {
+                if let Change::Moved { job: Job { parent_job_id: Some(parent), .. }, .. } = change {
+                    store.cancel(*parent).await?;
+                }
+            }
         }
-    }
-
-    async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
-        self.0.extend_lease(run, lease).await
-    }
-
-    async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
-        self.0.fan_out(run, total, form).await
-    }
-
-    async fn rerun_children(&self, run: RunRef) -> Result<Vec<Job>, StoreError> {
-        self.0.rerun_children(run).await
-    }
-
-    async fn run_is_current(&self, run: RunRef) -> Result<bool, StoreError> {
-        self.0.run_is_current(run).await
-    }
-
-    async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
-        self.0.defer(run).await
-    }
-
-    async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError> {
-        self.0.record_batch(outcome, reduce).await
-    }
-
-    async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError> {
-        match self.1 {
-            Fault::Events => Err(injected()),
-            _ => self.0.record_event(run, event).await,
-        }
+        Ok(())
     }
 }
 
-#[async_trait]
-impl Maintenance for Faulty {
-    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
-        self.0.expired_leases(limit).await
-    }
-
-    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError> {
-        self.0.stalled_runs(timeout, stall, limit).await
-    }
-
-    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
-        self.0.overdue_queued(timeout, limit).await
-    }
-
-    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
-        self.0.fail_queued(id, error_code, message).await
-    }
-
-    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
-        self.0.batch_fan_outs(limit).await
-    }
-
-    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
-        self.0.runs_owned_by(owner, limit).await
-    }
-
-    async fn mark_cleaned(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
-        self.0.mark_cleaned(id).await
-    }
-
-    async fn prune(
-        &self,
-        status: yardmaster::domain::JobStatus,
-        older_than: Duration,
-        limit: u64,
-    ) -> Result<yardmaster::store::Pruned, StoreError> {
-        self.0.prune(status, older_than, limit).await
-    }
-}
-
-#[async_trait]
-impl DispatchBook for Faulty {
-    async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError> {
-        self.0.mark_published(jobs).await
-    }
-
-    async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
-        self.0.due_for_dispatch(grace, limit).await
-    }
-
-    async fn forget_publication(&self, job: &Dispatch) -> Result<bool, StoreError> {
-        self.0.forget_publication(job).await
-    }
-
-    async fn forget_publications(&self) -> Result<u64, StoreError> {
-        self.0.forget_publications().await
-    }
+fn faulty(fault: Fault) -> Option<Arc<dyn Hook>> {
+    Some(Arc::new(Faulty(fault)))
 }
 
 async fn a_session_two_commit_failure_leaves_the_job_failed(backend: Backend) {
-    let options = TestOptions {
-        wrap_store: Some(Box::new(|store| Arc::new(Faulty(store, Fault::Success)) as Arc<dyn JobStore>)),
-        ..Default::default()
-    };
+    let options = TestOptions { hook: faulty(Fault::Success), ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     let (_, job) = app.submit(json!({ "operation": "count" })).await;
     let id = job["id"].as_str().unwrap();
@@ -299,10 +151,7 @@ async fn a_session_two_commit_failure_leaves_the_job_failed(backend: Backend) {
 /// Progress is advisory: reports that cannot be written are dropped, and the job still
 /// succeeds with its result.
 async fn progress_that_cannot_be_written_does_not_fail_the_job(backend: Backend) {
-    let options = TestOptions {
-        wrap_store: Some(Box::new(|store| Arc::new(Faulty(store, Fault::Events)) as Arc<dyn JobStore>)),
-        ..Default::default()
-    };
+    let options = TestOptions { hook: faulty(Fault::Events), ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     let (_, job) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 0.05, "steps": 5 } })).await;
     let id = job["id"].as_str().unwrap();
@@ -314,11 +163,7 @@ async fn progress_that_cannot_be_written_does_not_fail_the_job(backend: Backend)
 /// An unreachable store is a 503 with `Retry-After`, and for a moment every request gets it
 /// at once instead of waiting for a connection of its own.
 async fn an_unreachable_store_answers_503_at_once(backend: Backend) {
-    let options = TestOptions {
-        workers: false,
-        wrap_store: Some(Box::new(|store| Arc::new(Faulty(store, Fault::Unreachable)) as Arc<dyn JobStore>)),
-        ..Default::default()
-    };
+    let options = TestOptions { workers: false, hook: faulty(Fault::Unreachable), ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     let path = format!("/jobs/{}", Uuid::now_v7());
     for _ in 0..3 {
@@ -332,18 +177,11 @@ async fn an_unreachable_store_answers_503_at_once(backend: Backend) {
     assert_eq!(app.get("/healthz").await.0, 200);
 }
 
-fn faulty(fault: Fault) -> Option<StoreWrapper> {
-    Some(Box::new(move |store| Arc::new(Faulty(store, fault)) as Arc<dyn JobStore>))
-}
-
 /// A child whose parent is cancelled between its claim and its execution ends CANCELLED
 /// without running.
 async fn a_child_whose_parent_is_cancelled_after_its_claim_never_runs(backend: Backend) {
-    let options = TestOptions {
-        queues: vec![("default", 1)],
-        wrap_store: faulty(Fault::CancelParentOnClaim),
-        ..Default::default()
-    };
+    let options =
+        TestOptions { queues: vec![("default", 1)], hook: faulty(Fault::CancelParentOnClaim), ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     let (_, parent) = app.submit(json!({ "operation": "ping", "queue": PARKED })).await;
     let parent = parent["id"].as_str().unwrap();
@@ -364,8 +202,7 @@ async fn a_child_whose_parent_is_cancelled_after_its_claim_never_runs(backend: B
 /// On SIGTERM, a run still going at the end of the grace period whose requeue cannot commit
 /// is FAILED with `WorkerShutdown`, and the process still exits with 143.
 async fn a_run_that_cannot_be_requeued_at_shutdown_fails_with_worker_shutdown(backend: Backend) {
-    let options =
-        TestOptions { handle_signals: true, wrap_store: faulty(Fault::ShutdownRequeue), ..Default::default() };
+    let options = TestOptions { handle_signals: true, hook: faulty(Fault::ShutdownRequeue), ..Default::default() };
     let mut app = TestApp::spawn_with(backend, options).await;
     let (_, job) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 60, "steps": 600 } })).await;
     let id = job["id"].as_str().unwrap();
@@ -387,12 +224,7 @@ async fn a_run_that_cannot_be_requeued_at_shutdown_fails_with_worker_shutdown(ba
 /// nothing was written, so the same outcome is written again (the chaos run found it
 /// recorded FAILED with `ResultCommitFailed`).
 async fn an_outcome_waits_for_the_database_to_come_back(backend: Backend) {
-    let options = TestOptions {
-        wrap_store: Some(Box::new(|store| {
-            Arc::new(Faulty(store, Fault::OutcomeWhileDatabaseAway)) as Arc<dyn JobStore>
-        })),
-        ..Default::default()
-    };
+    let options = TestOptions { hook: faulty(Fault::OutcomeWhileDatabaseAway), ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     let (_, job) = app.submit(json!({ "operation": "count" })).await;
     let id = job["id"].as_str().unwrap();

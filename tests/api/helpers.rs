@@ -10,7 +10,6 @@ use serde_json::Value;
 use uuid::Uuid;
 use yardmaster::config::{QueueKind, QueueSettings, TransportKind};
 use yardmaster::ops::OperationRegistry;
-use yardmaster::startup::StoreWrapper;
 use yardmaster::store::{JobCommands, JobStore};
 
 use crate::custom_operation::{Count, FanCount};
@@ -148,7 +147,8 @@ pub struct TestOptions {
     /// Queues consumed as write queues (batch outcomes).
     pub write_queues: Vec<&'static str>,
     pub max_body_bytes: usize,
-    pub wrap_store: Option<StoreWrapper>,
+    /// Asked by the store before every call and after every commit (fault injection).
+    pub hook: Option<Arc<dyn yardmaster::store::Hook>>,
     /// QUEUED `count` jobs inserted before the app (and its start-up dispatch) starts.
     pub seed_jobs: usize,
     /// `store.group_commit_max`: the default, 64, unless a test sets another.
@@ -198,7 +198,7 @@ impl Default for TestOptions {
             operation_queues: Vec::new(),
             write_queues: Vec::new(),
             max_body_bytes: 64 * 1024,
-            wrap_store: None,
+            hook: None,
             seed_jobs: 0,
             group_commit_max: 64,
             max_connections_per_client: 256,
@@ -345,8 +345,8 @@ impl TestApp {
                     .with(FlakyBatch),
             )
             .transport(transport.clone());
-        if let Some(wrap) = options.wrap_store {
-            builder = builder.wrap_store(wrap);
+        if let Some(hook) = options.hook {
+            builder = builder.hook(hook);
         }
         if options.handle_signals {
             builder = builder.handle_signals();

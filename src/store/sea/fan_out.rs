@@ -17,15 +17,15 @@ use std::panic::AssertUnwindSafe;
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait, Query};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, IdenStatic,
-    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait, TryInsertResult, UpdateMany,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, IdenStatic, QueryFilter,
+    QueryOrder, QuerySelect, QueryTrait, TryInsertResult, UpdateMany,
 };
 use serde_json::json;
 use uuid::Uuid;
 
 use super::rows::to_job;
-use super::runs::finish_in;
-use super::{append_event, append_events, compare_and_set_many, event_row, retried, SeaStore};
+use super::run_sql::finish_in;
+use super::{append_event, SeaStore};
 use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
 use crate::store::entity::{job, job_batch};
 use crate::store::{BatchRecorded, BatchRows, Completion, Reduce, RunRef, StoreError};
@@ -37,85 +37,11 @@ pub const INVALID_BATCH_OUTPUT: &str = "InvalidBatchOutput";
 /// Error class of a parent whose operation's `reduce` panicked.
 pub const REDUCE_PANICKED: &str = "ReducePanicked";
 
-type NoTime = Option<chrono::DateTime<Utc>>;
+pub(super) type NoTime = Option<chrono::DateTime<Utc>>;
 
 impl SeaStore {
-    /// Sets the run's form and count (`fan_out`, `progress_total`, `progress_current`) with
-    /// `job.fanned_out`, before any batch or child is sent. Batches of an earlier run never
-    /// count (their outcomes name that run); children are the same rows for every run, so
-    /// those that already succeeded count from the start.
-    pub(super) async fn begin_fan_out(
-        &self,
-        run: RunRef,
-        total: i64,
-        form: FanOutForm,
-    ) -> Result<Option<Job>, StoreError> {
-        let txn = self.write_txn().await?;
-        let done = match form {
-            FanOutForm::Batches => 0,
-            FanOutForm::Children => {
-                let children = job::Entity::find().filter(job::Column::ParentJobId.eq(run.id));
-                children.filter(job::Column::Status.eq(JobStatus::Succeeded.as_str())).count(&txn).await? as i64
-            }
-        };
-        let moved = running(run)
-            .col_expr(job::Column::FanOut, Expr::value(form.as_str()))
-            .col_expr(job::Column::ProgressTotal, Expr::value(total))
-            .col_expr(job::Column::ProgressCurrent, Expr::value(done))
-            .exec_with_returning(&txn)
-            .await?;
-        let Some(row) = moved.into_iter().next() else { return Ok(None) };
-        let fields = json!({ "form": form.as_str(), "total": total, "done": done });
-        append_event(&txn, run.id, &NewEvent::new(EventName::FANNED_OUT).fields(fields)).await?;
-        txn.commit().await?;
-        to_job(row).map(Some)
-    }
-
-    pub(super) async fn rerun_children_of(&self, run: RunRef) -> Result<Vec<Job>, StoreError> {
-        let txn = self.write_txn().await?;
-        // Locks the parent as this run's; children ending meanwhile queue up behind it.
-        let locked = running(run)
-            .filter(job::Column::FanOut.eq(FanOutForm::Children.as_str()))
-            .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent))
-            .exec_with_returning(&txn)
-            .await?;
-        let Some(parent) = locked.into_iter().next() else { return Ok(Vec::new()) };
-        let ended = [JobStatus::Failed, JobStatus::Cancelled];
-        let children = job::Column::ParentJobId.eq(run.id);
-        let backend = self.db.get_database_backend();
-        let requeued =
-            compare_and_set_many(&txn, children, &ended, JobStatus::Queued, |update| retried(backend, update)).await?;
-        let event = NewEvent::new(EventName::RETRIED).message("re-queued by its coordinator's re-run");
-        append_events(&txn, requeued.iter().map(|child| event_row(child.id, &event)).collect()).await?;
-        let succeeded = job::Entity::find()
-            .filter(job::Column::ParentJobId.eq(run.id))
-            .filter(job::Column::Status.eq(JobStatus::Succeeded.as_str()))
-            .count(&txn)
-            .await? as i64;
-        running(run).col_expr(job::Column::ProgressCurrent, Expr::value(succeeded)).exec(&txn).await?;
-        let total = parent.progress_total.unwrap_or(i64::MAX);
-        if requeued.is_empty() && succeeded >= total {
-            close_succeeded(&txn, run, json!({ "children": total })).await?;
-        }
-        txn.commit().await?;
-        requeued.into_iter().map(to_job).collect()
-    }
-
-    /// The coordinator returned with its batches sent: it gives up its lease, and its
-    /// batches' outcomes (and the reaper's stall check) take over.
-    pub(super) async fn defer_run(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
-        let now = clock::now();
-        let event = NewEvent::new(EventName::DEFERRED).message("waiting for its batches");
-        let set = move |update: UpdateMany<job::Entity>| {
-            update
-                .col_expr(job::Column::DeferredAt, Expr::value(now))
-                .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
-        };
-        self.update_running(run, set, event).await
-    }
-
     /// A change to this RUNNING run that keeps its status, with its event.
-    async fn update_running(
+    pub(super) async fn update_running(
         &self,
         run: RunRef,
         set: impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity>,
@@ -273,7 +199,7 @@ pub(super) async fn children_ended<'a>(
 
 /// Closes a coordinator's run SUCCEEDED with `result`, exactly once (as any finish: a
 /// coordinator that is itself a child then counts towards its parent).
-async fn close_succeeded(
+pub(super) async fn close_succeeded(
     txn: &DatabaseTransaction,
     run: RunRef,
     result: serde_json::Value,
@@ -336,7 +262,7 @@ async fn counters(txn: &DatabaseTransaction, update: UpdateMany<job::Entity>) ->
 }
 
 /// `UPDATE job … WHERE` this run is the job's RUNNING one.
-fn running(run: RunRef) -> UpdateMany<job::Entity> {
+pub(super) fn running(run: RunRef) -> UpdateMany<job::Entity> {
     job::Entity::update_many()
         .filter(job::Column::Id.eq(run.id))
         .filter(job::Column::Attempts.eq(run.attempt))

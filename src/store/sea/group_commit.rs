@@ -14,10 +14,11 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use super::commands::insert_new;
 use super::fan_out::children_ended;
 use super::rows::to_job;
-use super::runs::Outcome;
-use super::{append_events, event_row, insert_new, postgres_batch, SeaStore};
+use super::run_sql::Outcome;
+use super::{append_events, event_row, postgres_batch, SeaStore};
 use crate::domain::{BatchOutcome, Job, JobStatus, NewEvent, NewJob};
 use crate::store::entity::{job, job_event};
 use crate::store::{BatchRecorded, Completion, Dispatch, Reduce, RunRef, StoreError};
@@ -163,7 +164,7 @@ impl SeaStore {
             batch.into_iter().map(|request| (request.write, request.reply)).unzip();
         match self.commit_writes(&writes).await {
             Ok(answers) => {
-                crate::telemetry::metrics::group_committed(writes.len());
+                metrics::histogram!("yardmaster_group_commit_batch_size").record(writes.len() as f64);
                 for (reply, answer) in replies.into_iter().zip(answers) {
                     let _ = reply.send(Ok(answer));
                 }

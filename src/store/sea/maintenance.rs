@@ -1,26 +1,34 @@
-//! What the reaper and the dispatch sweep read and write: expired leases, stalled runs,
-//! overdue queued jobs, and the publication bookkeeping of QUEUED jobs.
+//! What the reaper, the start-up recovery and the cleaner read and write: expired leases,
+//! stalled runs, overdue queued jobs, lost batches, the runs one owner holds, an uploaded
+//! job's files marked removed, and the history of long finished jobs deleted in bounded
+//! batches, each a compare-and-set on rows that cannot move under it.
 
-use crate::store::clock;
-use std::collections::BTreeMap;
+use std::collections::HashSet;
 use std::time::Duration;
 
-use chrono::Utc;
-use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, UpdateMany,
-};
+use async_trait::async_trait;
+use sea_orm::sea_query::{Expr, ExprTrait, LockType};
+use sea_orm::{ColumnTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, UpdateMany};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::rows::{db_now, db_now_plus, millis, to_chrono};
-use super::SeaStore;
+use super::rows::{db_now, db_now_plus, millis, to_chrono, to_job};
+use super::{append_event, SeaStore};
 use crate::domain::{EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
-use crate::store::entity::{job, job_event};
-use crate::store::{Dispatch, ExpiredLease, RunRef, StoreError};
+use crate::store::entity::{job, job_batch, job_event};
+use crate::store::{clock, Call, Change, ExpiredLease, Maintenance, Pruned, RunRef, StoreError};
 
-impl SeaStore {
-    pub(super) async fn find_expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
+const QUEUED: &[JobStatus] = &[JobStatus::Queued];
+const FINISHED: &[JobStatus] = &[JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled];
+/// The event of a job whose files the cleaner removed.
+const CLEANED: &str = "job.cleaned";
+/// Ids per `IN (...)` list (far below both engines' bind limits).
+const CHUNK: usize = 500;
+
+#[async_trait]
+impl Maintenance for SeaStore {
+    async fn expired_leases(&self, limit: u64) -> Result<Vec<ExpiredLease>, StoreError> {
+        self.before(Call::Upkeep("expired_leases")).await?;
         let backend = self.db.get_database_backend();
         let runs = job::Entity::find()
             .select_only()
@@ -58,27 +66,8 @@ impl SeaStore {
         Ok(expired)
     }
 
-    pub(super) async fn find_batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
-        let runs = job::Entity::find()
-            .select_only()
-            .column(job::Column::Id)
-            .column(job::Column::Attempts)
-            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
-            .filter(job::Column::FanOut.eq(FanOutForm::Batches.as_str()))
-            .order_by_asc(job::Column::StartedAt)
-            .limit(limit)
-            .into_tuple::<(Uuid, i32)>()
-            .all(&self.db)
-            .await?;
-        Ok(runs.into_iter().map(|(id, attempt)| RunRef { id, attempt }).collect())
-    }
-
-    pub(super) async fn find_stalled_runs(
-        &self,
-        timeout: Duration,
-        stall: Duration,
-        limit: u64,
-    ) -> Result<Vec<RunRef>, StoreError> {
+    async fn stalled_runs(&self, timeout: Duration, stall: Duration, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.before(Call::Upkeep("stalled_runs")).await?;
         let backend = self.db.get_database_backend();
         let overdue = job::Entity::find()
             .select_only()
@@ -107,7 +96,8 @@ impl SeaStore {
         Ok(stalled)
     }
 
-    pub(super) async fn find_overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
+    async fn overdue_queued(&self, timeout: Duration, limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.before(Call::Upkeep("overdue_queued")).await?;
         let backend = self.db.get_database_backend();
         let since = clock::now() - to_chrono(timeout);
         let ids = job::Entity::find()
@@ -126,12 +116,8 @@ impl SeaStore {
         Ok(ids)
     }
 
-    pub(super) async fn fail_queued_job(
-        &self,
-        id: Uuid,
-        error_code: &str,
-        message: &str,
-    ) -> Result<Option<Job>, StoreError> {
+    async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError> {
+        self.before(Call::Upkeep("fail_queued")).await?;
         let now = clock::now();
         let event = NewEvent::new(EventName::FAILED)
             .message(message)
@@ -144,77 +130,155 @@ impl SeaStore {
                 .col_expr(job::Column::ErrorCode, Expr::value(error_code))
                 .col_expr(job::Column::ErrorMessage, Expr::value(message))
         };
-        self.transition(id, &[JobStatus::Queued], JobStatus::Failed, set, event).await
+        let job = self.transition(id, QUEUED, JobStatus::Failed, set, event).await?;
+        if let Some(job) = &job {
+            let changes = [Change::Moved { job, was: QUEUED, event: EventName::FAILED }];
+            self.announce(Call::Upkeep("fail_queued"), &changes).await?;
+        }
+        Ok(job)
     }
 
-    pub(super) async fn record_publications<C: ConnectionTrait>(
-        &self,
-        db: &C,
-        jobs: &[Dispatch],
-    ) -> Result<u64, StoreError> {
-        let mut by_attempts: BTreeMap<i32, Vec<Uuid>> = BTreeMap::new();
-        for job in jobs {
-            by_attempts.entry(job.attempts).or_default().push(job.id);
-        }
-        let now = clock::now();
-        let mut marked = 0;
-        for (attempts, ids) in by_attempts {
-            let result = job::Entity::update_many()
-                .col_expr(job::Column::PublishedAt, Expr::value(now))
-                .filter(job::Column::Id.is_in(ids))
-                .filter(job::Column::Attempts.eq(attempts))
-                // Inside `coalesce`, so no partial index on QUEUED rows can serve it: the
-                // rows are found by primary key, however stale the statistics.
-                .filter(Expr::cust("coalesce(status = 'queued', false)"))
-                .filter(job::Column::PublishedAt.is_null())
-                .exec(db)
-                .await?;
-            marked += result.rows_affected;
-        }
-        Ok(marked)
-    }
-
-    pub(super) async fn find_due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
-        let now = clock::now();
-        let rows = job::Entity::find()
+    async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.before(Call::Upkeep("batch_fan_outs")).await?;
+        let runs = job::Entity::find()
             .select_only()
             .column(job::Column::Id)
-            .column(job::Column::Queue)
             .column(job::Column::Attempts)
-            // Literals, so both engines can use the partial index on undispatched jobs.
-            .filter(Expr::cust("status = 'queued' AND published_at IS NULL"))
-            // Fresh submissions get `grace` for their submitter to publish them; a job
-            // waiting out a delay is nobody else's to publish once the delay is over.
-            .filter(
-                (job::Column::RunAfter.is_null().and(job::Column::CreatedAt.lte(now - to_chrono(grace))))
-                    .or(Expr::col(job::Column::RunAfter).lte(db_now(self.db.get_database_backend()))),
-            )
-            .order_by_asc(job::Column::CreatedAt)
+            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .filter(job::Column::FanOut.eq(FanOutForm::Batches.as_str()))
+            .order_by_asc(job::Column::StartedAt)
             .limit(limit)
-            .into_tuple::<(Uuid, String, i32)>()
+            .into_tuple::<(Uuid, i32)>()
             .all(&self.db)
             .await?;
-        Ok(rows.into_iter().map(|(id, queue, attempts)| Dispatch { id, queue, attempts }).collect())
+        Ok(runs.into_iter().map(|(id, attempt)| RunRef { id, attempt }).collect())
     }
 
-    pub(super) async fn clear_publication(&self, dispatch: &Dispatch) -> Result<bool, StoreError> {
-        let result = job::Entity::update_many()
-            .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
-            .filter(job::Column::Id.eq(dispatch.id))
-            .filter(job::Column::Attempts.eq(dispatch.attempts))
-            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
-            .exec(&self.db)
+    async fn runs_owned_by(&self, owner: &str, limit: u64) -> Result<Vec<RunRef>, StoreError> {
+        self.before(Call::Upkeep("runs_owned_by")).await?;
+        let runs = job::Entity::find()
+            .select_only()
+            .column(job::Column::Id)
+            .column(job::Column::Attempts)
+            .filter(Expr::cust("status = 'running'"))
+            .filter(job::Column::Owner.eq(owner))
+            .order_by_asc(job::Column::Id)
+            .limit(limit)
+            .into_tuple::<(Uuid, i32)>()
+            .all(&self.db)
             .await?;
-        Ok(result.rows_affected == 1)
+        Ok(runs.into_iter().map(|(id, attempt)| RunRef { id, attempt }).collect())
     }
 
-    pub(super) async fn clear_publications(&self) -> Result<u64, StoreError> {
-        let result = job::Entity::update_many()
-            .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
-            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
-            .filter(job::Column::PublishedAt.is_not_null())
-            .exec(&self.db)
-            .await?;
-        Ok(result.rows_affected)
+    async fn mark_cleaned(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        self.before(Call::Upkeep("mark_cleaned")).await?;
+        let backend = self.db.get_database_backend();
+        let txn = self.write_txn().await?;
+        let finished = FINISHED.iter().map(|status| status.as_str());
+        let moved = job::Entity::update_many()
+            .col_expr(job::Column::CleanedAt, db_now(backend))
+            .filter(job::Column::Id.eq(id))
+            .filter(job::Column::Status.is_in(finished))
+            .filter(job::Column::CleanedAt.is_null())
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        if moved == 0 {
+            return Ok(None);
+        }
+        let event = NewEvent::new(CLEANED)
+            .message("its files were removed after the service's retention period; the job's history stays")
+            .fields(json!({}))
+            .level(EventLevel::Info);
+        append_event(&txn, id, &event).await?;
+        let job = job::Entity::find_by_id(id).one(&txn).await?;
+        txn.commit().await?;
+        let job = job.map(to_job).transpose()?;
+        if let Some(job) = &job {
+            let changes = [Change::Moved { job, was: FINISHED, event: CLEANED }];
+            self.announce(Call::Upkeep("mark_cleaned"), &changes).await?;
+        }
+        Ok(job)
+    }
+
+    async fn prune(&self, status: JobStatus, older_than: Duration, limit: u64) -> Result<Pruned, StoreError> {
+        self.before(Call::Upkeep("prune")).await?;
+        let backend = self.db.get_database_backend();
+        let cutoff = db_now_plus(backend, -millis(older_than));
+        let due = || {
+            job::Entity::find()
+                .select_only()
+                .column(job::Column::Id)
+                // Literals, so both engines use the partial index on finished history.
+                .filter(Expr::cust(format!(
+                    "parent_job_id IS NULL AND status IN ('succeeded', 'failed', 'cancelled') AND status = '{}'",
+                    status.as_str()
+                )))
+                .filter(Expr::col(job::Column::FinishedAt).lt(cutoff.clone()))
+                .order_by_asc(job::Column::FinishedAt)
+                .limit(limit)
+        };
+        // Read outside the write transaction: most passes find nothing to do.
+        if due().into_tuple::<Uuid>().one(&self.db).await?.is_none() {
+            return Ok(Pruned::default());
+        }
+        let txn = self.write_txn().await?;
+        let turn = std::time::Instant::now();
+        // Locked on PostgreSQL (SQLite's write transaction is exclusive): a manual retry
+        // waits for this delete, or comes first and takes its job out of it.
+        let mut roots = due();
+        if backend == DbBackend::Postgres {
+            roots = roots.lock(LockType::Update);
+        }
+        let roots: Vec<Uuid> = roots.into_tuple().all(&txn).await?;
+        let mut kept: HashSet<Uuid> = HashSet::new();
+        let mut family: Vec<(Uuid, Uuid)> = Vec::new();
+        let mut level: Vec<Uuid> = roots.clone();
+        let mut root_of: std::collections::HashMap<Uuid, Uuid> = roots.iter().map(|id| (*id, *id)).collect();
+        // Children, and theirs, level by level: a root with one unfinished is kept whole.
+        while !level.is_empty() {
+            let mut next = Vec::new();
+            for chunk in level.chunks(CHUNK) {
+                let rows: Vec<(Uuid, Uuid, String)> = job::Entity::find()
+                    .select_only()
+                    .column(job::Column::Id)
+                    .column(job::Column::ParentJobId)
+                    .column(job::Column::Status)
+                    .filter(job::Column::ParentJobId.is_in(chunk.iter().copied()))
+                    .into_tuple()
+                    .all(&txn)
+                    .await?;
+                for (child, parent, child_status) in rows {
+                    let root = root_of[&parent];
+                    root_of.insert(child, root);
+                    if matches!(child_status.as_str(), "queued" | "running") {
+                        kept.insert(root);
+                    }
+                    family.push((child, root));
+                    next.push(child);
+                }
+            }
+            level = next;
+        }
+        let roots: Vec<Uuid> = roots.into_iter().filter(|root| !kept.contains(root)).collect();
+        let children: Vec<Uuid> =
+            family.into_iter().filter(|(_, root)| !kept.contains(root)).map(|(child, _)| child).collect();
+        let mut pruned = Pruned { jobs: roots.len() as u64, children: children.len() as u64, ..Pruned::default() };
+        for chunk in roots.chunks(CHUNK).chain(children.chunks(CHUNK)) {
+            let ids = chunk.iter().copied();
+            pruned.events += job_event::Entity::delete_many()
+                .filter(job_event::Column::JobId.is_in(ids.clone()))
+                .exec(&txn)
+                .await?
+                .rows_affected;
+            job_batch::Entity::delete_many().filter(job_batch::Column::ParentJobId.is_in(ids)).exec(&txn).await?;
+        }
+        // Children first, deepest last found first, so no row ever names a deleted parent.
+        for chunk in children.rchunks(CHUNK).chain(roots.chunks(CHUNK)) {
+            job::Entity::delete_many().filter(job::Column::Id.is_in(chunk.iter().copied())).exec(&txn).await?;
+        }
+        txn.commit().await?;
+        pruned.held = turn.elapsed();
+        Ok(pruned)
     }
 }

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::rows::millis;
-use super::runs::Outcome;
+use super::run_sql::Outcome;
 use crate::domain::{EventName, JobStatus};
 use crate::store::clock;
 use crate::store::entity::job;

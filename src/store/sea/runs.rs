@@ -1,115 +1,107 @@
-//! What a worker writes about its run: the claim, the outcome, a requeue, a lease renewal.
-//! Every write after the claim names the run (`attempts`), so a run that was taken away
-//! (reaper, shutdown) cannot touch a later run of the same job.
+//! What a worker writes about its run, local or remote: the claim, the outcome, a requeue, a
+//! lease renewal, its events and progress, and a coordinator's fan-out, re-run, deferral and
+//! batch outcomes. Every write after the claim names the run (`attempts`), so a run that was
+//! taken away (reaper, shutdown) cannot touch a later run of the same job. The SQL the
+//! group-commit writer shares is in `run_sql.rs` and `fan_out.rs`.
 
-use crate::store::clock;
-use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
-use sea_orm::sea_query::{CaseStatement, Expr, ExprTrait};
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, QueryFilter, UpdateMany,
-};
-use serde_json::{json, Value};
+use async_trait::async_trait;
+use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType};
+use sea_orm::{ColumnTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, UpdateMany};
+use serde_json::json;
 use uuid::Uuid;
 
-use super::rows::{db_now, db_now_plus, millis, to_chrono};
-use super::{apply_transition, compare_and_set_many, SeaStore};
-use crate::domain::{EventLevel, EventName, Job, JobStatus, NewEvent};
+use super::fan_out::{close_succeeded, running, NoTime};
+use super::rows::{db_now, db_now_plus, millis, to_chrono, to_job};
+use super::run_sql::forget_fan_out;
+use super::{append_event, append_events, compare_and_set_many, event_row, group_commit, retried, SeaStore};
+use crate::domain::{BatchOutcome, EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
 use crate::store::entity::job;
-use crate::store::{Completion, Requeue, RunRef, StoreError};
+use crate::store::{clock, BatchRecorded, Call, Change, Completion, Reduce, Requeue, RunRef, RunWrites, StoreError};
 
-type NoTime = Option<chrono::DateTime<Utc>>;
+const QUEUED: &[JobStatus] = &[JobStatus::Queued];
+const RUNNING: &[JobStatus] = &[JobStatus::Running];
 
-impl SeaStore {
-    /// Session 1: QUEUED → RUNNING, leased until database-now + `lease`.
-    pub(super) async fn claim_run(
-        &self,
-        shared: Option<&DatabaseTransaction>,
-        id: Uuid,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Option<Job>, StoreError> {
-        let set = claim_update(self.db.get_database_backend(), owner, lease);
-        self.transition_in(shared, id, &[JobStatus::Queued], JobStatus::Running, set, claim_event(owner)).await
-    }
+/// Runnable jobs a SQLite claim of a registered type tries per round, and its rounds
+/// (others may take them all).
+const CANDIDATES: u64 = 32;
+const ROUNDS: usize = 4;
 
-    /// Session 2: RUNNING → the completion's state, for this run only.
-    pub(super) async fn finish_run(
-        &self,
-        shared: Option<&DatabaseTransaction>,
-        run: RunRef,
-        completion: &Completion,
-    ) -> Result<Option<Job>, StoreError> {
-        if let Some(txn) = shared {
-            return finish_in(txn, run, completion).await;
-        }
-        let txn = self.write_txn().await?;
-        let job = finish_in(&txn, run, completion).await?;
-        if job.is_some() {
-            txn.commit().await?;
+#[async_trait]
+impl RunWrites for SeaStore {
+    async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
+        self.before(Call::Claim(id)).await?;
+        let job = match &self.writer {
+            Some(writer) => writer
+                .write(group_commit::Write::Claim { id, owner: owner.to_owned(), lease })
+                .await?
+                .into_optional_job()?,
+            None => self.claim_run(None, id, owner, lease).await?,
+        };
+        if let Some(job) = &job {
+            self.announce(Call::Claim(id), &[Change::Moved { job, was: QUEUED, event: EventName::STARTED }]).await?;
         }
         Ok(job)
     }
 
-    /// Many claims by one owner in one statement (a group commit). Returns the rows that
-    /// moved to RUNNING, each with its `job.started` event to write.
-    pub(super) async fn claim_runs(
-        &self,
-        txn: &DatabaseTransaction,
-        ids: &[Uuid],
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Vec<(job::Model, NewEvent)>, DbErr> {
-        let set = claim_update(self.db.get_database_backend(), owner, lease);
-        let rows = ids.iter().copied();
-        let claimed =
-            compare_and_set_many(txn, job::Column::Id.is_in(rows), &[JobStatus::Queued], JobStatus::Running, set)
+    async fn claim_next(&self, operations: &[String], owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
+        self.before(Call::ClaimNext).await?;
+        if operations.is_empty() {
+            return Ok(None);
+        }
+        if self.db.get_database_backend() == DbBackend::Postgres {
+            let txn = self.write_txn().await?;
+            let next = claimable(DbBackend::Postgres, operations)
+                .limit(1)
+                .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+                .into_tuple::<Uuid>()
+                .one(&txn)
                 .await?;
-        Ok(claimed.into_iter().map(|row| (row, claim_event(owner))).collect())
+            let Some(id) = next else { return Ok(None) };
+            let job = self.claim_run(Some(&txn), id, owner, lease).await?;
+            txn.commit().await?;
+            if let Some(job) = &job {
+                let changes = [Change::Moved { job, was: QUEUED, event: EventName::STARTED }];
+                self.announce(Call::ClaimNext, &changes).await?;
+            }
+            return Ok(job);
+        }
+        for _ in 0..ROUNDS {
+            let candidates =
+                claimable(DbBackend::Sqlite, operations).limit(CANDIDATES).into_tuple::<Uuid>().all(&self.db).await?;
+            if candidates.is_empty() {
+                return Ok(None);
+            }
+            for id in candidates {
+                if let Some(job) = self.claim(id, owner, lease).await? {
+                    return Ok(Some(job));
+                }
+            }
+        }
+        Ok(None)
     }
 
-    /// Many outcomes of one status, each for its own run, in one statement (a group
-    /// commit): the per-job columns are `CASE` expressions keyed by id. Only plain
-    /// successes and failures: the other completions carry extra conditions. Returns the
-    /// rows that moved, each with its event to write.
-    pub(super) async fn finish_runs(
-        &self,
-        txn: &DatabaseTransaction,
-        to: JobStatus,
-        runs: &[(RunRef, &Completion)],
-    ) -> Result<Vec<(job::Model, NewEvent)>, DbErr> {
-        debug_assert!(runs.iter().all(|(_, completion)| completion.status() == to && Outcome::batchable(completion)));
-        let now = clock::now();
-        let mut events: HashMap<Uuid, NewEvent> = HashMap::new();
-        let (mut result, mut error_code, mut error_message) = (Case::new(), Case::new(), Case::new());
-        for (run, completion) in runs {
-            let outcome = Outcome::of(completion);
-            result = result.when(run.id, outcome.result);
-            error_code = error_code.when(run.id, outcome.error_code);
-            error_message = error_message.when(run.id, outcome.error_message);
-            events.insert(run.id, outcome.event);
-        }
-        let this_run = this_run(&runs.iter().map(|(run, _)| *run).collect::<Vec<_>>());
-        let set = move |update: UpdateMany<job::Entity>| {
-            let update = update
-                .col_expr(job::Column::FinishedAt, Expr::value(now))
-                .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
-                .col_expr(job::Column::Result, result.end())
-                .col_expr(job::Column::ErrorCode, error_code.end())
-                .col_expr(job::Column::ErrorMessage, error_message.end());
-            match to {
-                JobStatus::Failed => update.col_expr(job::Column::Failures, Expr::col(job::Column::Failures).add(1)),
-                _ => update,
-            }
+    async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
+        self.before(Call::Finish(run, completion)).await?;
+        let job = match &self.writer {
+            Some(writer) => writer
+                .write(group_commit::Write::Finish { run, completion: completion.clone() })
+                .await?
+                .into_optional_job()?,
+            None => self.finish_run(None, run, completion).await?,
         };
-        let finished = compare_and_set_many(txn, this_run, &[JobStatus::Running], to, set).await?;
-        Ok(finished.into_iter().filter_map(|row| events.remove(&row.id).map(|event| (row, event))).collect())
+        if let Some(job) = &job {
+            let changes = [Change::Moved { job, was: RUNNING, event: completion.event() }];
+            self.announce(Call::Finish(run, completion), &changes).await?;
+        }
+        Ok(job)
     }
 
     /// RUNNING → QUEUED for this run; `published_at` cleared so the dispatch sweep sends it.
-    pub(super) async fn requeue_run(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
+    async fn requeue(&self, run: RunRef, requeue: &Requeue) -> Result<Option<Job>, StoreError> {
+        self.before(Call::Requeue(run, requeue)).await?;
         let backend = self.db.get_database_backend();
         let now = clock::now();
         let at = |delay: &Duration| now + to_chrono(*delay);
@@ -168,174 +160,191 @@ impl SeaStore {
             }
             update
         };
-        self.transition(run.id, &[JobStatus::Running], JobStatus::Queued, set, event).await
-    }
-
-    /// Many lease renewals of one length in one statement (a group commit). Returns the jobs
-    /// whose run was still current.
-    pub(super) async fn extend_run_leases(
-        &self,
-        txn: &DatabaseTransaction,
-        runs: &[RunRef],
-        lease: Duration,
-    ) -> Result<HashSet<Uuid>, DbErr> {
-        let backend = self.db.get_database_backend();
-        let renewed = job::Entity::update_many()
-            .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
-            .filter(this_run(runs))
-            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
-            // A deferred run holds no lease; a renewal sent before it deferred gives none.
-            .filter(job::Column::DeferredAt.is_null())
-            .exec_with_returning(txn)
-            .await?;
-        Ok(renewed.into_iter().map(|row| row.id).collect())
-    }
-
-    /// Lease renewal: a conditional update, no event (heartbeats are not progress).
-    pub(super) async fn extend_run_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
-        let backend = self.db.get_database_backend();
-        let result = job::Entity::update_many()
-            .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
-            .filter(job::Column::Id.eq(run.id))
-            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
-            .filter(job::Column::Attempts.eq(run.attempt))
-            .filter(job::Column::DeferredAt.is_null())
-            .exec(&self.db)
-            .await?;
-        Ok(result.rows_affected == 1)
-    }
-}
-
-/// Session 2's write inside `txn`: RUNNING → the completion's state, for this run only,
-/// with its event (and, for a child, its parent's count).
-pub(super) async fn finish_in(
-    txn: &DatabaseTransaction,
-    run: RunRef,
-    completion: &Completion,
-) -> Result<Option<Job>, StoreError> {
-    let backend = txn.get_database_backend();
-    let now = clock::now();
-    let counts_failure = completion.status() == JobStatus::Failed;
-    let lease_must_be_expired = matches!(completion, Completion::LeaseExpired { .. });
-    let Outcome { event, result, error_code, error_message } = Outcome::of(completion);
-    let set = move |update: UpdateMany<job::Entity>| {
-        let mut update = update
-            .col_expr(job::Column::FinishedAt, Expr::value(now))
-            .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
-            .col_expr(job::Column::Result, Expr::value(result))
-            .col_expr(job::Column::ErrorCode, Expr::value(error_code))
-            .col_expr(job::Column::ErrorMessage, Expr::value(error_message))
-            .filter(job::Column::Attempts.eq(run.attempt));
-        if counts_failure {
-            update = update.col_expr(job::Column::Failures, Expr::col(job::Column::Failures).add(1));
+        let job = self.transition(run.id, RUNNING, JobStatus::Queued, set, event).await?;
+        if let Some(job) = &job {
+            let changes = [Change::Moved { job, was: RUNNING, event: requeue.event() }];
+            self.announce(Call::Requeue(run, requeue), &changes).await?;
         }
-        if lease_must_be_expired {
-            update = update.filter(Expr::col(job::Column::LeasedUntil).lt(db_now(backend)));
-        }
-        update
-    };
-    apply_transition(txn, run.id, &[JobStatus::Running], completion.status(), set, &event).await
-}
-
-/// Clears what a run's fan-out left (`fan_out`, `deferred_at`): they belong to one run, and
-/// the job's next run fans out afresh, if at all.
-pub(super) fn forget_fan_out(update: UpdateMany<job::Entity>) -> UpdateMany<job::Entity> {
-    update
-        .col_expr(job::Column::FanOut, Expr::value(None::<String>))
-        .col_expr(job::Column::DeferredAt, Expr::value(NoTime::None))
-}
-
-/// `(id, attempts) IN (…)`: the rows of exactly these runs.
-fn this_run(runs: &[RunRef]) -> Expr {
-    Expr::tuple([Expr::col(job::Column::Id), Expr::col(job::Column::Attempts)])
-        .in_tuples(runs.iter().map(|run| (run.id, run.attempt)))
-}
-
-/// The claim's `SET` clauses and conditions beyond the status.
-fn claim_update(
-    backend: DbBackend,
-    owner: &str,
-    lease: Duration,
-) -> impl FnOnce(UpdateMany<job::Entity>) -> UpdateMany<job::Entity> {
-    let now = clock::now();
-    let owner = owner.to_owned();
-    move |update| {
-        let update = update
-            .col_expr(job::Column::StartedAt, Expr::value(now))
-            .col_expr(job::Column::Attempts, Expr::col(job::Column::Attempts).add(1))
-            .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
-            .col_expr(job::Column::Owner, Expr::value(owner))
-            // A job waiting out a delay is not claimable early, whatever stale message
-            // arrives; judged by the same clock the sweep uses to send it.
-            .filter(job::Column::RunAfter.is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))));
-        forget_fan_out(update)
+        Ok(job)
     }
-}
 
-fn claim_event(owner: &str) -> NewEvent {
-    NewEvent::new(EventName::STARTED).fields(json!({ "owner": owner }))
-}
+    async fn extend_lease(&self, run: RunRef, lease: Duration) -> Result<bool, StoreError> {
+        self.before(Call::ExtendLease(run)).await?;
+        match &self.writer {
+            Some(writer) => Ok(writer.write(group_commit::Write::ExtendLease { run, lease }).await?.into_count()? == 1),
+            None => self.extend_run_lease(run, lease).await,
+        }
+    }
 
-/// What a completion writes: its event and the job's result or error columns.
-pub(super) struct Outcome {
-    pub(super) event: NewEvent,
-    pub(super) result: Option<Value>,
-    pub(super) error_code: Option<String>,
-    pub(super) error_message: Option<String>,
-}
-
-impl Outcome {
-    pub(super) fn of(completion: &Completion) -> Outcome {
-        let failed = |event: &str, code: &str, message: &str| Outcome {
-            event: NewEvent::new(event).message(message).fields(json!({ "error_code": code })).level(EventLevel::Error),
-            result: None,
-            error_code: Some(code.to_owned()),
-            error_message: Some(message.to_owned()),
+    /// Sets the run's form and count (`fan_out`, `progress_total`, `progress_current`) with
+    /// `job.fanned_out`, before any batch or child is sent. Batches of an earlier run never
+    /// count (their outcomes name that run); children are the same rows for every run, so
+    /// those that already succeeded count from the start.
+    async fn fan_out(&self, run: RunRef, total: i64, form: FanOutForm) -> Result<Option<Job>, StoreError> {
+        self.before(Call::FanOut(run)).await?;
+        let txn = self.write_txn().await?;
+        let done = match form {
+            FanOutForm::Batches => 0,
+            FanOutForm::Children => {
+                let children = job::Entity::find().filter(job::Column::ParentJobId.eq(run.id));
+                children.filter(job::Column::Status.eq(JobStatus::Succeeded.as_str())).count(&txn).await? as i64
+            }
         };
-        match completion {
-            Completion::Succeeded { result } => Outcome {
-                event: NewEvent::new(EventName::SUCCEEDED),
-                result: Some(result.clone()),
-                error_code: None,
-                error_message: None,
-            },
-            Completion::Failed { error_code, message } => failed(EventName::FAILED, error_code, message),
-            Completion::LeaseExpired { message } => failed(EventName::LEASE_EXPIRED, "lease_expired", message),
-            Completion::CancelledByParent => Outcome {
-                event: NewEvent::new(EventName::CANCELLED_BY_PARENT)
-                    .message("parent was cancelled before this job ran"),
-                result: None,
-                error_code: None,
-                error_message: None,
-            },
-        }
+        let moved = running(run)
+            .col_expr(job::Column::FanOut, Expr::value(form.as_str()))
+            .col_expr(job::Column::ProgressTotal, Expr::value(total))
+            .col_expr(job::Column::ProgressCurrent, Expr::value(done))
+            .exec_with_returning(&txn)
+            .await?;
+        let Some(row) = moved.into_iter().next() else { return Ok(None) };
+        let fields = json!({ "form": form.as_str(), "total": total, "done": done });
+        append_event(&txn, run.id, &NewEvent::new(EventName::FANNED_OUT).fields(fields)).await?;
+        txn.commit().await?;
+        let job = to_job(row)?;
+        self.announce(Call::FanOut(run), &[Change::Moved { job: &job, was: RUNNING, event: EventName::FANNED_OUT }])
+            .await?;
+        Ok(Some(job))
     }
 
-    /// Whether [`SeaStore::finish_runs`] can write this completion with others.
-    pub(super) fn batchable(completion: &Completion) -> bool {
-        matches!(completion, Completion::Succeeded { .. } | Completion::Failed { .. })
+    async fn rerun_children(&self, run: RunRef) -> Result<Vec<Job>, StoreError> {
+        self.before(Call::RerunChildren(run)).await?;
+        let txn = self.write_txn().await?;
+        // Locks the parent as this run's; children ending meanwhile queue up behind it.
+        let locked = running(run)
+            .filter(job::Column::FanOut.eq(FanOutForm::Children.as_str()))
+            .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent))
+            .exec_with_returning(&txn)
+            .await?;
+        let Some(parent) = locked.into_iter().next() else { return Ok(Vec::new()) };
+        const ENDED: &[JobStatus] = &[JobStatus::Failed, JobStatus::Cancelled];
+        let ended = ENDED;
+        let children = job::Column::ParentJobId.eq(run.id);
+        let backend = self.db.get_database_backend();
+        let requeued =
+            compare_and_set_many(&txn, children, ended, JobStatus::Queued, |update| retried(backend, update)).await?;
+        let event = NewEvent::new(EventName::RETRIED).message("re-queued by its coordinator's re-run");
+        append_events(&txn, requeued.iter().map(|child| event_row(child.id, &event)).collect()).await?;
+        let succeeded = job::Entity::find()
+            .filter(job::Column::ParentJobId.eq(run.id))
+            .filter(job::Column::Status.eq(JobStatus::Succeeded.as_str()))
+            .count(&txn)
+            .await? as i64;
+        running(run).col_expr(job::Column::ProgressCurrent, Expr::value(succeeded)).exec(&txn).await?;
+        let total = parent.progress_total.unwrap_or(i64::MAX);
+        if requeued.is_empty() && succeeded >= total {
+            close_succeeded(&txn, run, json!({ "children": total })).await?;
+        }
+        txn.commit().await?;
+        let children = requeued.into_iter().map(to_job).collect::<Result<Vec<_>, _>>()?;
+        let mut changes: Vec<Change> =
+            children.iter().map(|job| Change::Moved { job, was: ENDED, event: EventName::RETRIED }).collect();
+        changes.push(Change::Noted { id: run.id });
+        self.announce(Call::RerunChildren(run), &changes).await?;
+        Ok(children)
+    }
+
+    async fn run_is_current(&self, run: RunRef) -> Result<bool, StoreError> {
+        self.before(Call::Read("run_is_current", Some(run.id))).await?;
+        let current = job::Entity::find()
+            .filter(job::Column::Id.eq(run.id))
+            .filter(job::Column::Attempts.eq(run.attempt))
+            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .count(&self.db)
+            .await?;
+        Ok(current == 1)
+    }
+
+    /// The coordinator returned with its batches sent: it gives up its lease, and its
+    /// batches' outcomes (and the reaper's stall check) take over.
+    async fn defer(&self, run: RunRef) -> Result<Option<Job>, StoreError> {
+        self.before(Call::Defer(run)).await?;
+        let now = clock::now();
+        let event = NewEvent::new(EventName::DEFERRED).message("waiting for its batches");
+        let set = move |update: UpdateMany<job::Entity>| {
+            update
+                .col_expr(job::Column::DeferredAt, Expr::value(now))
+                .col_expr(job::Column::LeasedUntil, Expr::value(NoTime::None))
+        };
+        let job = self.update_running(run, set, event).await?;
+        if let Some(job) = &job {
+            self.announce(Call::Defer(run), &[Change::Moved { job, was: RUNNING, event: EventName::DEFERRED }]).await?;
+        }
+        Ok(job)
+    }
+
+    async fn record_batch(&self, outcome: BatchOutcome, reduce: Arc<dyn Reduce>) -> Result<BatchRecorded, StoreError> {
+        self.before(Call::RecordBatch(outcome.parent_job_id)).await?;
+        let parent = RunRef { id: outcome.parent_job_id, attempt: outcome.attempt };
+        let recorded = match &self.writer {
+            Some(writer) => writer.write(group_commit::Write::Batch { outcome, reduce }).await?.into_batch()?,
+            None => {
+                let txn = self.write_txn().await?;
+                let recorded = self.record_batches_in(&txn, parent, &[&outcome], reduce.as_ref()).await?;
+                txn.commit().await?;
+                recorded
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| StoreError::Corrupt("a batch outcome went unanswered".into()))?
+            }
+        };
+        match recorded {
+            // This outcome closed its coordinator: announced with the row as it closed. A
+            // failed read only costs the announcement of the ending, never the write.
+            BatchRecorded::Counted { closed: Some(status) } => match self.find(parent.id).await {
+                Ok(Some(job)) => {
+                    let event = if status == JobStatus::Succeeded { EventName::SUCCEEDED } else { EventName::FAILED };
+                    let changes = [Change::Moved { job: &job, was: RUNNING, event }];
+                    self.announce(Call::RecordBatch(parent.id), &changes).await?;
+                }
+                Ok(None) => {}
+                Err(err) => tracing::warn!(job_id = %parent.id, error = %err, "closed coordinator not announced"),
+            },
+            BatchRecorded::Counted { closed: None } => {
+                self.announce(Call::RecordBatch(parent.id), &[Change::Noted { id: parent.id }]).await?
+            }
+            BatchRecorded::Duplicate | BatchRecorded::ParentGone => {}
+        }
+        Ok(recorded)
+    }
+
+    async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError> {
+        self.before(Call::RecordEvent(run, &event)).await?;
+        let txn = self.write_txn().await?;
+        let (current, total) = event.progress();
+        // The run's row is locked and checked even when no counter moves, so a stale run
+        // writes nothing and an event never lands after the run ended. A coordinator's
+        // counters count its batches or children; reports (from a batch, say) leave them.
+        let counted = |column: job::Column, value: Option<i64>| match value {
+            Some(value) => Expr::case(job::Column::FanOut.is_null(), value).finally(Expr::col(column)).into(),
+            None => Expr::col(column),
+        };
+        let moved = job::Entity::update_many()
+            .col_expr(job::Column::ProgressCurrent, counted(job::Column::ProgressCurrent, current))
+            .col_expr(job::Column::ProgressTotal, counted(job::Column::ProgressTotal, total))
+            .filter(job::Column::Id.eq(run.id))
+            .filter(job::Column::Attempts.eq(run.attempt))
+            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        if moved == 0 {
+            return Ok(false);
+        }
+        append_event(&txn, run.id, &event).await?;
+        txn.commit().await?;
+        self.announce(Call::RecordEvent(run, &event), &[Change::Noted { id: run.id }]).await?;
+        Ok(true)
     }
 }
 
-/// `CASE WHEN id = … THEN … END`: one column's per-job values in a multi-row update.
-struct Case(Option<CaseStatement>);
-
-impl Case {
-    fn new() -> Case {
-        Case(None)
-    }
-
-    fn when(self, id: Uuid, value: impl Into<sea_orm::Value>) -> Case {
-        let condition = job::Column::Id.eq(id);
-        let value = Expr::value(value);
-        Case(Some(match self.0 {
-            None => Expr::case(condition, value),
-            Some(case) => case.case(condition, value),
-        }))
-    }
-
-    /// Without a `WHEN`, `NULL`.
-    fn end(self) -> Expr {
-        self.0.map_or_else(Expr::null, |case| Expr::Case(Box::new(case)))
-    }
+/// Runnable QUEUED jobs of these registered types, oldest first.
+fn claimable(backend: DbBackend, operations: &[String]) -> sea_orm::Select<job::Entity> {
+    job::Entity::find()
+        .select_only()
+        .column(job::Column::Id)
+        // Literals, so both engines use the partial index on claimable tasks.
+        .filter(Expr::cust("status = 'queued' AND queue = '@remote'"))
+        .filter(job::Column::Operation.is_in(operations.iter().map(String::as_str)))
+        .filter(Expr::col(job::Column::RunAfter).is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))))
+        .order_by_asc(job::Column::Id)
 }

@@ -1,14 +1,17 @@
-//! Listing jobs: summaries only, with the payload and result never read, so a page of 500
-//! jobs costs the same whatever clients submitted.
+//! What the API reads: a job, pages of summaries (the payload and result never read, so a
+//! page of 500 jobs costs the same whatever clients submitted), events, and a queued job's
+//! place in its line.
 
-use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect};
+use async_trait::async_trait;
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{ColumnTrait, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
 use uuid::Uuid;
 
+use super::rows::{db_now, to_event};
 use super::SeaStore;
-use crate::domain::{JobStatus, JobSummary};
-use crate::store::entity::job;
-use crate::store::{JobFilter, Page, StoreError};
+use crate::domain::{Job, JobEvent, JobStatus, JobSummary, QueueName};
+use crate::store::entity::{job, job_event};
+use crate::store::{Call, JobFilter, JobReads, Page, StoreError};
 
 /// The columns of a summary, as read.
 #[derive(Debug, FromQueryResult)]
@@ -37,8 +40,20 @@ struct SummaryRow {
     deferred_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-impl SeaStore {
-    pub(super) async fn list_summaries(&self, filter: &JobFilter) -> Result<Page, StoreError> {
+#[async_trait]
+impl JobReads for SeaStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.before(Call::Read("ping", None)).await?;
+        self.db.ping().await.map_err(StoreError::from)
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        self.before(Call::Read("get", Some(id))).await?;
+        self.find(id).await
+    }
+
+    async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError> {
+        self.before(Call::Read("list", None)).await?;
         use job::Column as C;
         let plain = [
             C::Id,
@@ -100,6 +115,64 @@ impl SeaStore {
             false => None,
         };
         Ok(Page { jobs, next_cursor })
+    }
+
+    async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
+        self.before(Call::Read("events", Some(id))).await?;
+        self.events_where(job_event::Column::JobId.eq(id), after, limit).await
+    }
+
+    async fn room_events(&self, room: &str, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError> {
+        self.before(Call::Read("room_events", None)).await?;
+        let jobs = sea_orm::sea_query::Query::select()
+            .column(job::Column::Id)
+            .from(job::Entity)
+            .and_where(job::Column::Room.eq(room))
+            .to_owned();
+        self.events_where(job_event::Column::JobId.in_subquery(jobs), after, limit).await
+    }
+
+    /// 1 + the runnable jobs ahead of `job` in its line: its type's for a registered type
+    /// (whatever their room: they wait for the same workers), its queue's otherwise.
+    async fn queue_position(&self, of: &Job) -> Result<Option<i64>, StoreError> {
+        self.before(Call::Read("queue_position", Some(of.id))).await?;
+        if of.status != JobStatus::Queued {
+            return Ok(None);
+        }
+        let backend = self.db.get_database_backend();
+        let mut ahead = job::Entity::find()
+            .filter(Expr::cust("status = 'queued'"))
+            .filter(job::Column::Queue.eq(of.queue.as_str()))
+            .filter(job::Column::Id.lt(of.id))
+            .filter(
+                Expr::col(job::Column::RunAfter).is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))),
+            );
+        if of.queue == QueueName::REMOTE {
+            ahead = ahead.filter(job::Column::Operation.eq(of.operation.as_str()));
+        }
+        if of.queue == QueueName::SCRIPTS {
+            ahead = ahead.filter(job::Column::Service.eq(of.service.as_deref()));
+        }
+        Ok(Some(ahead.count(&self.db).await? as i64 + 1))
+    }
+}
+
+impl SeaStore {
+    /// Events of the jobs `which` picks, in the order written, after event id `after`.
+    async fn events_where(
+        &self,
+        which: sea_orm::sea_query::SimpleExpr,
+        after: Option<i64>,
+        limit: u64,
+    ) -> Result<Vec<JobEvent>, StoreError> {
+        let rows = job_event::Entity::find()
+            .filter(which)
+            .filter(job_event::Column::Id.gt(after.unwrap_or(0)))
+            .order_by_asc(job_event::Column::Id)
+            .limit(limit)
+            .all(&self.db)
+            .await?;
+        rows.into_iter().map(to_event).collect()
     }
 }
 

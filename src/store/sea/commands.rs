@@ -1,0 +1,298 @@
+//! What clients ask of jobs: submissions (one, or a batch in one transaction), a cancel
+//! with the job's unfinished descendants, a manual retry, and a note on a waiting job.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, DatabaseTransaction, DbErr, EntityTrait, IntoActiveModel, QueryFilter, SqlErr, UpdateMany};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::rows::{new_row, to_job};
+use super::{
+    append_event, append_events, compare_and_set, event_row, fan_out, group_commit, retried, SeaStore, INSERT_CHUNK,
+};
+use crate::domain::{EventName, InvalidTransition, Job, JobStatus, NewEvent, NewJob};
+use crate::store::entity::job;
+use crate::store::{clock, Call, Cancellation, Change, JobCommands, StoreError, Submission};
+
+/// The statuses a cancel moves a job from.
+const CANCELLABLE: &[JobStatus] = &[JobStatus::Queued, JobStatus::Running];
+
+#[async_trait]
+impl JobCommands for SeaStore {
+    async fn submit(&self, new: NewJob) -> Result<Submission, StoreError> {
+        self.before(Call::Submit).await?;
+        // A keyless submission cannot conflict, so it can share a group commit; a keyed one
+        // may hit the unique index, which would abort a shared PostgreSQL transaction.
+        if let (Some(writer), None) = (&self.writer, &new.idempotency_key) {
+            let job = writer.write(group_commit::Write::Submit { new }).await?.into_job()?;
+            self.announce(Call::Submit, &[Change::Moved { job: &job, was: &[], event: EventName::QUEUED }]).await?;
+            return Ok(Submission { job, created: true });
+        }
+        let row = new_row(&new);
+        let txn = self.write_txn().await?;
+        let inserted = job::Entity::insert(row.clone().into_active_model()).exec_without_returning(&txn).await;
+        match (inserted, &new.idempotency_key) {
+            (Ok(_), _) => {}
+            (Err(err), Some(key)) if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
+                drop(txn);
+                return self.resolve_duplicate(&new, key).await;
+            }
+            (Err(err), _) => return Err(err.into()),
+        }
+        append_event(&txn, row.id, &queued_event(&new)).await?;
+        txn.commit().await?;
+        let job = to_job(row)?;
+        self.announce(Call::Submit, &[Change::Moved { job: &job, was: &[], event: EventName::QUEUED }]).await?;
+        Ok(Submission { job, created: true })
+    }
+
+    async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
+        self.before(Call::Submit).await?;
+        // Keys are looked up inside the write transaction; on PostgreSQL a concurrent
+        // submission can still take one first, and the unique index then aborts this
+        // attempt, so it tries again and finds that job.
+        let mut attempt = 0;
+        loop {
+            match self.submit_many_once(&jobs).await {
+                Err(StoreError::Database(err))
+                    if attempt < 3 && matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) =>
+                {
+                    attempt += 1
+                }
+                Ok(submissions) => {
+                    let created = submissions.iter().filter(|submission| submission.created);
+                    let changes: Vec<Change> =
+                        created.map(|s| Change::Moved { job: &s.job, was: &[], event: EventName::QUEUED }).collect();
+                    self.announce(Call::Submit, &changes).await?;
+                    return Ok(submissions);
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn cancel(&self, id: Uuid) -> Result<Cancellation, StoreError> {
+        self.before(Call::Cancel(id)).await?;
+        // A failed compare-and-set means the job was terminal; re-read it. Should a manual
+        // retry have re-queued it in between, the loop tries again. So does a deadlock with
+        // a finishing child (it locks itself, then this parent): the transaction rolled
+        // back, and a cancel that did commit is found terminal on the next try.
+        for attempt in 1..=3 {
+            match self.cancel_once(id).await {
+                Ok(Some((cancellation, descendants))) => {
+                    let cancelled = std::iter::once(&cancellation.job).chain(&descendants);
+                    let changes: Vec<Change> = cancelled
+                        .map(|job| Change::Moved { job, was: CANCELLABLE, event: EventName::CANCELLED })
+                        .collect();
+                    self.announce(Call::Cancel(id), &changes).await?;
+                    return Ok(cancellation);
+                }
+                Ok(None) => {}
+                Err(StoreError::Database(err)) if attempt < 3 => {
+                    tracing::warn!(job_id = %id, error = %err, "cancel failed; trying again");
+                    continue;
+                }
+                Err(err) => return Err(err),
+            }
+            let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
+            if job.status.is_terminal() {
+                return Ok(Cancellation { job, changed: false, descendants: Vec::new() });
+            }
+        }
+        Err(StoreError::Corrupt(format!("job {id} kept changing state during cancel")))
+    }
+
+    async fn note_queued(&self, id: Uuid, event: NewEvent) -> Result<bool, StoreError> {
+        self.before(Call::NoteQueued(id)).await?;
+        let txn = self.write_txn().await?;
+        // The row is locked (a no-op update) so the event cannot land after a claim.
+        let still = job::Entity::update_many()
+            .col_expr(job::Column::Status, Expr::col(job::Column::Status).into())
+            .filter(job::Column::Id.eq(id))
+            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        if still == 0 {
+            return Ok(false);
+        }
+        append_event(&txn, id, &event).await?;
+        txn.commit().await?;
+        self.announce(Call::NoteQueued(id), &[Change::Noted { id }]).await?;
+        Ok(true)
+    }
+
+    async fn retry(&self, id: Uuid) -> Result<Job, StoreError> {
+        self.before(Call::Retry(id)).await?;
+        let event = NewEvent::new(EventName::RETRIED).message("re-queued by request");
+        const FROM: &[JobStatus] = &[JobStatus::Failed, JobStatus::Cancelled];
+        let from = FROM;
+        let backend = self.db.get_database_backend();
+        if let Some(job) =
+            // A job whose files the cleaner removed has nothing left to run.
+            self
+                .transition(
+                    id,
+                    from,
+                    JobStatus::Queued,
+                    |update| retried(backend, update).filter(job::Column::CleanedAt.is_null()),
+                    event,
+                )
+                .await?
+        {
+            let changes = [Change::Moved { job: &job, was: FROM, event: EventName::RETRIED }];
+            self.announce(Call::Retry(id), &changes).await?;
+            return Ok(job);
+        }
+        let job = self.find(id).await?.ok_or(StoreError::NotFound(id))?;
+        Err(InvalidTransition { from: job.status, to: JobStatus::Queued }.into())
+    }
+}
+
+/// How one submission of a batch is answered.
+enum Answer {
+    /// By a job an earlier request created under its key.
+    Existing(Box<Job>),
+    /// By the row it inserts (index into the inserted rows).
+    Inserted(usize),
+    /// By the row an earlier submission of this batch with the same key inserts.
+    Repeat(usize),
+}
+
+impl SeaStore {
+    async fn submit_many_once(&self, jobs: &[NewJob]) -> Result<Vec<Submission>, StoreError> {
+        let txn = self.write_txn().await?;
+        let keys: Vec<&str> = jobs.iter().filter_map(|new| new.idempotency_key.as_deref()).collect();
+        // Keyed by (room, key): keys are per room. Rows of other rooms read here are ignored.
+        let mut known: HashMap<(String, String), Job> = HashMap::new();
+        for chunk in keys.chunks(INSERT_CHUNK) {
+            let rows =
+                job::Entity::find().filter(job::Column::IdempotencyKey.is_in(chunk.iter().copied())).all(&txn).await?;
+            for row in rows {
+                let job = to_job(row)?;
+                known.insert((job.room.clone(), job.idempotency_key.clone().unwrap_or_default()), job);
+            }
+        }
+        // Which submissions insert a row; the others name the job that answers them.
+        let mut fresh: Vec<&NewJob> = Vec::new();
+        let mut answers: Vec<Answer> = Vec::with_capacity(jobs.len());
+        let mut first_with_key: HashMap<(&str, &str), usize> = HashMap::new();
+        for new in jobs {
+            let Some(key) = new.idempotency_key.as_deref() else {
+                answers.push(Answer::Inserted(fresh.len()));
+                fresh.push(new);
+                continue;
+            };
+            if let Some(job) = known.get(&(new.room.as_str().to_owned(), key.to_owned())) {
+                if !new.matches(job) {
+                    return Err(StoreError::IdempotencyConflict(key.to_owned()));
+                }
+                answers.push(Answer::Existing(Box::new(job.clone())));
+            } else if let Some(&first) = first_with_key.get(&(new.room.as_str(), key)) {
+                if !new.matches_new(fresh[first]) {
+                    return Err(StoreError::IdempotencyConflict(key.to_owned()));
+                }
+                answers.push(Answer::Repeat(first));
+            } else {
+                first_with_key.insert((new.room.as_str(), key), fresh.len());
+                answers.push(Answer::Inserted(fresh.len()));
+                fresh.push(new);
+            }
+        }
+        let inserted = insert_new(&txn, &fresh).await?;
+        txn.commit().await?;
+        let inserted = inserted.into_iter().map(to_job).collect::<Result<Vec<_>, _>>()?;
+        Ok(answers
+            .into_iter()
+            .map(|answer| match answer {
+                Answer::Existing(job) => Submission { job: *job, created: false },
+                Answer::Inserted(at) => Submission { job: inserted[at].clone(), created: true },
+                Answer::Repeat(at) => Submission { job: inserted[at].clone(), created: false },
+            })
+            .collect())
+    }
+
+    /// An idempotency key seen before: the same submission gets the same job back; a
+    /// different one under the same key is a conflict, never a silent overwrite.
+    async fn resolve_duplicate(&self, new: &NewJob, key: &str) -> Result<Submission, StoreError> {
+        match self.find_by_key(new.room.as_str(), key).await? {
+            Some(job) if new.matches(&job) => Ok(Submission { job, created: false }),
+            Some(_) => Err(StoreError::IdempotencyConflict(key.to_owned())),
+            // The holder of the key was deleted between the insert and this read.
+            None => Err(StoreError::IdempotencyConflict(key.to_owned())),
+        }
+    }
+
+    /// The job holding an idempotency key in a room (keys are per room: one tenant's key
+    /// never answers with, or conflicts with, another's job).
+    async fn find_by_key(&self, room: &str, key: &str) -> Result<Option<Job>, StoreError> {
+        let keyed = job::Column::IdempotencyKey.eq(key);
+        let row = job::Entity::find().filter(job::Column::Room.eq(room)).filter(keyed).one(&self.db).await?;
+        row.map(to_job).transpose()
+    }
+
+    async fn cancel_once(&self, id: Uuid) -> Result<Option<(Cancellation, Vec<Job>)>, StoreError> {
+        let txn = self.write_txn().await?;
+        let now = clock::now();
+        let from = [JobStatus::Queued, JobStatus::Running];
+        let set = |update: UpdateMany<job::Entity>| {
+            update
+                .col_expr(job::Column::FinishedAt, Expr::value(now))
+                .col_expr(job::Column::LeasedUntil, Expr::value(None::<chrono::DateTime<Utc>>))
+        };
+        let Some(row) = compare_and_set(&txn, id, &from, JobStatus::Cancelled, set).await? else {
+            return Ok(None);
+        };
+        append_event(&txn, id, &NewEvent::new(EventName::CANCELLED).message("cancelled by request")).await?;
+        let children = cancel_children(&txn, id).await?;
+        fan_out::children_ended(&txn, std::slice::from_ref(&row)).await?;
+        txn.commit().await?;
+        let descendants = children.into_iter().map(to_job).collect::<Result<Vec<_>, _>>()?;
+        let ids = descendants.iter().map(|job| job.id).collect();
+        Ok(Some((Cancellation { job: to_job(row)?, changed: true, descendants: ids }, descendants)))
+    }
+}
+
+/// Cancels a parent's QUEUED and RUNNING descendants inside the parent's cancel
+/// transaction, each with its event; a running one's heartbeat then finds its run gone and
+/// stops its work. Returns their rows.
+async fn cancel_children(txn: &DatabaseTransaction, parent: Uuid) -> Result<Vec<job::Model>, DbErr> {
+    let now = clock::now();
+    let from = [JobStatus::Queued.as_str(), JobStatus::Running.as_str()];
+    let event = NewEvent::new(EventName::CANCELLED).message("parent was cancelled");
+    let (mut parents, mut cancelled) = (vec![parent], Vec::new());
+    while let Some(parent) = parents.pop() {
+        let children = job::Entity::update_many()
+            .col_expr(job::Column::Status, Expr::value(JobStatus::Cancelled.as_str()))
+            .col_expr(job::Column::FinishedAt, Expr::value(now))
+            .col_expr(job::Column::LeasedUntil, Expr::value(None::<chrono::DateTime<Utc>>))
+            .filter(job::Column::ParentJobId.eq(parent))
+            .filter(job::Column::Status.is_in(from))
+            .exec_with_returning(txn)
+            .await?;
+        append_events(txn, children.iter().map(|child| event_row(child.id, &event)).collect()).await?;
+        parents.extend(children.iter().map(|child| child.id));
+        cancelled.extend(children);
+    }
+    Ok(cancelled)
+}
+
+/// The `job.queued` event of a submission.
+fn queued_event(new: &NewJob) -> NewEvent {
+    NewEvent::new(EventName::QUEUED).fields(json!({ "queue": new.queue.as_str(), "operation": new.operation }))
+}
+
+/// Inserts keyless submissions and their `job.queued` events with multi-row inserts.
+pub(super) async fn insert_new(txn: &DatabaseTransaction, new: &[&NewJob]) -> Result<Vec<job::Model>, DbErr> {
+    let rows: Vec<job::Model> = new.iter().map(|new| new_row(new)).collect();
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let models = chunk.iter().cloned().map(IntoActiveModel::into_active_model);
+        job::Entity::insert_many(models).exec_without_returning(txn).await?;
+    }
+    append_events(txn, rows.iter().zip(new).map(|(row, new)| event_row(row.id, &queued_event(new))).collect()).await?;
+    Ok(rows)
+}
