@@ -13,8 +13,8 @@ use tokio::sync::oneshot;
 use tracing::info;
 
 use crate::actors::{
-    BatchWrites, ClockSync, DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, Reaper,
-    ShutdownGuard, StopIntake, WriteConsumer, CLOCK_SYNC_INTERVAL,
+    BatchWrites, ClockSync, DispatchSweeper, JobMessages, OperationConsumer, OperationMessages, Periodic,
+    QueueConsumer, Reaper, RunNow, ShutdownGuard, StopIntake, WriteConsumer, CLOCK_SYNC_INTERVAL,
 };
 use crate::api;
 use crate::auth::{self, Authenticator, FirstToken};
@@ -39,11 +39,11 @@ pub struct Application {
     transport: Arc<dyn Transport>,
     /// Queue consumers, each supervised on this arbiter.
     consumers: Consumers,
-    sweeper: Option<Addr<DispatchSweeper>>,
-    reaper: Option<Addr<Reaper>>,
+    sweeper: Option<Addr<Periodic<DispatchSweeper>>>,
+    reaper: Option<Addr<Periodic<Reaper>>>,
     /// Marks silent remote workers gone and soft-deletes orphaned types (with the API).
-    remote_sweeper: Option<Addr<crate::remote::sweeper::RemoteSweeper>>,
-    cleaner: Option<Addr<crate::retention::Cleaner>>,
+    remote_sweeper: Option<Addr<Periodic<crate::remote::sweeper::RemoteSweeper>>>,
+    cleaner: Option<Addr<Periodic<crate::retention::Cleaner>>>,
     /// Keeps the database clock offset fresh.
     clock: Addr<ClockSync>,
     /// Resolves with the exit code when the shutdown guard is done.
@@ -110,38 +110,9 @@ impl ApplicationBuilder {
         let signals = self.signals.then(crate::actors::Signals::listen);
         // Recording from the first claim on.
         crate::telemetry::metrics::handle();
-        let db = store::connect(&settings.store).await?;
-        if settings.store.migrate_on_start {
-            store::migrate(&db).await?;
-        }
-        let offset_ms = store::clock::sync(&db).await.context("reading the database clock")?;
-        let clock = Supervisor::start({
-            let db = db.clone();
-            move |_| ClockSync::new(db, CLOCK_SYNC_INTERVAL)
-        });
-        // Every commit of the store is counted, then wakes whatever waits for the jobs it
-        // changed; a cancel stops this process's run of the job at once, whoever asked.
-        let waiters = JobWaiters::new();
-        let claimers = TaskWaiters::new();
-        let in_flight = InFlight::new();
-        let stop_runs: live::StopRuns = {
-            let in_flight = in_flight.clone();
-            Arc::new(move |id| in_flight.stop_job(id))
-        };
-        let notifier = Notifier::new(waiters.clone(), claimers.clone()).with_stop_runs(stop_runs.clone());
-        let mut sea = match settings.store.group_commit() {
-            1 => SeaStore::new(db.clone()),
-            batch => {
-                let writer_db = store::connect(&StoreSettings { max_connections: 1, ..settings.store.clone() }).await?;
-                SeaStore::new(db.clone()).with_group_commit_on(batch, writer_db)
-            }
-        }
-        .observed_by(Arc::new(crate::telemetry::metrics::JobMetrics))
-        .observed_by(Arc::new(notifier));
-        if let Some(hook) = self.hook {
-            sea = sea.with_hook(hook);
-        }
-        let store: Arc<dyn JobStore> = Arc::new(sea);
+        let (db, offset_ms, clock) = open_database(&settings).await?;
+        let live = Live::new();
+        let store = open_store(&settings, &db, &live, self.hook).await?;
         let transport = match self.transport {
             Some(transport) => transport,
             None => build_transport(&settings)?,
@@ -150,65 +121,26 @@ impl ApplicationBuilder {
             crate::uploads::Uploads::open(db.clone(), &settings.uploads)
                 .with_context(|| format!("opening the upload directory {}", settings.uploads.dir))?,
         );
-        let registry = uploads.register(crate::inference::register(self.registry, &settings.inference));
-        let registry = Arc::new(registry);
+        let registry = Arc::new(uploads.register(crate::inference::register(self.registry, &settings.inference)));
         let grouping = settings.queues.iter().map(|(name, queue)| (name.clone(), queue.ids_per_message)).collect();
         let dispatcher = Dispatcher::new(store.clone(), transport.clone()).with_grouping(grouping);
-        let sweeper = start_sweeper(&settings, &dispatcher).await?;
-        let reaper = settings.reaper.enabled.then(|| {
-            let reaper = Reaper::new(store.clone(), dispatcher.clone(), settings.reaper.clone());
-            Supervisor::start(move |_| reaper)
-        });
-        let cleaner = settings.retention.enabled.then(|| {
-            let cleaner =
-                crate::retention::Cleaner::new(store.clone(), db.clone(), uploads.clone(), settings.retention.clone());
-            Supervisor::start(move |_| cleaner)
-        });
+        let remote = Arc::new(crate::remote::Remote::new(
+            db.clone(),
+            &settings.remote,
+            live.claimers.clone(),
+            settings.uploads.services.keys().cloned().collect(),
+        ));
+        let upkeep = start_upkeep(&settings, &store, &dispatcher, &db, &uploads, &remote, self.api).await?;
         // Waiting clients (API) and script hosts are woken across processes by NOTIFY, and
         // workers hear of cancels made elsewhere: listening before the first claim, so no
         // run starts before its cancel could reach it.
         if self.api || settings.worker.enabled {
-            live::listen(&settings.store.url, waiters.clone(), claimers.clone(), stop_runs)
+            live::listen(&settings.store.url, live.waiters.clone(), live.claimers.clone(), live.stop_runs.clone())
                 .await
                 .context("starting the listener")?;
         }
-        let consumers = match settings.worker.enabled {
-            true => {
-                let mut consumers =
-                    start_workers(&settings, &store, &transport, &registry, &db, &in_flight, &dispatcher);
-                if settings.uploads.host_slots > 0 {
-                    let parts = crate::uploads::HostParts {
-                        executor: consumers.executor.clone().context("the executor")?,
-                        store: store.clone(),
-                        in_flight: in_flight.clone(),
-                        claimers: claimers.clone(),
-                        quotas: uploads.quotas.clone(),
-                        heartbeat: Duration::from_millis(settings.worker.heartbeat_ms),
-                    };
-                    consumers.scripts =
-                        Some(crate::uploads::ScriptHost::new(parts, settings.uploads.host_slots).start());
-                }
-                consumers
-            }
-            false => Consumers::default(),
-        };
-        let mut remote_sweeper = None;
+        let consumers = start_consumers(&settings, &store, &transport, &registry, &db, &live, &dispatcher, &uploads)?;
         let closing = tokio_util::sync::CancellationToken::new();
-        let remote = Arc::new(crate::remote::Remote::new(
-            db.clone(),
-            &settings.remote,
-            claimers.clone(),
-            settings.uploads.services.keys().cloned().collect(),
-        ));
-        // Silent remote workers are swept wherever the API or the reaper runs, so workers
-        // with their API down still give up the tasks of a worker that went away (each
-        // sweep is a compare-and-set: sweepers in many processes mark a worker gone once).
-        if self.api || settings.reaper.enabled {
-            remote_sweeper = Some(Supervisor::start({
-                let (remote, interval) = (remote.clone(), Duration::from_millis(settings.remote.sweep_interval_ms));
-                move |_| crate::remote::sweeper::RemoteSweeper::new(remote, interval)
-            }));
-        }
         let (port, server) = match self.api {
             true => {
                 first_admin_token(&db, &settings).await?;
@@ -221,7 +153,7 @@ impl ApplicationBuilder {
                     max_page_size: settings.server.max_page_size,
                     job_queues: settings.job_queues(),
                     outage: http::Outage::default(),
-                    waiters,
+                    waiters: live.waiters.clone(),
                     max_wait: Duration::from_secs(settings.server.max_wait_seconds),
                     closing: closing.clone(),
                 };
@@ -239,7 +171,8 @@ impl ApplicationBuilder {
             let (done, stopped) = oneshot::channel();
             let grace = Duration::from_secs(settings.worker.grace_seconds);
             let handle = server.as_ref().map(Server::handle);
-            ShutdownGuard::new(in_flight, store.clone(), dispatcher, grace, consumers.intake(), handle, done, signals)
+            let intake = consumers.intake();
+            ShutdownGuard::new(live.in_flight, store.clone(), dispatcher, grace, intake, handle, done, signals)
                 .closing(closing.clone())
                 .start();
             stopped
@@ -250,6 +183,7 @@ impl ApplicationBuilder {
             let host = settings.server.bind.rsplit_once(':').map_or("127.0.0.1", |(host, _)| host);
             info!("dashboard at http://{host}:{port}/ui");
         }
+        let Upkeep { sweeper, reaper, cleaner, remote_sweeper } = upkeep;
         Ok(Application {
             port,
             server,
@@ -265,6 +199,134 @@ impl ApplicationBuilder {
             stopped,
         })
     }
+}
+
+/// What wakes and stops in this process when the store commits: the waiters of jobs and of
+/// tasks, and the runs in flight (a cancel stops this process's run of its job at once).
+struct Live {
+    waiters: Arc<JobWaiters>,
+    claimers: Arc<TaskWaiters>,
+    in_flight: Arc<InFlight>,
+    stop_runs: live::StopRuns,
+}
+
+impl Live {
+    fn new() -> Self {
+        let in_flight = InFlight::new();
+        let stop_runs: live::StopRuns = {
+            let in_flight = in_flight.clone();
+            Arc::new(move |id| in_flight.stop_job(id))
+        };
+        Live { waiters: JobWaiters::new(), claimers: TaskWaiters::new(), in_flight, stop_runs }
+    }
+}
+
+/// Connects, migrates if configured, and reads the database clock (kept in step by an
+/// actor from then on): the pool, the clock's offset in ms, and the actor.
+async fn open_database(settings: &Settings) -> anyhow::Result<(DatabaseConnection, i64, Addr<ClockSync>)> {
+    let db = store::connect(&settings.store).await?;
+    if settings.store.migrate_on_start {
+        store::migrate(&db).await?;
+    }
+    let offset_ms = store::clock::sync(&db).await.context("reading the database clock")?;
+    let clock = Supervisor::start({
+        let db = db.clone();
+        move |_| ClockSync::new(db, CLOCK_SYNC_INTERVAL)
+    });
+    Ok((db, offset_ms, clock))
+}
+
+/// The store, with group commit as configured; every commit is counted, then wakes
+/// whatever waits for the jobs it changed.
+async fn open_store(
+    settings: &Settings,
+    db: &DatabaseConnection,
+    live: &Live,
+    hook: Option<Arc<dyn crate::store::Hook>>,
+) -> anyhow::Result<Arc<dyn JobStore>> {
+    let notifier = Notifier::new(live.waiters.clone(), live.claimers.clone()).with_stop_runs(live.stop_runs.clone());
+    let mut sea = match settings.store.group_commit() {
+        1 => SeaStore::new(db.clone()),
+        batch => {
+            let writer_db = store::connect(&StoreSettings { max_connections: 1, ..settings.store.clone() }).await?;
+            SeaStore::new(db.clone()).with_group_commit_on(batch, writer_db)
+        }
+    }
+    .observed_by(Arc::new(crate::telemetry::metrics::JobMetrics))
+    .observed_by(Arc::new(notifier));
+    if let Some(hook) = hook {
+        sea = sea.with_hook(hook);
+    }
+    Ok(Arc::new(sea))
+}
+
+/// The background passes this process runs.
+struct Upkeep {
+    sweeper: Option<Addr<Periodic<DispatchSweeper>>>,
+    reaper: Option<Addr<Periodic<Reaper>>>,
+    cleaner: Option<Addr<Periodic<crate::retention::Cleaner>>>,
+    remote_sweeper: Option<Addr<Periodic<crate::remote::sweeper::RemoteSweeper>>>,
+}
+
+/// Starts the dispatch sweep (after the start-up dispatch), the reaper, the cleaner and the
+/// remote sweeper, each where its settings ask for it.
+async fn start_upkeep(
+    settings: &Settings,
+    store: &Arc<dyn JobStore>,
+    dispatcher: &Dispatcher,
+    db: &DatabaseConnection,
+    uploads: &Arc<crate::uploads::Uploads>,
+    remote: &Arc<crate::remote::Remote>,
+    api: bool,
+) -> anyhow::Result<Upkeep> {
+    let sweeper = start_sweeper(settings, dispatcher).await?;
+    let reaper = settings.reaper.enabled.then(|| {
+        let reaper = Reaper::new(store.clone(), dispatcher.clone(), settings.reaper.clone());
+        Supervisor::start(move |_| Periodic::new(reaper))
+    });
+    let cleaner = settings.retention.enabled.then(|| {
+        let cleaner =
+            crate::retention::Cleaner::new(store.clone(), db.clone(), uploads.clone(), settings.retention.clone());
+        Supervisor::start(move |_| Periodic::new(cleaner))
+    });
+    // Silent remote workers are swept wherever the API or the reaper runs, so workers with
+    // their API down still give up the tasks of a worker that went away (each sweep is a
+    // compare-and-set: sweepers in many processes mark a worker gone once).
+    let remote_sweeper = (api || settings.reaper.enabled).then(|| {
+        let (remote, interval) = (remote.clone(), Duration::from_millis(settings.remote.sweep_interval_ms));
+        Supervisor::start(move |_| Periodic::new(crate::remote::sweeper::RemoteSweeper::new(remote, interval)))
+    });
+    Ok(Upkeep { sweeper, reaper, cleaner, remote_sweeper })
+}
+
+/// The queue consumers and the local script host, where this process runs jobs.
+#[allow(clippy::too_many_arguments)]
+fn start_consumers(
+    settings: &Settings,
+    store: &Arc<dyn JobStore>,
+    transport: &Arc<dyn Transport>,
+    registry: &Arc<OperationRegistry>,
+    db: &DatabaseConnection,
+    live: &Live,
+    dispatcher: &Dispatcher,
+    uploads: &crate::uploads::Uploads,
+) -> anyhow::Result<Consumers> {
+    if !settings.worker.enabled {
+        return Ok(Consumers::default());
+    }
+    let mut consumers = start_workers(settings, store, transport, registry, db, &live.in_flight, dispatcher);
+    if settings.uploads.host_slots > 0 {
+        let parts = crate::uploads::HostParts {
+            executor: consumers.executor.clone().context("the executor")?,
+            store: store.clone(),
+            in_flight: live.in_flight.clone(),
+            claimers: live.claimers.clone(),
+            quotas: uploads.quotas.clone(),
+            heartbeat: Duration::from_millis(settings.worker.heartbeat_ms),
+        };
+        consumers.scripts = Some(crate::uploads::ScriptHost::new(parts, settings.uploads.host_slots).start());
+    }
+    Ok(consumers)
 }
 
 /// Stores the deployment's bootstrap token, or on a store with no token makes an admin
@@ -297,14 +359,17 @@ fn build_transport(settings: &Settings) -> anyhow::Result<Arc<dyn Transport>> {
 }
 
 /// Re-dispatches what start-up finds QUEUED, then starts the periodic sweep.
-async fn start_sweeper(settings: &Settings, dispatcher: &Dispatcher) -> anyhow::Result<Option<Addr<DispatchSweeper>>> {
+async fn start_sweeper(
+    settings: &Settings,
+    dispatcher: &Dispatcher,
+) -> anyhow::Result<Option<Addr<Periodic<DispatchSweeper>>>> {
     if !settings.dispatch.enabled {
         return Ok(None);
     }
     let sent = dispatcher.recover(settings.dispatch.batch).await.context("re-dispatching queued jobs")?;
     info!(sent, "start-up dispatch done");
     let sweeper = DispatchSweeper::new(dispatcher.clone(), &settings.dispatch);
-    Ok(Some(Supervisor::start(move |_| sweeper)))
+    Ok(Some(Supervisor::start(move |_| Periodic::new(sweeper))))
 }
 
 /// The state of the capabilities beside [`AppState`], each its own `web::Data`.
@@ -451,7 +516,7 @@ impl Application {
     /// Runs one remote sweep now (tests); `None` where neither the API nor the reaper runs.
     pub async fn sweep_remote(&self) -> Option<crate::remote::sweeper::SweepCounts> {
         let sweeper = self.remote_sweeper.as_ref()?;
-        sweeper.send(crate::remote::sweeper::Sweep).await.ok()
+        sweeper.send(RunNow::default()).await.ok()
     }
 
     /// The port the API listens on (useful when bound to port 0); `None` for a worker.

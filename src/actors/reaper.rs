@@ -11,12 +11,15 @@
 //! Every move is a compare-and-set on the run, so a worker that is merely slow and the
 //! reaper can never both win.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use tracing::{info, warn};
+use tracing::info;
 
+use super::periodic::Pass;
 use super::settings::ReaperSettings;
 use crate::dispatch::Dispatcher;
 use crate::store::{Completion, JobStore, Maintenance, Requeue, RunWrites, StoreError};
@@ -43,12 +46,11 @@ pub struct Reaper {
     store: Arc<dyn JobStore>,
     dispatcher: Dispatcher,
     settings: ReaperSettings,
-    busy: bool,
 }
 
 impl Reaper {
     pub fn new(store: Arc<dyn JobStore>, dispatcher: Dispatcher, settings: ReaperSettings) -> Self {
-        Reaper { store, dispatcher, settings, busy: false }
+        Reaper { store, dispatcher, settings }
     }
 }
 
@@ -103,37 +105,16 @@ pub async fn run_once(
     Ok(counts)
 }
 
-impl Actor for Reaper {
-    type Context = Context<Self>;
+impl Pass for Reaper {
+    type Output = ReapCounts;
+    const NAME: &'static str = "reaper";
 
-    fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(Duration::from_millis(self.settings.interval_ms), |_, ctx| ctx.notify(Reap));
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.settings.interval_ms)
     }
-}
 
-impl Supervised for Reaper {}
-
-/// Runs one pass now (the interval sends it too); answers what it did.
-#[derive(Message)]
-#[rtype(result = "ReapCounts")]
-pub struct Reap;
-
-impl Handler<Reap> for Reaper {
-    type Result = ResponseActFuture<Self, ReapCounts>;
-
-    fn handle(&mut self, _: Reap, _ctx: &mut Self::Context) -> Self::Result {
-        if self.busy {
-            return Box::pin(fut::ready(ReapCounts::default()));
-        }
-        self.busy = true;
+    fn run(&self) -> Pin<Box<dyn Future<Output = anyhow::Result<ReapCounts>>>> {
         let (store, dispatcher, settings) = (self.store.clone(), self.dispatcher.clone(), self.settings.clone());
-        let pass = async move { run_once(store.as_ref(), store.as_ref(), &dispatcher, &settings).await };
-        Box::pin(pass.into_actor(self).map(|result, actor, _| {
-            actor.busy = false;
-            result.unwrap_or_else(|err| {
-                warn!(error = %err, "reaper pass failed");
-                ReapCounts::default()
-            })
-        }))
+        Box::pin(async move { Ok(run_once(store.as_ref(), store.as_ref(), &dispatcher, &settings).await?) })
     }
 }

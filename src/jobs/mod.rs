@@ -1,55 +1,57 @@
 //! The jobs API: submit (one or a batch), read, list, cancel and retry jobs; their children
 //! and events; and the event streams of a job and of a room.
 
-mod handlers;
+mod control;
+mod read;
+mod rules;
 pub mod stream;
+mod submit;
 
 use actix_web::web;
 use utoipa::OpenApi;
 
 use crate::http::{read, Access, Route, Surface, READ, READ_WRITE, WRITE};
 
-pub use handlers::{
-    check_idempotency_key, find, idempotency_header, parse_submission, EventsQuery, ListQuery, Submissions,
-};
+pub use read::{find, EventsQuery, ListQuery};
+pub use rules::{check_idempotency_key, idempotency_header, parse_submission, Submissions};
 
 pub const ROUTES: &[Route] = &[
     Route {
         path: "/jobs",
         allow: READ_WRITE,
         access: Access::Member,
-        handlers: |r| r.route(web::post().to(handlers::submit)).route(read().to(handlers::list)),
+        handlers: |r| r.route(web::post().to(submit::submit)).route(read().to(read::list)),
     },
     Route {
         path: "/jobs:batch",
         allow: WRITE,
         access: Access::Member,
-        handlers: |r| r.route(web::post().to(handlers::submit_batch)),
+        handlers: |r| r.route(web::post().to(submit::submit_batch)),
     },
-    Route { path: "/jobs/{id}", allow: READ, access: Access::Member, handlers: |r| r.route(read().to(handlers::get)) },
+    Route { path: "/jobs/{id}", allow: READ, access: Access::Member, handlers: |r| r.route(read().to(read::get)) },
     Route {
         path: "/jobs/{id}/cancel",
         allow: WRITE,
         access: Access::Member,
-        handlers: |r| r.route(web::post().to(handlers::cancel)),
+        handlers: |r| r.route(web::post().to(control::cancel)),
     },
     Route {
         path: "/jobs/{id}/retry",
         allow: WRITE,
         access: Access::Member,
-        handlers: |r| r.route(web::post().to(handlers::retry)),
+        handlers: |r| r.route(web::post().to(control::retry)),
     },
     Route {
         path: "/jobs/{id}/children",
         allow: READ,
         access: Access::Member,
-        handlers: |r| r.route(read().to(handlers::children)),
+        handlers: |r| r.route(read().to(read::children)),
     },
     Route {
         path: "/jobs/{id}/events",
         allow: READ,
         access: Access::Member,
-        handlers: |r| r.route(read().to(handlers::events)),
+        handlers: |r| r.route(read().to(read::events)),
     },
     Route {
         path: "/jobs/{id}/events/stream",
@@ -68,14 +70,14 @@ pub const ROUTES: &[Route] = &[
 #[derive(OpenApi)]
 #[openapi(
     paths(
-        handlers::submit,
-        handlers::submit_batch,
-        handlers::list,
-        handlers::get,
-        handlers::cancel,
-        handlers::retry,
-        handlers::children,
-        handlers::events,
+        submit::submit,
+        submit::submit_batch,
+        read::list,
+        read::get,
+        control::cancel,
+        control::retry,
+        read::children,
+        read::events,
         stream::job_events,
         stream::room_events,
     ),

@@ -14,7 +14,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::handlers::find;
+use super::read::find;
 use crate::auth::Caller;
 use crate::domain::JobEvent;
 use crate::http::{ApiError, AppState, Code, Problem};

@@ -4,13 +4,16 @@
 //! tasks of a gone worker are the reaper's: their leases lapse and it requeues or fails
 //! them by the retry rules, as for any worker.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::Remote;
+use crate::actors::Pass;
 
 /// Most workers marked per pass.
 const BATCH: u64 = 500;
@@ -41,46 +44,24 @@ pub async fn run_once(remote: &Remote) -> Result<SweepCounts, sea_orm::DbErr> {
 pub struct RemoteSweeper {
     remote: Arc<Remote>,
     interval: Duration,
-    busy: bool,
 }
 
 impl RemoteSweeper {
     pub fn new(remote: Arc<Remote>, interval: Duration) -> Self {
-        RemoteSweeper { remote, interval, busy: false }
+        RemoteSweeper { remote, interval }
     }
 }
 
-impl Actor for RemoteSweeper {
-    type Context = Context<Self>;
+impl Pass for RemoteSweeper {
+    type Output = SweepCounts;
+    const NAME: &'static str = "remote sweep";
 
-    fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(self.interval, |_, ctx| ctx.notify(Sweep));
+    fn interval(&self) -> Duration {
+        self.interval
     }
-}
 
-impl Supervised for RemoteSweeper {}
-
-/// Runs one pass now (the interval sends it too); answers what it did.
-#[derive(Message)]
-#[rtype(result = "SweepCounts")]
-pub struct Sweep;
-
-impl Handler<Sweep> for RemoteSweeper {
-    type Result = ResponseActFuture<Self, SweepCounts>;
-
-    fn handle(&mut self, _: Sweep, _ctx: &mut Self::Context) -> Self::Result {
-        if self.busy {
-            return Box::pin(fut::ready(SweepCounts::default()));
-        }
-        self.busy = true;
+    fn run(&self) -> Pin<Box<dyn Future<Output = anyhow::Result<SweepCounts>>>> {
         let remote = self.remote.clone();
-        let pass = async move { run_once(&remote).await };
-        Box::pin(pass.into_actor(self).map(|result, actor, _| {
-            actor.busy = false;
-            result.unwrap_or_else(|err| {
-                warn!(error = %err, "remote sweep failed");
-                SweepCounts::default()
-            })
-        }))
+        Box::pin(async move { Ok(run_once(&remote).await?) })
     }
 }

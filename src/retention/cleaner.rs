@@ -11,6 +11,8 @@
 //!    pruned (on SQLite, the one writer, a submission waits at most one batch).
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -23,6 +25,7 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::settings::RetentionSettings;
+use crate::actors::Pass;
 use crate::domain::JobStatus;
 use crate::store::entity::job;
 use crate::store::{clock, Maintenance, StoreError};
@@ -232,7 +235,6 @@ pub struct Cleaner {
     db: DatabaseConnection,
     uploads: Arc<Uploads>,
     settings: RetentionSettings,
-    busy: bool,
 }
 
 impl Cleaner {
@@ -242,42 +244,21 @@ impl Cleaner {
         uploads: Arc<Uploads>,
         settings: RetentionSettings,
     ) -> Self {
-        Cleaner { store, db, uploads, settings, busy: false }
+        Cleaner { store, db, uploads, settings }
     }
 }
 
-impl Actor for Cleaner {
-    type Context = Context<Self>;
+impl Pass for Cleaner {
+    type Output = CleanCounts;
+    const NAME: &'static str = "cleaner";
 
-    fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(Duration::from_millis(Ord::max(self.settings.interval_ms, 1)), |_, ctx| ctx.notify(Clean));
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.settings.interval_ms)
     }
-}
 
-impl Supervised for Cleaner {}
-
-/// Runs one pass now (the interval sends it too); answers what it did.
-#[derive(Message)]
-#[rtype(result = "CleanCounts")]
-pub struct Clean;
-
-impl Handler<Clean> for Cleaner {
-    type Result = ResponseActFuture<Self, CleanCounts>;
-
-    fn handle(&mut self, _: Clean, _ctx: &mut Self::Context) -> Self::Result {
-        if self.busy {
-            return Box::pin(fut::ready(CleanCounts::default()));
-        }
-        self.busy = true;
+    fn run(&self) -> Pin<Box<dyn Future<Output = anyhow::Result<CleanCounts>>>> {
         let (store, db, uploads, settings) =
             (self.store.clone(), self.db.clone(), self.uploads.clone(), self.settings.clone());
-        let pass = async move { run_once(store.as_ref(), &db, &uploads, &settings).await };
-        Box::pin(pass.into_actor(self).map(|result, actor, _| {
-            actor.busy = false;
-            result.unwrap_or_else(|err| {
-                warn!(error = %err, "cleaner pass failed");
-                CleanCounts::default()
-            })
-        }))
+        Box::pin(async move { Ok(run_once(store.as_ref(), &db, &uploads, &settings).await?) })
     }
 }

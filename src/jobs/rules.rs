@@ -1,0 +1,279 @@
+//! The submission rules, shared by `POST /jobs`, `POST /jobs:batch` and uploads: a body read
+//! and checked (operation, queue, payload, NUL characters, retries), a key's shape, a job's
+//! room and parent, and a registered type's schema and workers.
+
+use std::collections::BTreeSet;
+
+use actix_web::HttpRequest;
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::domain::{nul_pointer, Job, NewJob, QueueName, RetryPolicy, RoomId};
+use crate::http::{ApiError, AppState, Code};
+use crate::ops::OperationRegistry;
+use crate::remote::names::{is_type_reference, TypeReference};
+use crate::remote::Remote;
+use crate::store::StoreError;
+
+/// Longest idempotency key accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+const MAX_RETRIES_LIMIT: i32 = 100;
+
+/// Body of `POST /jobs`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"operation": "sleep", "payload": {"seconds": 2, "steps": 4}}))]
+pub struct SubmitRequest {
+    /// A built-in operation (the contract served lists this server's), or a registered
+    /// type: `category:name` (the job's room, then `@global`) or `room:category:name`. An
+    /// unknown one is 422 `unknown_operation`.
+    #[schema(pattern = r"^[^\u0000]*$")]
+    pub operation: String,
+    /// The room the job belongs to; default: the caller's first room (a child: its
+    /// parent's, and no other). `@global` (admins) or 1-64 characters without `@`, `:` or
+    /// control characters.
+    #[serde(default)]
+    #[schema(pattern = r"^(@global|@internal|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$")]
+    pub room: Option<String>,
+    /// A `jobs` queue of this deployment (the contract served lists them); default
+    /// `default`.
+    #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    pub queue: Option<String>,
+    /// The operation's input; default `{}`.
+    #[serde(default)]
+    pub payload: Option<Value>,
+    /// The same key (in the same room) returns the same job instead of creating another.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 255, pattern = r"^[^\u0000]*$")]
+    pub idempotency_key: Option<String>,
+    /// Retries after a failure; default: the operation's.
+    #[serde(default, deserialize_with = "crate::http::whole_number")]
+    #[schema(minimum = 0, maximum = 100)]
+    pub max_retries: Option<i32>,
+    /// Backoff and error classes for those retries; default: the operation's.
+    #[serde(default)]
+    pub retry: Option<RetryPolicy>,
+    #[serde(default)]
+    pub parent_job_id: Option<Uuid>,
+    /// For a registered type no live worker serves: queue the job until one comes (true)
+    /// or refuse it with 409 `no_worker` (false); default: `remote.queue_without_worker`.
+    #[serde(default)]
+    pub wait_for_worker: Option<bool>,
+}
+
+/// A parent must exist for the caller (another room's job does not), and must not be a
+/// coordinator: its count is of the batches or children it makes itself, from its
+/// submission on (a `group` still QUEUED included).
+pub(super) async fn check_parent(
+    state: &AppState,
+    caller: &Caller,
+    parent: Option<Uuid>,
+) -> Result<Option<Job>, ApiError> {
+    let Some(parent) = parent else { return Ok(None) };
+    match state.store.get(parent).await?.filter(|job| caller.can_read(&job.room)) {
+        None => Err(ApiError::new(Code::ParentNotFound, format!("no job with id {parent}")).at("/parent_job_id")),
+        Some(job) if job.fan_out.is_some() || state.registry.is_coordinator(&job.operation) => {
+            let detail = format!("job {parent} is a {} coordinator; it counts only the work it makes", job.operation);
+            Err(ApiError::new(Code::ParentIsCoordinator, detail).at("/parent_job_id"))
+        }
+        Some(job) => Ok(Some(job)),
+    }
+}
+
+/// Puts a submission in its room: a child in its parent's (naming another is refused), any
+/// other job where it asked or in the caller's default room; the caller must be allowed to
+/// write there.
+pub(super) fn place(caller: &Caller, new: &mut NewJob, asked_room: bool, parent: Option<&Job>) -> Result<(), ApiError> {
+    if let Some(parent) = parent {
+        if asked_room && new.room.as_str() != parent.room {
+            let detail = format!("a child belongs to its parent's room {:?}, not {:?}", parent.room, new.room.as_str());
+            return Err(ApiError::new(Code::RoomMismatch, detail).at("/room"));
+        }
+        new.room = RoomId::parse(&parent.room).map_err(|err| ApiError::new(Code::Internal, err))?;
+    }
+    new.submitted_by = Some(caller.identity().user.clone());
+    caller.may_write(new.room.as_str()).map_err(|err| err.at("/room"))
+}
+
+/// A submission naming a registered type (`category:name` or `room:category:name`): the
+/// type must be active in the job's room or `@global`, the payload must pass its schema, and
+/// unless the submission may wait, a live worker must serve it.
+pub(super) async fn admit_type(
+    remote: &Remote,
+    new: &mut NewJob,
+    wait_for_worker: Option<bool>,
+) -> Result<(), ApiError> {
+    if !new.queue.is_remote() {
+        return Ok(());
+    }
+    let reference = TypeReference::parse(&new.operation)
+        .map_err(|err| ApiError::new(Code::UnknownOperation, err).at("/operation"))?;
+    let resolved =
+        remote.types.resolve(&new.room, &reference).await.map_err(|err| ApiError::from(err).at("/operation"))?;
+    let violations = crate::remote::schema::violations(&resolved.validator, &new.payload);
+    if let Some(first) = violations.first() {
+        let listed: Vec<String> =
+            violations.iter().map(|violation| format!("{:?}: {}", violation.pointer, violation.message)).collect();
+        let detail = format!("the payload fails the schema of {}: {}", resolved.name, listed.join("; "));
+        return Err(ApiError::new(Code::InvalidPayload, detail).at(format!("/payload{}", first.pointer)));
+    }
+    new.operation = resolved.name.full();
+    let may_wait = wait_for_worker.unwrap_or(remote.queue_without_worker);
+    let serving = remote.workers.serving(&new.operation).await.map_err(StoreError::Database)?;
+    if !may_wait && !serving {
+        let detail = format!(
+            "no live worker serves {}; submit with \"wait_for_worker\": true to queue it until one registers",
+            resolved.name
+        );
+        return Err(ApiError::new(Code::NoWorker, detail).at("/operation"));
+    }
+    Ok(())
+}
+
+/// Refuses a NUL character anywhere in a submission, naming where: PostgreSQL cannot
+/// store one, and both backends answer alike.
+pub(super) fn refuse_nul(body: &SubmitRequest, header_key: Option<&str>) -> Result<(), ApiError> {
+    let nul = |pointer: &str| {
+        Err(ApiError::new(Code::NulCharacter, "a NUL character (\\u0000) cannot be stored").at(pointer))
+    };
+    let texts = [
+        ("/operation", Some(body.operation.as_str())),
+        ("/queue", body.queue.as_deref()),
+        ("/room", body.room.as_deref()),
+    ];
+    let keys = [("/idempotency_key", body.idempotency_key.as_deref()), ("/idempotency_key", header_key)];
+    for (pointer, text) in texts.into_iter().chain(keys) {
+        if text.is_some_and(|text| text.contains('\0')) {
+            return nul(pointer);
+        }
+    }
+    if let Some(inner) = body.payload.as_ref().and_then(nul_pointer) {
+        return nul(&format!("/payload{inner}"));
+    }
+    let classes = body.retry.iter().flat_map(|policy| {
+        let retry_on = policy.retry_on.iter().enumerate().map(|(at, class)| (format!("/retry/retry_on/{at}"), class));
+        let no_retry_on =
+            policy.no_retry_on.iter().enumerate().map(|(at, class)| (format!("/retry/no_retry_on/{at}"), class));
+        retry_on.chain(no_retry_on)
+    });
+    for (pointer, class) in classes {
+        if class.contains('\0') {
+            return nul(&pointer);
+        }
+    }
+    Ok(())
+}
+
+/// A job queue this deployment consumes (`[queues.NAME]` with `kind = "jobs"`): a job sent
+/// anywhere else would never be claimed.
+pub(super) fn known_job_queue(rules: &Submissions, name: Option<&str>) -> Result<QueueName, ApiError> {
+    let queue = match name {
+        Some(name) => QueueName::parse(name).map_err(|err| ApiError::new(Code::InvalidQueue, err))?,
+        None => QueueName::default(),
+    };
+    if !rules.job_queues.contains(queue.as_str()) {
+        let known: Vec<&str> = rules.job_queues.iter().map(String::as_str).collect();
+        let detail = format!("no job queue named {:?}; job queues: {}", queue.as_str(), known.join(", "));
+        return Err(ApiError::new(Code::UnknownQueue, detail));
+    }
+    Ok(queue)
+}
+
+/// What a submission is checked against: the operations, and the job queues.
+pub struct Submissions<'a> {
+    pub registry: &'a OperationRegistry,
+    pub job_queues: &'a BTreeSet<String>,
+}
+
+impl AppState {
+    pub(super) fn submissions(&self) -> Submissions<'_> {
+        Submissions { registry: &self.registry, job_queues: &self.job_queues }
+    }
+}
+
+/// A `POST /jobs` body read and checked as the API does (the fuzz targets call this).
+pub fn parse_submission(rules: &Submissions, body: &[u8]) -> Result<NewJob, ApiError> {
+    let request: SubmitRequest =
+        serde_json::from_slice(body).map_err(|err| ApiError::new(Code::InvalidRequest, err.to_string()))?;
+    validate_submission(rules, request, None, &RoomId::default())
+}
+
+pub(super) fn validate_submission(
+    state: &Submissions,
+    body: SubmitRequest,
+    header_key: Option<String>,
+    default_room: &RoomId,
+) -> Result<NewJob, ApiError> {
+    refuse_nul(&body, header_key.as_deref())?;
+    let room = match body.room.as_deref() {
+        Some(room) => crate::http::room_id(room).map_err(|err| err.at("/room"))?,
+        None => default_room.clone(),
+    };
+    let payload = body.payload.unwrap_or_else(|| Value::Object(Default::default()));
+    // A registered type's payload is checked against its schema once its room is known.
+    let registered = is_type_reference(&body.operation);
+    let (default_retries, default_policy) = match registered {
+        true => (0, RetryPolicy::default()),
+        false => {
+            state.registry.validate(&body.operation, &payload)?;
+            for (at, nested) in state.registry.nested(&body.operation, &payload).into_iter().enumerate() {
+                known_job_queue(state, nested.queue.as_deref())
+                    .map_err(|err| err.at(format!("/payload/jobs/{at}/queue")))?;
+            }
+            state.registry.retry_defaults(&body.operation)
+        }
+    };
+    let retry_policy = body.retry.unwrap_or(default_policy);
+    retry_policy.validate().map_err(|err| ApiError::new(Code::InvalidRequest, err).at("/retry"))?;
+    let queue = match (registered, body.queue.as_deref()) {
+        (true, None) => QueueName::remote(),
+        (true, Some(_)) => {
+            let detail = "a registered type's jobs are claimed by its remote workers, not from a queue: omit queue";
+            return Err(ApiError::new(Code::InvalidQueue, detail).at("/queue"));
+        }
+        (false, name) => known_job_queue(state, name).map_err(|err| err.at("/queue"))?,
+    };
+    let idempotency_key = check_idempotency_key(body.idempotency_key.or(header_key))?;
+    let max_retries = body.max_retries.unwrap_or(default_retries);
+    if !(0..=MAX_RETRIES_LIMIT).contains(&max_retries) {
+        let detail = format!("max_retries must be between 0 and {MAX_RETRIES_LIMIT}");
+        return Err(ApiError::new(Code::InvalidRequest, detail).at("/max_retries"));
+    }
+    Ok(NewJob {
+        room,
+        operation: body.operation,
+        queue,
+        payload,
+        parent_job_id: body.parent_job_id,
+        max_retries,
+        retry_policy,
+        idempotency_key,
+        announced: false,
+        id: None,
+        submitted_by: None,
+        service: None,
+    })
+}
+
+/// The `Idempotency-Key` header, if sent.
+pub fn idempotency_header(req: &HttpRequest) -> Result<Option<String>, ApiError> {
+    req.headers()
+        .get("Idempotency-Key")
+        .map(|value| value.to_str().map(str::to_owned))
+        .transpose()
+        .map_err(|_| ApiError::new(Code::InvalidRequest, "Idempotency-Key must be visible ASCII"))
+}
+
+/// An idempotency key of 1-255 characters (as the `varchar(255)` column counts them).
+pub fn check_idempotency_key(key: Option<String>) -> Result<Option<String>, ApiError> {
+    if let Some(key) = &key {
+        if key.is_empty() || key.chars().count() > MAX_IDEMPOTENCY_KEY {
+            let detail = format!("idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY} characters");
+            return Err(ApiError::new(Code::InvalidRequest, detail).at("/idempotency_key"));
+        }
+    }
+    Ok(key)
+}
