@@ -9,7 +9,7 @@ use actix_web::{web, HttpResponse};
 
 use crate::http::{ApiError, AppState, Code};
 use crate::store::clock;
-use crate::store::overview::{self, QueueFigures as Queue};
+use crate::store::QueueFigures as Queue;
 use crate::telemetry::metrics;
 
 /// Prometheus's text format.
@@ -43,7 +43,10 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
 
 /// Every configured queue (at 0 when empty) and every queue with live jobs.
 async fn queue_gauges(state: &AppState) -> Option<BTreeMap<String, Queue>> {
-    overview::live(&state.db, state.job_queues.iter().cloned(), None)
+    let queues: Vec<String> = state.job_queues.iter().cloned().collect();
+    state
+        .store
+        .queue_figures(&queues, None)
         .await
         .map_err(|err| tracing::warn!(error = %err, "queue gauges not read"))
         .ok()

@@ -20,7 +20,8 @@ const REFRESH_SECONDS: u32 = 5;
 pub async fn page(state: web::Data<AppState>, viewer: Viewer) -> HttpResponse {
     let now = clock::now();
     let rooms = viewer.caller().visible_rooms();
-    let mut figures = match overview::live(&state.db, state.job_queues.iter().cloned(), rooms.as_deref()).await {
+    let queues: Vec<String> = state.job_queues.iter().cloned().collect();
+    let mut figures = match state.store.queue_figures(&queues, rooms.as_deref()).await {
         Ok(figures) => figures,
         Err(err) => return unavailable(&viewer, &err.to_string()),
     };

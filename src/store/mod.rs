@@ -11,6 +11,7 @@ pub mod overview;
 mod sea;
 pub mod settings;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use crate::domain::{
 
 pub use connect::{connect, migrate, Backend};
 pub use observe::{Call, Change, Hook, Observer};
+pub use overview::QueueFigures;
 pub use sea::SeaStore;
 
 /// What the API reads: jobs, pages of them, their events and places in line, and the
@@ -45,6 +47,15 @@ pub trait JobReads: Send + Sync + 'static {
     /// The events of every job of `room`, in the order they were written, after event id
     /// `after`.
     async fn room_events(&self, room: &str, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError>;
+
+    /// Each queue's QUEUED and RUNNING jobs and when its longest-waiting job became due,
+    /// over the status index: every queue in `queues` (at 0 when empty) and every queue
+    /// with live jobs; of `rooms` only, when given.
+    async fn queue_figures(
+        &self,
+        queues: &[String],
+        rooms: Option<&[String]>,
+    ) -> Result<BTreeMap<String, QueueFigures>, StoreError>;
 
     /// A QUEUED job's place in its line, 1 for the next to run: 1 + the runnable jobs of its
     /// registered type (or, for others, its queue) created before it. `None` when not QUEUED.

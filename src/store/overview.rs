@@ -1,6 +1,7 @@
 //! What operators look at across every room: each queue's waiting and running jobs and its
 //! longest wait (over the status index), and the jobs that ended lately (over the
 //! `finished_at` index). Read by `/metrics` and the dashboard; written by nothing here.
+//! The live figures are a store read ([`crate::store::JobReads::queue_figures`]).
 
 use std::collections::BTreeMap;
 
@@ -22,45 +23,6 @@ pub struct QueueFigures {
     pub succeeded: i64,
     pub failed: i64,
     pub cancelled: i64,
-}
-
-/// Every queue in `queues` (at 0 when empty) and every queue with live jobs; of `rooms`
-/// only, when given.
-pub async fn live(
-    db: &DatabaseConnection,
-    queues: impl IntoIterator<Item = String>,
-    rooms: Option<&[String]>,
-) -> Result<BTreeMap<String, QueueFigures>, StoreError> {
-    let mut query = job::Entity::find();
-    if let Some(rooms) = rooms {
-        query = query.filter(job::Column::Room.is_in(rooms.iter().map(String::as_str)));
-    }
-    let rows: Vec<(String, String, i64, Option<DateTime<Utc>>)> = query
-        .select_only()
-        .column(job::Column::Queue)
-        .column(job::Column::Status)
-        .column_as(Expr::cust("COUNT(*)"), "jobs")
-        .column_as(Expr::cust("MIN(COALESCE(run_after, created_at))"), "oldest_due")
-        // A literal, so both engines read the status index.
-        .filter(Expr::cust("status IN ('queued', 'running')"))
-        .group_by(job::Column::Queue)
-        .group_by(job::Column::Status)
-        .into_tuple()
-        .all(db)
-        .await?;
-    let mut figures: BTreeMap<String, QueueFigures> =
-        queues.into_iter().map(|name| (name, QueueFigures::default())).collect();
-    for (name, status, jobs, oldest_due) in rows {
-        let queue = figures.entry(name).or_default();
-        match status.as_str() {
-            "queued" => {
-                queue.queued = jobs;
-                queue.oldest_due = oldest_due;
-            }
-            _ => queue.running = jobs,
-        }
-    }
-    Ok(figures)
 }
 
 /// Adds to `figures` the jobs that ended since `since`, by queue and status; of `rooms`

@@ -2,6 +2,8 @@
 //! page of 500 jobs costs the same whatever clients submitted), events, and a queued job's
 //! place in its line.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ColumnTrait, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
@@ -11,6 +13,7 @@ use super::rows::{db_now, to_event};
 use super::SeaStore;
 use crate::domain::{Job, JobEvent, JobStatus, JobSummary, QueueName};
 use crate::store::entity::{job, job_event};
+use crate::store::overview::QueueFigures;
 use crate::store::{Call, JobFilter, JobReads, Page, StoreError};
 
 /// The columns of a summary, as read.
@@ -130,6 +133,44 @@ impl JobReads for SeaStore {
             .and_where(job::Column::Room.eq(room))
             .to_owned();
         self.events_where(job_event::Column::JobId.in_subquery(jobs), after, limit).await
+    }
+
+    async fn queue_figures(
+        &self,
+        queues: &[String],
+        rooms: Option<&[String]>,
+    ) -> Result<BTreeMap<String, QueueFigures>, StoreError> {
+        self.before(Call::Read("queue_figures", None)).await?;
+        let mut query = job::Entity::find();
+        if let Some(rooms) = rooms {
+            query = query.filter(job::Column::Room.is_in(rooms.iter().map(String::as_str)));
+        }
+        let rows: Vec<(String, String, i64, Option<chrono::DateTime<chrono::Utc>>)> = query
+            .select_only()
+            .column(job::Column::Queue)
+            .column(job::Column::Status)
+            .column_as(Expr::cust("COUNT(*)"), "jobs")
+            .column_as(Expr::cust("MIN(COALESCE(run_after, created_at))"), "oldest_due")
+            // A literal, so both engines read the status index.
+            .filter(Expr::cust("status IN ('queued', 'running')"))
+            .group_by(job::Column::Queue)
+            .group_by(job::Column::Status)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        let mut figures: BTreeMap<String, QueueFigures> =
+            queues.iter().map(|name| (name.clone(), QueueFigures::default())).collect();
+        for (name, status, jobs, oldest_due) in rows {
+            let queue = figures.entry(name).or_default();
+            match status.as_str() {
+                "queued" => {
+                    queue.queued = jobs;
+                    queue.oldest_due = oldest_due;
+                }
+                _ => queue.running = jobs,
+            }
+        }
+        Ok(figures)
     }
 
     /// 1 + the runnable jobs ahead of `job` in its line: its type's for a registered type
