@@ -9,6 +9,12 @@
 # contract test: schemathesis (installed into a virtual environment under
 # ~/.cache/yardmaster) against a live server (tests/contract). A failed stage does not stop
 # the rest: the end prints one line per stage (outcome, wall time) and exits 1 if any failed.
+# First of all, `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`: a broken
+# build stops the run there, in a minute or two, not after the suite.
+#
+# `scripts/test.sh --quick` is the loop for development: the same first step, then the unit
+# tests and every integration test on SQLite with the in-process transport (no PostgreSQL,
+# no RabbitMQ, no browser, contract, fuzzing or chaos). Arguments after it go to nextest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,13 +69,33 @@ ensure_nextest() {
   cargo install cargo-nextest --locked
 }
 
+quick=0
+if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
+
+lint() {
+  cargo fmt --all -- --check
+  cargo clippy --all-targets -- -D warnings
+}
+echo "test.sh: lint (cargo fmt --check, cargo clippy -D warnings)" >&2
+lint_started=$SECONDS
+if ! lint; then
+  echo "test.sh: lint failed after $((SECONDS - lint_started)) s; nothing else ran" >&2
+  exit 1
+fi
+lint_seconds=$((SECONDS - lint_started))
+
+ensure_nextest
+if [ "$quick" -eq 1 ]; then
+  # Integration tests of PostgreSQL and RabbitMQ are named for them; the rest run on SQLite.
+  cargo nextest run --workspace --no-fail-fast -E 'not test(/postgres/) and not test(/amqp/)' "$@"
+  exit $?
+fi
 ensure_postgres
 ensure_rabbitmq
 ensure_faketime
-ensure_nextest
 # Every stage runs whatever an earlier one did; the summary names each with its outcome and
 # wall time, and the script fails if any stage failed.
-stages=()
+stages=("$(printf '%-9s %-18s %5d s' lint passed "$lint_seconds")")
 failed=0
 stage() { # NAME COMMAND...
   local name=$1 started=$SECONDS status=0; shift
