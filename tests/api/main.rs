@@ -29,6 +29,7 @@ mod migrations;
 mod openapi;
 #[cfg(feature = "otel")]
 mod otel;
+mod queues;
 mod remote;
 mod retention;
 mod stale_runs;
