@@ -195,7 +195,7 @@ async fn sigterm_answers_the_request_under_way_before_exiting() {
     // A grace far longer than the request takes, however slow the machine: the drain still
     // ends when the request does, and a 1 s one could cut it short before the body's rest
     // arrives.
-    let env = [("RUST_LOG", "info,yardmaster::api=trace"), ("YARDMASTER__WORKER__GRACE_SECONDS", "20")];
+    let env = [("RUST_LOG", "info,yardmaster::http=trace"), ("YARDMASTER__WORKER__GRACE_SECONDS", "20")];
     let served = Served::start(&["--no-workers"], &env);
     let (port, token) = (served.port, served.token.clone());
     let (served, answer) = actix_rt::task::spawn_blocking(move || {
@@ -336,7 +336,7 @@ async fn a_killed_embedded_service_reruns_the_coordinator_whose_batches_it_held(
 /// the streams their end (to resume elsewhere with Last-Event-ID), well within the grace.
 async fn sigterm_answers_waiting_clients_before_exiting() {
     // A grace long enough that waiting it out would show.
-    let env = [("YARDMASTER__WORKER__GRACE_SECONDS", "20"), ("RUST_LOG", "info,yardmaster::api=trace")];
+    let env = [("YARDMASTER__WORKER__GRACE_SECONDS", "20"), ("RUST_LOG", "info,yardmaster::http=trace")];
     let served = Served::start(&["--no-workers"], &env);
     let base = format!("http://127.0.0.1:{}", served.port);
     let client = crate::helpers::client_with(&served.token);
