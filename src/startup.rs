@@ -27,8 +27,6 @@ use crate::store::{self, JobStore, SeaStore};
 use crate::transport::{AmqpTransport, InProcessTransport, Transport};
 use crate::worker::{Executor, ExecutorConfig, InFlight};
 
-/// Wraps the store, e.g. to inject faults in tests.
-
 /// A running instance: the HTTP server (unless worker-only), the queue consumers when
 /// workers are enabled, the dispatch sweeper, the reaper, and the shutdown guard.
 pub struct Application {

@@ -63,6 +63,7 @@ impl Signals {
 }
 
 impl ShutdownGuard {
+    #[allow(clippy::too_many_arguments)] // each is a part it drains, stops or signals
     pub fn new(
         in_flight: Arc<InFlight>,
         store: Arc<dyn RunWrites>,

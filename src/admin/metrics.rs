@@ -52,9 +52,12 @@ async fn queue_gauges(state: &AppState) -> Option<BTreeMap<String, Queue>> {
         .ok()
 }
 
+/// A gauge family: its name, its help, and its value of a queue.
+type Family<'a> = (&'a str, &'a str, &'a dyn Fn(&Queue) -> f64);
+
 fn render_queues(text: &mut String, queues: &BTreeMap<String, Queue>) {
     let now = clock::now();
-    let families: [(&str, &str, &dyn Fn(&Queue) -> f64); 3] = [
+    let families: [Family; 3] = [
         ("yardmaster_queue_depth", "Jobs QUEUED, by queue", &|queue| queue.queued as f64),
         ("yardmaster_jobs_running", "Jobs RUNNING, by queue", &|queue| queue.running as f64),
         (

@@ -72,6 +72,18 @@ where
     whole_number(deserializer)?.ok_or_else(|| D::Error::custom("a whole number is required, not null"))
 }
 
+/// The page size a list takes when its request names none.
+pub const DEFAULT_PAGE: u64 = 50;
+
+/// A list's `limit`: [`DEFAULT_PAGE`] (or `max`, if smaller) when absent, else 1 to `max`.
+pub fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiError> {
+    match requested {
+        None => Ok(DEFAULT_PAGE.min(max)),
+        Some(limit) if (1..=max).contains(&limit) => Ok(limit),
+        Some(_) => Err(ApiError::new(Code::InvalidQuery, format!("limit must be between 1 and {max}"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[derive(Debug, serde::Deserialize)]
@@ -92,17 +104,5 @@ mod tests {
         {
             assert!(read(bad).is_err(), "{bad}");
         }
-    }
-}
-
-/// The page size a list takes when its request names none.
-pub const DEFAULT_PAGE: u64 = 50;
-
-/// A list's `limit`: [`DEFAULT_PAGE`] (or `max`, if smaller) when absent, else 1 to `max`.
-pub fn page_size(requested: Option<u64>, max: u64) -> Result<u64, ApiError> {
-    match requested {
-        None => Ok(DEFAULT_PAGE.min(max)),
-        Some(limit) if (1..=max).contains(&limit) => Ok(limit),
-        Some(_) => Err(ApiError::new(Code::InvalidQuery, format!("limit must be between 1 and {max}"))),
     }
 }

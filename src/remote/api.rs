@@ -117,7 +117,7 @@ pub async fn list_types(
         rooms => remote.types.list(rooms).await.map_err(db)?,
     };
     if internal {
-        types.extend(state.registry.names().into_iter().map(|operation| TypeInfo {
+        types.extend(state.registry.names().map(|operation| TypeInfo {
             id: format!("{}:builtin:{operation}", RoomId::INTERNAL),
             room: RoomId::INTERNAL.to_owned(),
             category: "builtin".to_owned(),

@@ -67,11 +67,14 @@ pub struct Resolved {
     pub validator: Arc<Validator>,
 }
 
+/// Compiled schemas by full name, with the `updated_at` each was compiled for.
+type Compiled = HashMap<String, (DateTime<Utc>, Arc<Validator>)>;
+
 pub struct TypeBook {
     db: DatabaseConnection,
     categories: BTreeSet<String>,
     /// Compiled schemas by full name, with the `updated_at` they were compiled for.
-    compiled: Mutex<HashMap<String, (DateTime<Utc>, Arc<Validator>)>>,
+    compiled: Mutex<Compiled>,
 }
 
 impl TypeBook {

@@ -86,12 +86,15 @@ pub fn owner(id: Uuid) -> String {
     format!("remote:{id}")
 }
 
+/// Live workers seen lately: worker id → (its token, what it serves, when).
+type Recent = HashMap<Uuid, (Uuid, Vec<String>, Instant)>;
+
 pub struct WorkerBook {
     db: DatabaseConnection,
     ttl: Duration,
     /// Workers this process found live lately, with when: a claim or report within
     /// [`WorkerBook::fresh`] of that reads no row (a worker gone since counts within it).
-    recent: Mutex<HashMap<Uuid, (Uuid, Vec<String>, Instant)>>,
+    recent: Mutex<Recent>,
 }
 
 impl WorkerBook {

@@ -20,7 +20,7 @@ mod export {
     use tracing_subscriber::registry::LookupSpan;
     use tracing_subscriber::Layer;
 
-    use super::settings::LogSettings;
+    use crate::telemetry::settings::LogSettings;
 
     /// The provider, kept to flush it at exit.
     static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();

@@ -95,7 +95,6 @@ pub async fn upload(
     multipart: Multipart,
 ) -> Result<HttpResponse, ApiError> {
     let mut key = idempotency_header(&req)?;
-    let uploads = &uploads;
     let id = Uuid::now_v7();
     let mut form = Form { multipart, idle: uploads.idle_timeout };
     let mut service: Option<(String, ServiceSettings)> = None;
@@ -111,7 +110,7 @@ pub async fn upload(
         let Some(filename) = filename else {
             let text = text_field(&mut field, &name, uploads.idle_timeout).await?;
             match name.as_str() {
-                "service" if service.is_none() => service = Some(known_service(uploads, &text)?),
+                "service" if service.is_none() => service = Some(known_service(&uploads, &text)?),
                 "room" if room.is_none() => room = Some(crate::http::room_id(&text).map_err(|err| err.at("/room"))?),
                 "idempotency_key" => key = Some(text),
                 _ => {

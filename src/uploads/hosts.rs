@@ -183,6 +183,7 @@ pub struct Received {
         (status = 422, description = "`invalid_request`: a piece that does not start where the last ended", body = Problem, content_type = "application/problem+json"),
     )
 )]
+#[allow(clippy::too_many_arguments)] // an actix handler: one argument per extractor
 pub async fn put_result(
     state: web::Data<AppState>,
     remote: web::Data<Remote>,

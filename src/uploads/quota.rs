@@ -154,7 +154,7 @@ async fn pick_and_claim(
     let running = running_by_user(txn, service).await?;
     let in_scope = || match &scope.rooms {
         Some(rooms) => job::Column::Room.is_in(rooms.iter().map(String::as_str)),
-        None => Expr::value(true).into(),
+        None => Expr::value(true),
     };
     if running.values().sum::<u32>() >= settings.total {
         return Ok(None);

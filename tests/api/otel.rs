@@ -13,8 +13,11 @@ use serde_json::json;
 use crate::helpers::{client_with, read};
 use crate::tokens_cli::{fresh_dir, Server};
 
-/// An OTLP/HTTP collector that answers 200 and keeps every request: (path, body).
-fn collector() -> (String, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
+/// The requests a collector received: (path, body).
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// An OTLP/HTTP collector that answers 200 and keeps every request.
+fn collector() -> (String, Received) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = format!("http://{}", listener.local_addr().unwrap());
     let received = Arc::new(Mutex::new(Vec::new()));

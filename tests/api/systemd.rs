@@ -366,7 +366,7 @@ async fn sigterm_answers_waiting_clients_before_exiting() {
     let job: serde_json::Value = answered.json().await.unwrap();
     assert_eq!(job["status"], "queued");
     for mut open in [room, stream] {
-        while let Some(_) = open.chunk().await.unwrap() {}
+        while open.chunk().await.unwrap().is_some() {}
     }
     let (status, log) = actix_rt::task::spawn_blocking(move || served.wait()).await.unwrap();
     assert_eq!(status.code(), Some(143), "{status:?} {log:#?}");

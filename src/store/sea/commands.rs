@@ -111,7 +111,7 @@ impl JobCommands for SeaStore {
         let txn = self.write_txn().await?;
         // The row is locked (a no-op update) so the event cannot land after a claim.
         let still = job::Entity::update_many()
-            .col_expr(job::Column::Status, Expr::col(job::Column::Status).into())
+            .col_expr(job::Column::Status, Expr::col(job::Column::Status))
             .filter(job::Column::Id.eq(id))
             .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
             .exec(&txn)
