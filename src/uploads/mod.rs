@@ -11,8 +11,8 @@
 pub mod api;
 pub mod archive;
 pub mod files;
-pub mod host;
-pub mod hosts;
+pub mod host_api;
+pub mod local_host;
 pub mod names;
 pub mod quota;
 pub mod remote_host;
@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use files::{BlobStore, LocalFiles};
-pub use host::{HostParts, ScriptHost};
+pub use local_host::{HostParts, ScriptHost};
 pub use quota::Quotas;
 pub use run_script::RunScript;
 pub use workspace::Workspace;
@@ -103,25 +103,25 @@ pub const ROUTES: &[Route] = &[
         path: "/scripts/claim",
         allow: WRITE,
         access: Access::Worker,
-        handlers: |r| r.route(web::post().to(hosts::claim)),
+        handlers: |r| r.route(web::post().to(host_api::claim)),
     },
     Route {
         path: "/tasks/{id}/files/{path:.*}",
         allow: READ,
         access: Access::Worker,
-        handlers: |r| r.route(read().to(hosts::task_file)),
+        handlers: |r| r.route(read().to(host_api::task_file)),
     },
     Route {
         path: "/tasks/{id}/result",
         allow: READ_PUT,
         access: Access::Worker,
-        handlers: |r| r.route(web::put().to(hosts::put_result)).route(read().to(hosts::result_progress)),
+        handlers: |r| r.route(web::put().to(host_api::put_result)).route(read().to(host_api::result_progress)),
     },
 ];
 
 #[derive(utoipa::OpenApi)]
 #[openapi(
-    paths(api::upload, api::result, api::file, hosts::claim, hosts::task_file, hosts::put_result, hosts::result_progress),
+    paths(api::upload, api::result, api::file, host_api::claim, host_api::task_file, host_api::put_result, host_api::result_progress),
     tags((name = "uploads", description = "Upload files with run.sh for a service; download the ZIP of what it made"))
 )]
 struct Doc;
