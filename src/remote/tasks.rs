@@ -64,6 +64,7 @@ where
             return Ok(None);
         }
         let woken = select_all(watches.iter_mut().map(|watch| Box::pin(watch.changed())));
+        let _held = crate::telemetry::metrics::claim_held();
         tokio::select! {
             _ = woken => {}
             () = tokio::time::sleep_until(deadline) => return Ok(None),

@@ -9,7 +9,7 @@
 use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
-use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::domain::{EventName, Job, JobStatus};
@@ -75,6 +75,10 @@ fn describe() {
         "yardmaster_consumer_restarts_total",
         "Queue consumers subscribed anew after their subscription ended (a broker restart, a lost connection, a closed channel), by queue"
     );
+    describe_gauge!(
+        "yardmaster_claims_held",
+        "Claims (remote tasks, scripts) held open with Prefer: wait, waiting for a task now"
+    );
     describe_histogram!("yardmaster_group_commit_batch_size", "Writes committed together by the group-commit writer");
     describe_counter!("yardmaster_http_requests_total", "HTTP requests answered, by route pattern, method and status");
     describe_histogram!(
@@ -82,6 +86,21 @@ fn describe() {
         Unit::Seconds,
         "Time to answer an HTTP request (to its headers), by route pattern and method"
     );
+}
+
+/// Counts a held claim while it waits for a task: one more from now until the guard drops.
+pub fn claim_held() -> ClaimHeld {
+    gauge!("yardmaster_claims_held").increment(1.0);
+    ClaimHeld(())
+}
+
+/// See [`claim_held`].
+pub struct ClaimHeld(());
+
+impl Drop for ClaimHeld {
+    fn drop(&mut self) {
+        gauge!("yardmaster_claims_held").decrement(1.0);
+    }
 }
 
 /// A run started: `job` as its claim returned it.

@@ -176,6 +176,9 @@ pub struct TestOptions {
     pub beside: Option<(String, std::path::PathBuf)>,
     /// `transport.amqp.ack_running_after_ms`: the default unless a test sets it.
     pub ack_running_after_ms: Option<u64>,
+    /// Whether the dispatch sweep runs (every 100 ms); off, only a submission's own publish
+    /// sends its job.
+    pub dispatch_sweep: bool,
 }
 
 impl TestOptions {
@@ -212,6 +215,7 @@ impl Default for TestOptions {
             lease_ms: LEASE_MS,
             beside: None,
             ack_running_after_ms: None,
+            dispatch_sweep: true,
         }
     }
 }
@@ -292,6 +296,7 @@ impl TestApp {
         if let Some(uploads) = options.uploads {
             settings.uploads = uploads;
         }
+        settings.dispatch.enabled = options.dispatch_sweep;
         // Tests run the cleaner's passes themselves.
         settings.retention.enabled = false;
         let uploads = ScratchDir::new("uploads");
@@ -460,6 +465,23 @@ impl TestApp {
             read(self.client.post(self.url("/admin/tokens")).json(&body).send().await.unwrap()).await;
         assert_eq!(status, 201, "{created}");
         client_with(created["token"].as_str().unwrap())
+    }
+}
+
+/// Polls `probe` (every 50 ms) until it yields `Some`, and returns that; fails the test,
+/// naming `what`, when `within` passes first. The one way tests wait for a state.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(found) = probe().await {
+            return found;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -410,7 +410,9 @@ async fn a_job_longer_than_its_lease_keeps_it_by_its_heartbeat(backend: Backend)
 /// drops its handler's future) still announces its job: it runs, not waits for a restart.
 async fn a_submission_abandoned_after_its_commit_still_runs(backend: Backend) {
     use std::future::Future;
-    let app = TestApp::spawn(backend).await;
+    // No sweep to rescue the job: on RabbitMQ its row waits unpublished until a publish
+    // confirms, and only the submission's own (detached) publish can send it.
+    let app = TestApp::spawn_with(backend, TestOptions { dispatch_sweep: false, ..Default::default() }).await;
     let dispatcher = yardmaster::dispatch::Dispatcher::new(app.store.clone(), app.transport.clone());
     let mut job = yardmaster::domain::NewJob::new("ping");
     job.idempotency_key = Some("abandoned".into());

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 use yardmaster::config::RemoteSettings;
 
-use crate::helpers::{client_with, read, Backend, TestApp, TestOptions};
+use crate::helpers::{client_with, eventually, read, Backend, TestApp, TestOptions};
 
 const ROTATE: &str = "lab:modifiers:Rotate";
 
@@ -100,17 +100,11 @@ impl Worker {
     }
 }
 
-/// Waits, with a deadline, until `probe` is true.
-async fn eventually<F, Fut>(what: &str, within: Duration, mut probe: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !probe().await {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// The claims the server holds open now, waiting for a task (its `yardmaster_claims_held`).
+async fn claims_held(app: &TestApp) -> f64 {
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let line = text.lines().find(|line| line.starts_with("yardmaster_claims_held "));
+    line.and_then(|line| line.split_whitespace().nth(1)).map_or(0.0, |value| value.parse().unwrap())
 }
 
 async fn registration_follows_its_rules(backend: Backend) {
@@ -189,7 +183,7 @@ async fn an_orphaned_type_is_swept_and_revived(backend: Backend) {
     let listed_rotate = |listed: &Value| listed["types"].as_array().unwrap().iter().any(|t| t["id"] == ROTATE);
     eventually("the orphaned type is soft-deleted", Duration::from_secs(30), || async {
         let (_, listed) = read(lab.get(app.url("/types")).send().await.unwrap()).await;
-        !listed_rotate(&listed)
+        (!listed_rotate(&listed)).then_some(())
     })
     .await;
     let (status, problem) =
@@ -336,7 +330,7 @@ async fn a_silent_workers_task_is_requeued_and_finished_by_another(backend: Back
     assert_eq!((status, problem["code"].as_str()), (409, Some("invalid_transition")), "{problem}");
     // (Its own heartbeat would renew it: the row tells.)
     eventually("the silent worker is marked gone", Duration::from_secs(30), || async {
-        app.count("SELECT COUNT(*) FROM remote_worker WHERE gone_at IS NOT NULL").await >= 1
+        (app.count("SELECT COUNT(*) FROM remote_worker WHERE gone_at IS NOT NULL").await >= 1).then_some(())
     })
     .await;
     let (status, problem) = silent.heartbeat(&app, json!([])).await;
@@ -546,6 +540,12 @@ async fn a_waiting_claim_is_woken_by_the_submission_and_by_a_delay_ending(backen
             (task, Instant::now())
         })
     };
+    // Submitted only once the claim has looked, found nothing and waits: only a wake can
+    // bring it the job before its 10 s are over.
+    eventually("the claim is held", Duration::from_secs(10), || async {
+        (claims_held(&app).await >= 1.0).then_some(())
+    })
+    .await;
     let (_, job) =
         app.submit(json!({ "room": "lab", "operation": "modifiers:Rotate", "payload": { "angle": 1 } })).await;
     let submitted = Instant::now();
@@ -639,6 +639,11 @@ async fn a_claim_is_woken_by_a_task_another_process_wrote() {
         let (app, worker) = (app.clone(), worker.clone());
         actix_rt::spawn(async move { worker.claim(&app, 10).await.1 })
     };
+    // Written only once the claim has looked, found nothing and waits.
+    eventually("the claim is held", Duration::from_secs(10), || async {
+        (claims_held(&app).await >= 1.0).then_some(())
+    })
+    .await;
     // Another process's store: the same database, without this process's notifier.
     let elsewhere = yardmaster::store::SeaStore::new(app.db.clone());
     let mut new = yardmaster::domain::NewJob::new(ROTATE);
@@ -677,7 +682,7 @@ async fn the_example_worker_runs_tasks_and_stops_on_cancel(backend: Backend) {
         .spawn()
         .expect("python3 runs the example worker");
     eventually("the example worker registers", Duration::from_secs(20), || async {
-        app.count("SELECT COUNT(*) FROM remote_worker WHERE gone_at IS NULL").await == 1
+        (app.count("SELECT COUNT(*) FROM remote_worker WHERE gone_at IS NULL").await == 1).then_some(())
     })
     .await;
     let body = json!({ "room": "lab", "operation": "analysis:WordCount", "payload": { "text": "to be or not to be" } });
@@ -717,7 +722,7 @@ async fn the_example_worker_runs_tasks_and_stops_on_cancel(backend: Backend) {
     let mut exit = None;
     eventually("the example worker exits", Duration::from_secs(20), || {
         exit = worker.try_wait().unwrap();
-        std::future::ready(exit.is_some())
+        std::future::ready(exit.is_some().then_some(()))
     })
     .await;
     assert!(exit.unwrap().success(), "{exit:?}");
