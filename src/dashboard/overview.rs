@@ -38,8 +38,9 @@ pub async fn page(state: web::Data<AppState>, viewer: Viewer) -> HttpResponse {
         let link = |status: &str| format!("/ui/jobs?queue={}&amp;status={status}", enc(queue));
         let _ = write!(
             body,
-            r#"<tr data-queue="{q}"><td><a href="/ui/jobs?queue={qe}">{q}</a></td><td class="n"><a href="{}">{}</a></td><td class="n"><a href="{}">{}</a></td>
+            r#"<tr data-queue="{q}" data-queued="{}"><td><a href="/ui/jobs?queue={qe}">{q}</a></td><td class="n"><a href="{}">{}</a></td><td class="n"><a href="{}">{}</a></td>
 <td class="n ok">{}</td><td class="n bad"><a href="{}">{}</a></td><td class="n">{oldest}</td></tr>"#,
+            figures.queued,
             link("queued"),
             figures.queued,
             link("running"),

@@ -106,7 +106,7 @@ async fn login_sets_a_strict_http_only_cookie_and_refuses_bad_tokens(backend: Ba
     // Logged in: the pages answer; logging out removes the cookie.
     let queues = get(&app, Some(&app.admin_token), "/ui").await;
     assert_eq!(queues.status, 200);
-    assert!(queues.body.contains(r#"<tr data-queue="default">"#), "{}", queues.body);
+    assert!(queues.body.contains(r#"<tr data-queue="default" data-queued="0">"#), "{}", queues.body);
     let out = post(&app, &app.admin_token, "/ui/logout", &[("csrf", &queues.csrf())]).await;
     assert_eq!((out.status, out.location()), (303, "/ui/login"));
     assert!(out.headers[SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
@@ -141,8 +141,11 @@ async fn a_viewer_sees_only_its_rooms(backend: Backend) {
     let asked = get(&app, Some(&eve), "/ui/jobs?room=default").await;
     assert_eq!(asked.status, 403);
     // Eve's queues count only her room's jobs.
+    let row = format!(r#"<tr data-queue="{PARKED}" data-queued="#);
     let queues = get(&app, Some(&eve), "/ui").await.body;
-    assert!(!queues.contains(r#"status=queued">1</a>"#), "another room's job counted");
+    assert!(queues.contains(&format!(r#"{row}"0""#)), "another room's job counted: {queues}");
+    let all = get(&app, Some(&app.admin_token), "/ui").await.body;
+    assert!(all.contains(&format!(r#"{row}"1""#)), "the admin's count: {all}");
     // Her stream of another room's job is the API's 404.
     assert_eq!(get(&app, Some(&eve), &format!("/ui/jobs/{id}/stream")).await.status, 404);
     let csrf = get(&app, Some(&eve), "/ui").await.csrf();

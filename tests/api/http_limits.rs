@@ -9,14 +9,21 @@ use std::time::{Duration, Instant};
 use crate::helpers::{Backend, TestApp, TestOptions, BODY_TIMEOUT_SECONDS};
 
 /// Server-side TCP connections of the app's port that still hold a socket (any state but
-/// LISTEN and TIME_WAIT), from the kernel's table.
+/// LISTEN and TIME_WAIT), from the kernel's table. Fails the test when the table cannot be
+/// read or does not show the server's own listening socket: a count of 0 must mean 0.
 fn server_connections(address: &str) -> usize {
     let port: u16 = address.rsplit(':').next().unwrap().parse().unwrap();
     let local = format!(":{port:04X}");
-    let table = ["/proc/net/tcp", "/proc/net/tcp6"].map(|path| std::fs::read_to_string(path).unwrap_or_default());
-    let rows = table.iter().flat_map(|text| text.lines().skip(1));
-    let fields = rows.map(|row| row.split_whitespace().map(str::to_owned).collect::<Vec<_>>());
-    fields.filter(|f| f.len() > 3 && f[1].ends_with(&local) && f[3] != "0A" && f[3] != "06").count()
+    let ipv4 = std::fs::read_to_string("/proc/net/tcp").expect("the kernel's TCP table is readable");
+    // IPv6 may be off; the server listens on IPv4 (127.0.0.1).
+    let ipv6 = std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default();
+    let rows = [ipv4, ipv6];
+    let rows = rows.iter().flat_map(|text| text.lines().skip(1));
+    let fields: Vec<Vec<&str>> = rows.map(|row| row.split_whitespace().collect()).collect();
+    let ours = |f: &&Vec<&str>| f.len() > 3 && f[1].ends_with(&local);
+    let listening = fields.iter().filter(ours).any(|f| f[3] == "0A");
+    assert!(listening, "the TCP table does not show the server listening on port {port}");
+    fields.iter().filter(ours).filter(|f| f[3] != "0A" && f[3] != "06").count()
 }
 
 fn connect(address: &str) -> TcpStream {
