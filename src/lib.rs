@@ -1,21 +1,26 @@
 //! yardmaster: a durable job orchestration service.
 //!
-//! How the pieces fit:
-//! - [`domain`]: the pure job model and its state machine.
-//! - [`store`]: every SQL statement; each transition a compare-and-set with its event.
+//! How the pieces fit, bottom to top (docs/ARCHITECTURE.md has the map and the rules):
+//! - [`domain`], [`failpoint`]: the pure job model and its state machine; fault points.
+//! - [`store`]: every SQL statement, one trait per role; each transition a compare-and-set
+//!   with its event, announced to the store's observers after its commit.
 //! - [`transport`]: how job ids reach workers: in-process, or RabbitMQ.
-//! - [`dispatch`]: submit-then-publish, and the sweep that re-sends QUEUED jobs.
+//! - [`telemetry`]: logs, request ids, metrics (the job metrics observe the store).
+//! - [`live`]: the notifier (a store observer) and the NOTIFY listener that wake long-polls,
+//!   event streams, claimers and script hosts, and stop cancelled runs.
 //! - [`dead_letters`]: what happens to messages no worker can process.
+//! - [`dispatch`]: submit-then-publish, and the sweep that re-sends QUEUED jobs.
 //! - [`ops`]: the operation registry and the built-in operations.
 //! - [`worker`]: the two-session executor that claims, runs and records a job.
-//! - [`actors`]: the supervised queue consumers and the dispatch sweeper.
-//! - [`api`]: the HTTP API and its problem+json errors.
-//! - [`auth`]: API tokens, callers, rooms: who may read and write what.
-//! - [`live`]: the notification path that wakes long-polls, event streams and claimers.
-//! - [`remote`]: registered job types and remote workers claiming over HTTP.
-//! - [`config`], [`startup`], [`telemetry`], [`cli`]: settings, wiring, logs, the command line.
-//! - [`dashboard`]: the web dashboard at `/ui`.
-//! - [`client`]: the command line's client commands (submit --wait, ls, events --follow, …).
+//! - [`actors`]: the supervised consumers, the heartbeat, the reaper, the dispatch sweeper,
+//!   the shutdown guard, and the periodic shell of every background pass.
+//! - [`http`]: what every HTTP surface shares: problem+json, routes, the shared state.
+//! - Capabilities, each with its routes and its part of the OpenAPI document: [`jobs`],
+//!   [`auth`], [`admin`], [`remote`], [`inference`], [`uploads`]; the [`dashboard`] at
+//!   `/ui`; [`retention`], the cleaner.
+//! - [`api`]: every capability's surface merged into one router and one document.
+//! - [`config`], [`startup`], [`cli`], [`client`]: settings composed, wiring, the command
+//!   line and its client commands.
 
 pub mod actors;
 pub mod admin;

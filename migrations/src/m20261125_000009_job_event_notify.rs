@@ -1,8 +1,8 @@
 //! On PostgreSQL, every statement that writes job events notifies channel `yardmaster_jobs`
 //! with the ids of their jobs (comma-separated, at most 150 a notification, so a payload stays
 //! under PostgreSQL's 8,000 bytes). `NOTIFY` is transactional: listeners hear it once the
-//! writer commits. API processes listen, to wake their long-polls and event streams whatever
-//! process wrote. SQLite runs in one process and needs none of it.
+//! writer commits. API and worker processes listen (`live::listen`), to wake their long-polls,
+//! event streams, claimers and script hosts whatever process wrote. SQLite runs in one process and needs none of it.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::DbBackend;

@@ -43,14 +43,15 @@ impl ReapCounts {
 }
 
 pub struct Reaper {
-    store: Arc<dyn JobStore>,
+    scans: Arc<dyn Maintenance>,
+    runs: Arc<dyn RunWrites>,
     dispatcher: Dispatcher,
     settings: ReaperSettings,
 }
 
 impl Reaper {
     pub fn new(store: Arc<dyn JobStore>, dispatcher: Dispatcher, settings: ReaperSettings) -> Self {
-        Reaper { store, dispatcher, settings }
+        Reaper { scans: store.clone(), runs: store, dispatcher, settings }
     }
 }
 
@@ -114,7 +115,8 @@ impl Pass for Reaper {
     }
 
     fn run(&self) -> Pin<Box<dyn Future<Output = anyhow::Result<ReapCounts>>>> {
-        let (store, dispatcher, settings) = (self.store.clone(), self.dispatcher.clone(), self.settings.clone());
-        Box::pin(async move { Ok(run_once(store.as_ref(), store.as_ref(), &dispatcher, &settings).await?) })
+        let (scans, runs) = (self.scans.clone(), self.runs.clone());
+        let (dispatcher, settings) = (self.dispatcher.clone(), self.settings.clone());
+        Box::pin(async move { Ok(run_once(scans.as_ref(), runs.as_ref(), &dispatcher, &settings).await?) })
     }
 }

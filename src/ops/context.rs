@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::Dispatcher;
 use crate::domain::{scrub_nul, scrub_nul_value, EventLevel, Job, NewEvent};
-use crate::store::{JobStore, RunRef, StoreError};
+use crate::store::{JobStore, RunRef, RunWrites, StoreError};
 use crate::transport::Transport;
 
 use super::OperationRegistry;
@@ -34,7 +34,8 @@ pub struct JobContext {
     /// Whose event log `emit` writes to, and for which run: the job's, or a batch's
     /// coordinator's. Writes of a run that is no longer current are dropped.
     events_to: Option<RunRef>,
-    pub(super) store: Arc<dyn JobStore>,
+    /// The run's writes: its events, its fan-out, its deferral.
+    pub(super) store: Arc<dyn RunWrites>,
     db: DatabaseConnection,
     pub(super) transport: Arc<dyn Transport>,
     pub(super) dispatcher: Dispatcher,
@@ -53,7 +54,7 @@ impl JobContext {
         JobContext {
             events_to: Some(RunRef::from(&job)),
             job: Some(Arc::new(job)),
-            store: services.store,
+            store: services.store.clone(),
             db: services.db,
             transport: services.transport,
             dispatcher: services.dispatcher,
@@ -70,7 +71,7 @@ impl JobContext {
         JobContext {
             job: None,
             events_to: parent,
-            store: services.store,
+            store: services.store.clone(),
             db: services.db,
             transport: services.transport,
             dispatcher: services.dispatcher,

@@ -70,7 +70,7 @@ pub trait JobCommands: Send + Sync + 'static {
     async fn submit(&self, job: NewJob) -> Result<Submission, StoreError>;
 
     /// Submits many jobs in one transaction, all or nothing, answering in order. A key
-    /// seen before (in the store or earlier in `jobs`) answers as [`JobStore::submit`] does;
+    /// seen before (in the store or earlier in `jobs`) answers as [`JobCommands::submit`] does;
     /// one idempotency conflict fails the whole batch.
     async fn submit_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError>;
 
@@ -220,10 +220,10 @@ pub trait DispatchBook: Send + Sync + 'static {
 }
 
 /// Everything the lifecycle needs from durable storage, as one object: every role. One
-/// implementation ([`SeaStore`]) serves SQLite and PostgreSQL; decorators (the notifier,
-/// fault injection in tests) wrap it. Each part of the system takes the roles it uses:
-/// the API reads and commands, workers write runs, the reaper maintains, the dispatcher
-/// keeps the book.
+/// implementation ([`SeaStore`]) serves SQLite and PostgreSQL, and tells its [`Observer`]s
+/// what each commit changed (a [`Hook`] injects faults in tests). Each part of the system
+/// takes the roles it uses: an operation's context writes runs, the reaper maintains and
+/// requeues, the cleaner maintains; the API, the executor and the dispatcher span several.
 pub trait JobStore: JobReads + JobCommands + RunWrites + Maintenance + DispatchBook {}
 
 impl<T: JobReads + JobCommands + RunWrites + Maintenance + DispatchBook + ?Sized> JobStore for T {}
@@ -252,7 +252,7 @@ pub struct BatchRows {
     pub insert: Option<sea_orm::sea_query::InsertStatement>,
 }
 
-/// What [`JobStore::record_batch`] did.
+/// What [`RunWrites::record_batch`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchRecorded {
     /// Counted; `closed` is the parent's new status when this outcome closed it.
@@ -263,7 +263,7 @@ pub enum BatchRecorded {
     ParentGone,
 }
 
-/// The result of [`JobStore::submit`].
+/// The result of [`JobCommands::submit`].
 #[derive(Debug, Clone)]
 pub struct Submission {
     pub job: Job,
@@ -280,7 +280,7 @@ pub struct Dispatch {
     pub attempts: i32,
 }
 
-/// The result of [`JobStore::cancel`].
+/// The result of [`JobCommands::cancel`].
 #[derive(Debug, Clone)]
 pub struct Cancellation {
     pub job: Job,
@@ -381,7 +381,7 @@ pub struct ExpiredLease {
     pub requeues: i64,
 }
 
-/// Filters for [`JobStore::list`].
+/// Filters for [`JobReads::list`].
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
     /// Only jobs of these rooms; `None`: every room.
@@ -398,7 +398,7 @@ pub struct JobFilter {
     pub limit: u64,
 }
 
-/// One page of [`JobStore::list`].
+/// One page of [`JobReads::list`].
 #[derive(Debug, Clone)]
 pub struct Page {
     pub jobs: Vec<JobSummary>,
