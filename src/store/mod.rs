@@ -10,6 +10,7 @@ pub mod observe;
 pub mod overview;
 mod sea;
 pub mod settings;
+mod types;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,14 +20,16 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::domain::{
-    BatchOutcome, EventName, FanOutForm, InvalidTransition, Job, JobEvent, JobStatus, JobSummary, NewEvent, NewJob,
-};
+use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, JobStatus, NewEvent, NewJob};
 
 pub use connect::{connect, migrate, Backend};
 pub use observe::{Call, Change, Hook, Observer};
 pub use overview::QueueFigures;
 pub use sea::SeaStore;
+pub use types::{
+    BatchRecorded, BatchRows, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, Page, Pruned, Requeue,
+    RunRef, StoreError, Submission,
+};
 
 /// What the API reads: jobs, pages of them, their events and places in line, and the
 /// readiness round trip.
@@ -152,18 +155,6 @@ pub trait RunWrites: Send + Sync + 'static {
     async fn record_event(&self, run: RunRef, event: NewEvent) -> Result<bool, StoreError>;
 }
 
-/// What one [`Maintenance::prune`] deleted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Pruned {
-    /// Top-level jobs, and their children.
-    pub jobs: u64,
-    pub children: u64,
-    pub events: u64,
-    /// How long the delete held its write transaction (on SQLite, the one writer's turn):
-    /// what the cleaner sizes its next batch and its pause by.
-    pub held: std::time::Duration,
-}
-
 /// What the reaper and the start-up recovery scan for: expired leases, stalled runs,
 /// overdue queued jobs, runs a given owner holds, coordinators whose batches were lost.
 #[async_trait]
@@ -241,213 +232,4 @@ pub trait Reduce: Send + Sync + 'static {
     fn batch_rows(&self, _operation: &str, _parent: RunRef, output: &Value) -> Result<BatchRows, String> {
         Ok(BatchRows { kept: output.clone(), insert: None })
     }
-}
-
-/// See [`Reduce::batch_rows`].
-#[derive(Debug, Clone)]
-pub struct BatchRows {
-    /// The output recorded for the batch and handed to `reduce`.
-    pub kept: Value,
-    /// Rows to insert beside the count; make it idempotent (`ON CONFLICT DO NOTHING`).
-    pub insert: Option<sea_orm::sea_query::InsertStatement>,
-}
-
-/// What [`RunWrites::record_batch`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BatchRecorded {
-    /// Counted; `closed` is the parent's new status when this outcome closed it.
-    Counted { closed: Option<JobStatus> },
-    /// This batch of this run was recorded before: nothing changed.
-    Duplicate,
-    /// The parent's run is no longer RUNNING (finished, cancelled or re-run): dropped.
-    ParentGone,
-}
-
-/// The result of [`JobCommands::submit`].
-#[derive(Debug, Clone)]
-pub struct Submission {
-    pub job: Job,
-    /// False when an earlier submission with the same idempotency key created the job.
-    pub created: bool,
-}
-
-/// A job to publish, as it was when read: `attempts` tells this QUEUED stint from a later
-/// one, so a late publication record cannot mark a job that has since been re-queued.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dispatch {
-    pub id: Uuid,
-    pub queue: String,
-    pub attempts: i32,
-}
-
-/// The result of [`JobCommands::cancel`].
-#[derive(Debug, Clone)]
-pub struct Cancellation {
-    pub job: Job,
-    /// False when the job was already terminal (a no-op).
-    pub changed: bool,
-    /// The descendants cancelled with it.
-    pub descendants: Vec<Uuid>,
-}
-
-/// One claimed run of a job: its id and the `attempts` value its claim set. Every write a
-/// worker makes about its run names it, so a run the reaper or a shutdown took away can
-/// never finish, extend or requeue a later run of the same job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RunRef {
-    pub id: Uuid,
-    pub attempt: i32,
-}
-
-impl From<&Job> for RunRef {
-    fn from(job: &Job) -> Self {
-        RunRef { id: job.id, attempt: job.attempts }
-    }
-}
-
-/// How a RUNNING job ends.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Completion {
-    Succeeded {
-        result: Value,
-    },
-    /// The operation failed for good (no retry left, or not retryable).
-    Failed {
-        error_code: String,
-        message: String,
-    },
-    /// Its parent was cancelled between claim and execute; it never ran.
-    CancelledByParent,
-    /// The reaper gave up on a run whose lease kept expiring (only while it is expired).
-    LeaseExpired {
-        message: String,
-    },
-}
-
-impl Completion {
-    pub fn status(&self) -> JobStatus {
-        match self {
-            Completion::Succeeded { .. } => JobStatus::Succeeded,
-            Completion::Failed { .. } | Completion::LeaseExpired { .. } => JobStatus::Failed,
-            Completion::CancelledByParent => JobStatus::Cancelled,
-        }
-    }
-
-    /// The event the run's ending writes.
-    pub fn event(&self) -> &'static str {
-        match self {
-            Completion::Succeeded { .. } => EventName::SUCCEEDED,
-            Completion::Failed { .. } => EventName::FAILED,
-            Completion::CancelledByParent => EventName::CANCELLED_BY_PARENT,
-            Completion::LeaseExpired { .. } => EventName::LEASE_EXPIRED,
-        }
-    }
-}
-
-/// Why a RUNNING job goes back to QUEUED.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Requeue {
-    /// The operation asked to run again after `delay` (a busy resource); not a failure.
-    RetryLater { delay: Duration, reason: String },
-    /// Failure number `failure` of the job; the retry policy allows another try after `delay`.
-    RetryAfterFailure { failure: i32, delay: Duration, error_code: String, message: String },
-    /// The worker is shutting down and could not finish within its grace period.
-    Shutdown,
-    /// The reaper found the lease expired (only while it still is).
-    LeaseExpired,
-    /// A coordinator's batches were held by a transport that kept nothing across the
-    /// restart of its process (in-process): the coordinator runs again.
-    BatchesLost,
-}
-
-impl Requeue {
-    /// The event the requeue writes.
-    pub fn event(&self) -> &'static str {
-        match self {
-            Requeue::RetryLater { .. } => EventName::RETRY_LATER,
-            Requeue::RetryAfterFailure { .. } => EventName::RETRY_SCHEDULED,
-            Requeue::Shutdown => EventName::REQUEUED_ON_SHUTDOWN,
-            Requeue::LeaseExpired => EventName::LEASE_EXPIRED_REQUEUE,
-            Requeue::BatchesLost => EventName::REQUEUED_BATCHES_LOST,
-        }
-    }
-}
-
-/// A RUNNING job whose lease expired.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExpiredLease {
-    pub run: RunRef,
-    /// `job.lease_expired_requeue` events so far.
-    pub requeues: i64,
-}
-
-/// Filters for [`JobReads::list`].
-#[derive(Debug, Clone, Default)]
-pub struct JobFilter {
-    /// Only jobs of these rooms; `None`: every room.
-    pub rooms: Option<Vec<String>>,
-    pub status: Option<JobStatus>,
-    pub operation: Option<String>,
-    pub queue: Option<String>,
-    pub parent_job_id: Option<Uuid>,
-    /// Only jobs older than this id (the cursor).
-    pub before: Option<Uuid>,
-    /// Only jobs with this id or a newer one (ids are UUIDv7: a creation time's floor).
-    pub not_before: Option<Uuid>,
-    pub idempotency_key: Option<String>,
-    pub limit: u64,
-}
-
-/// One page of [`JobReads::list`].
-#[derive(Debug, Clone)]
-pub struct Page {
-    pub jobs: Vec<JobSummary>,
-    /// Pass as `before` for the next page; `None` on the last page.
-    pub next_cursor: Option<Uuid>,
-}
-
-impl StoreError {
-    /// True when the database could not be reached at all (no connection, the server
-    /// shutting down or restarting): nothing was written, and trying again later may work.
-    pub fn is_unavailable(&self) -> bool {
-        use sea_orm::{DbErr, RuntimeErr};
-        let runtime = match self {
-            StoreError::Unavailable(_) | StoreError::Database(DbErr::ConnectionAcquire(_) | DbErr::Conn(_)) => {
-                return true
-            }
-            StoreError::Database(DbErr::Exec(runtime) | DbErr::Query(runtime)) => runtime,
-            _ => return false,
-        };
-        let RuntimeErr::SqlxError(err) = runtime else { return false };
-        match err.as_ref() {
-            sea_orm::sqlx::Error::Io(_)
-            | sea_orm::sqlx::Error::PoolTimedOut
-            | sea_orm::sqlx::Error::PoolClosed
-            | sea_orm::sqlx::Error::WorkerCrashed => true,
-            // SQLSTATE classes 08 (connection exception) and 57 (operator intervention:
-            // shutting down, cannot connect now).
-            sea_orm::sqlx::Error::Database(db) => {
-                db.code().is_some_and(|code| code.starts_with("08") || code.starts_with("57"))
-            }
-            _ => false,
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("job {0} not found")]
-    NotFound(Uuid),
-    #[error(transparent)]
-    InvalidTransition(#[from] InvalidTransition),
-    #[error("idempotency key {0:?} was already used for a different job")]
-    IdempotencyConflict(String),
-    #[error("database error: {0}")]
-    Database(#[from] sea_orm::DbErr),
-    #[error("stored row is unreadable: {0}")]
-    Corrupt(String),
-    /// The database could not be reached (a write shared with others in a group commit,
-    /// say): the error as text, known to be a connection failure.
-    #[error("database unreachable: {0}")]
-    Unavailable(String),
 }
