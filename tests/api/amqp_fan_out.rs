@@ -3,7 +3,7 @@
 //! arrives, or a batch fails.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sea_orm::{ColumnTrait, Database, DatabaseConnection, EntityTrait, QueryFilter};
 use serde_json::json;
@@ -14,7 +14,7 @@ use yardmaster::store::{JobCommands, SeaStore};
 use yardmaster::transport::{AmqpTransport, Transport};
 
 use crate::amqp_processes::{count, insert_job, Deployment, Process};
-use crate::helpers::{amqp_url, seed, Backend, TestDatabase};
+use crate::helpers::{amqp_url, eventually, seed, Backend, TestDatabase};
 
 /// Worker processes consuming every configured queue (jobs, batches, batch writes).
 struct FanOutDeployment {
@@ -79,24 +79,19 @@ impl FanOutDeployment {
 
     /// Polls the parent until it has `status`, with a deadline.
     async fn wait_for_parent(&self, id: Uuid, status: &str, within: Duration) -> job::Model {
-        let deadline = Instant::now() + within;
-        loop {
+        eventually(&format!("parent is {status}"), within, || async {
             let parent = self.parent(id).await;
-            if parent.status == status {
-                return parent;
-            }
-            assert!(Instant::now() < deadline, "parent is {} after {within:?}, expected {status}", parent.status);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            (parent.status == status).then_some(parent)
+        })
+        .await
     }
 
     /// Polls `sql` until it reaches at least `at_least`.
     async fn wait_until(&self, sql: &str, at_least: i64) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while count(&self.db, sql).await < at_least {
-            assert!(Instant::now() < deadline, "{sql} never reached {at_least}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually(&format!("{sql} reached {at_least}"), Duration::from_secs(120), || async {
+            (count(&self.db, sql).await >= at_least).then_some(())
+        })
+        .await;
     }
 
     async fn recorded_batches(&self, parent: Uuid) -> Vec<job_batch::Model> {
@@ -135,23 +130,20 @@ async fn a_batch_worker_killed_mid_run_leaves_the_parent_neither_stuck_nor_doubl
     let mut deployment = FanOutDeployment::start_first(true).await;
     let id = insert_job(&deployment.url, "fan_count", json!({ "batches": 2000, "delay_ms": 10 })).await;
     deployment.wait_until("SELECT COUNT(*) FROM execution_log", 200).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    eventually("the worker held a batch delivery", Duration::from_secs(60), || async {
         // The only consumer: what the broker sees unacknowledged, it holds.
         let (_, held) = deployment.broker_queue("batches").await;
-        if held > 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the worker never held a batch delivery");
-    }
+        (held > 0).then_some(())
+    })
+    .await;
     drop(deployment.first.take()); // SIGKILL, mid-batch
     let recorded_at_kill = deployment.recorded_batches(id).await.len();
     assert!(recorded_at_kill < 2000, "the killed worker had finished");
     // The broker takes back what the dead worker held: nothing is unacknowledged any more.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while deployment.broker_queue("batches").await.1 > 0 {
-        assert!(Instant::now() < deadline, "the broker never took the dead worker's deliveries back");
-    }
+    eventually("the broker took the dead worker's deliveries back", Duration::from_secs(60), || async {
+        (deployment.broker_queue("batches").await.1 <= 0).then_some(())
+    })
+    .await;
     assert!(deployment.broker_queue("batches").await.0 > 0, "batches are left for the other worker");
 
     deployment.second = Some(deployment.spawn("second"));

@@ -11,7 +11,7 @@ use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::helpers::{amqp_url, seed, Backend, TestApp, TestDatabase, TestOptions};
+use crate::helpers::{amqp_url, eventually, seed, Backend, TestApp, TestDatabase, TestOptions};
 
 /// A `yardmaster` child process, killed when dropped.
 pub struct Process(pub Child);
@@ -99,15 +99,8 @@ pub async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
 }
 
 pub async fn wait_for_count(db: &DatabaseConnection, sql: &str, expected: i64, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let value = count(db, sql).await;
-        if value == expected {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{sql} = {value}, expected {expected}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(&format!("{sql} = {expected}"), within, || async { (count(db, sql).await == expected).then_some(()) })
+        .await;
 }
 
 const JOBS: i64 = 2_000;
@@ -169,25 +162,20 @@ async fn a_broker_restart_mid_run_loses_no_job() {
         assert_eq!(code, 201, "{body}");
     }
     let succeeded = "SELECT COUNT(*) FROM job WHERE status = 'succeeded'";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while app.count(succeeded).await < 30 {
-        assert!(Instant::now() < deadline, "jobs never started running");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("jobs started running", Duration::from_secs(60), || async {
+        (app.count(succeeded).await >= 30).then_some(())
+    })
+    .await;
 
     let broker = BrokerDown::stop().await;
     // The app learns of the loss when its connection closes, which may come a moment after
     // `stop_app` returns: readiness must turn, not have turned already.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let ready = eventually("not ready with the broker down", Duration::from_secs(30), || async {
         let (code, ready) = app.get("/readyz").await;
-        if code == 503 {
-            assert_eq!(ready["code"].as_str(), Some("not_ready"), "{ready}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "still ready with the broker down: {code} {ready}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (code == 503).then_some(ready)
+    })
+    .await;
+    assert_eq!(ready["code"].as_str(), Some("not_ready"), "{ready}");
     // Submissions while the broker is down are committed; their publish fails and the
     // dispatch sweep sends them once the broker is back.
     let during = join_all((0..20).map(|_| app.submit(sleep.clone()))).await;
@@ -216,11 +204,10 @@ async fn a_crash_between_commit_and_publish_loses_no_job() {
         &[("YARDMASTER_FAILPOINT", "submit.after_commit"), ("YARDMASTER__DISPATCH__ENABLED", "false")],
     );
     let client = deployment.client();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while client.get(format!("http://{bind}/healthz")).send().await.is_err() {
-        assert!(Instant::now() < deadline, "the API never came up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the API came up", Duration::from_secs(60), || async {
+        client.get(format!("http://{bind}/healthz")).send().await.is_ok().then_some(())
+    })
+    .await;
 
     let submitted = client.post(format!("http://{bind}/jobs")).json(&json!({ "operation": "ping" })).send().await;
     assert!(submitted.is_err(), "the process should have died before answering");
@@ -494,11 +481,10 @@ async fn a_worker_ten_minutes_ahead_times_out_no_job_and_stamps_database_time() 
     // Both subscribed before the jobs exist, so the skewed worker gets its share whatever
     // the order and speed of the two start-ups.
     let queue = format!("{}default", deployment.prefix);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while broker_consumers(&queue).await < 2 {
-        assert!(Instant::now() < deadline, "the two workers never both subscribed to {queue}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(&format!("the two workers both subscribed to {queue}"), Duration::from_secs(60), || async {
+        (broker_consumers(&queue).await >= 2).then_some(())
+    })
+    .await;
     let mut ids = Vec::new();
     for _ in 0..6 {
         ids.push(insert_job(&url, "sleep", json!({ "seconds": 3, "steps": 30 })).await);
@@ -548,11 +534,10 @@ async fn a_waiter_on_the_api_is_woken_by_a_worker_in_another_process() {
     let bind = format!("127.0.0.1:{}", free_port());
     let _api = deployment.spawn(&["serve", "--no-workers", "--bind", &bind], &[]);
     let client = deployment.client();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while client.get(format!("http://{bind}/readyz")).send().await.is_err() {
-        assert!(Instant::now() < deadline, "the API never came up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the API came up", Duration::from_secs(60), || async {
+        client.get(format!("http://{bind}/readyz")).send().await.is_ok().then_some(())
+    })
+    .await;
     let _worker = deployment.spawn(&["worker", "--queue", "default"], &[]);
     for _ in 0..3 {
         let body = json!({ "operation": "sleep", "payload": { "seconds": 0.5, "steps": 2 } });

@@ -14,7 +14,7 @@ use tokio::process::Command;
 use yardmaster::domain::NewEvent;
 use yardmaster::store::RunRef;
 
-use crate::helpers::{read, Backend, ScratchDir, TestApp, TestOptions, PARKED};
+use crate::helpers::{eventually, read, Backend, ScratchDir, TestApp, TestOptions, PARKED};
 
 const BIN: &str = env!("CARGO_BIN_EXE_yardmaster");
 /// Longest a command may take here (it is not a timing test: a hang fails, not a slow run).
@@ -145,15 +145,12 @@ async fn wait_exit_codes_tell_failed_from_cancelled(backend: Backend) {
 
 /// The one job of operation `sleep` waiting in the parked queue, once it is there.
 async fn parked_sleep(app: &TestApp) -> uuid::Uuid {
-    let deadline = std::time::Instant::now() + DEADLINE;
-    loop {
+    eventually("the command submitted a job", DEADLINE, || async {
         let (_, page) = app.get(&format!("/jobs?queue={PARKED}&operation=sleep&status=queued")).await;
-        if let Some(id) = page["jobs"].as_array().and_then(|jobs| jobs.first()).and_then(|job| job["id"].as_str()) {
-            return id.parse().unwrap();
-        }
-        assert!(std::time::Instant::now() < deadline, "the command submitted nothing");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        let id = page["jobs"].as_array().and_then(|jobs| jobs.first()).and_then(|job| job["id"].as_str());
+        id.map(|id| id.parse::<uuid::Uuid>().unwrap())
+    })
+    .await
 }
 
 async fn json_output_parses(backend: Backend) {

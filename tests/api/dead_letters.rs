@@ -1,14 +1,14 @@
 //! Messages no worker can process go to the dead letters, never run, and do not stop the
 //! consumer; operators summarise, replay and purge them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use uuid::Uuid;
 use yardmaster::dispatch::{encode_job_ids, encode_job_message};
 use yardmaster::transport::MAX_MESSAGE_BYTES;
 
-use crate::helpers::{Backend, TestApp, TestOptions, PARKED};
+use crate::helpers::{eventually, Backend, TestApp, TestOptions, PARKED};
 
 async fn unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on(backend: Backend) {
     let options = TestOptions { queues: vec![("default", 1)], ..Default::default() };
@@ -42,15 +42,11 @@ async fn unprocessable_messages_are_dead_lettered_and_the_consumer_goes_on(backe
         .json(&json!({ "queue": "default", "reason": "unknown_job" }));
     let (code, replayed) = crate::helpers::read(replay.send().await.unwrap()).await;
     assert_eq!((code, replayed["acted"].as_i64()), (200, Some(1)), "{replayed}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually("replayed letter came back", Duration::from_secs(30), || async {
         let (_, summary) = app.get("/admin/dead-letters?queue=default").await;
-        if summary["by_reason"] == json!({ "not_a_job_id": 1, "unknown_job": 1 }) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "replayed letter never came back: {summary}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (summary["by_reason"] == json!({ "not_a_job_id": 1, "unknown_job": 1 })).then_some(())
+    })
+    .await;
     let (code, problem) = app.get("/admin/dead-letters?queue=no%20such").await;
     assert_eq!((code, problem["code"].as_str()), (400, Some("invalid_query")), "{problem}");
     let (code, problem) = app.get("/admin/dead-letters?queue=default&limit=0").await;
@@ -72,16 +68,12 @@ async fn a_message_naming_an_unknown_job_runs_the_others_and_dead_letters_it(bac
     for id in &known {
         app.wait_for_status(&id.to_string(), "succeeded").await;
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let summary = eventually("the unknown id reached the dead letters", Duration::from_secs(30), || async {
         let (_, summary) = app.get("/admin/dead-letters?queue=default").await;
-        if summary["total"] == 1 {
-            assert_eq!(summary["by_reason"], json!({ "unknown_job": 1 }), "{summary}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "the unknown id never reached the dead letters: {summary}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (summary["total"] == 1).then_some(summary)
+    })
+    .await;
+    assert_eq!(summary["by_reason"], json!({ "unknown_job": 1 }), "{summary}");
     let letters = app.transport.take_dead_letters("default", 10).await.unwrap();
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].body, encode_job_message(unknown), "only the unknown id is set aside");
@@ -106,16 +98,12 @@ async fn operation_queues_run_payloads_without_job_rows(backend: Backend) {
 
     app.wait_for_count("SELECT COUNT(*) FROM execution_log WHERE job_id = 'ephemeral'", 20, Duration::from_secs(30))
         .await;
-    let deadline = Instant::now() + Duration::from_secs(30);
     let expected = json!({ "failed:OperationFailed": 1, "undecodable": 1, "unknown_operation": 1 });
-    loop {
+    eventually("dead letters matched", Duration::from_secs(30), || async {
         let (_, summary) = app.get("/admin/dead-letters?queue=batch").await;
-        if summary["by_reason"] == expected {
-            break;
-        }
-        assert!(Instant::now() < deadline, "dead letters never matched: {summary}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (summary["by_reason"] == expected).then_some(())
+    })
+    .await;
     assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 0, "no job rows for ephemeral work");
 }
 
@@ -144,15 +132,11 @@ async fn oversized_and_invalid_messages_on_operation_and_write_queues_are_dead_l
 
 /// Polls `queue`'s dead letters until they are `by_reason`.
 async fn wait_for_dead_letters(app: &TestApp, queue: &str, by_reason: serde_json::Value) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(&format!("{queue}: dead letters became {by_reason}"), Duration::from_secs(30), || async {
         let (_, summary) = app.get(&format!("/admin/dead-letters?queue={queue}")).await;
-        if summary["by_reason"] == by_reason {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{queue}: dead letters never became {by_reason}: {summary}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (summary["by_reason"] == by_reason).then_some(())
+    })
+    .await;
 }
 
 /// A job whose message reached a queue of another kind (the queue's kind changed while the

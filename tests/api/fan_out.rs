@@ -1,7 +1,7 @@
 //! Coordinator jobs: fan-out to batches on an operations queue, fan-in on a write queue,
 //! exactly-once closing, failure and cancellation of the parent.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
@@ -12,7 +12,7 @@ use yardmaster::ops::{OperationMessage, OperationRegistry};
 use yardmaster::store::entity::{job, job_batch, job_event};
 use yardmaster::store::{BatchRecorded, RunRef};
 
-use crate::helpers::{Backend, TestApp, TestOptions, LEASE_MS, PARKED};
+use crate::helpers::{eventually, Backend, TestApp, TestOptions, LEASE_MS, PARKED};
 
 fn registry() -> std::sync::Arc<OperationRegistry> {
     std::sync::Arc::new(OperationRegistry::builtin())
@@ -114,11 +114,10 @@ async fn cancelling_a_parent_stops_its_batches(backend: Backend) {
     let (_, job) = app.submit(json!({ "operation": "fan_count", "payload": { "batches": 200, "delay_ms": 50 } })).await;
     let id = job["id"].as_str().unwrap();
     let parent: Uuid = id.parse().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while app.count("SELECT COUNT(*) FROM job_batch").await < 5 {
-        assert!(Instant::now() < deadline, "no batch finished");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("a batch finished", Duration::from_secs(30), || async {
+        (app.count("SELECT COUNT(*) FROM job_batch").await >= 5).then_some(())
+    })
+    .await;
     let (status, cancelled) = app.post(&format!("/jobs/{id}/cancel")).await;
     assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled}");
 
@@ -177,11 +176,10 @@ async fn a_long_fan_out_outlives_the_lease(backend: Backend) {
 
 /// Polls a job's events until one is named `name`.
 async fn wait_for_event(app: &TestApp, id: &str, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !app.event_names(id).await.iter().any(|event| event == name) {
-        assert!(Instant::now() < deadline, "no {name} event: {:?}", app.event_names(id).await);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(&format!("a {name} event"), Duration::from_secs(30), || async {
+        app.event_names(id).await.iter().any(|event| event == name).then_some(())
+    })
+    .await;
 }
 
 /// The store's side of fan-in: a redelivered outcome and one for an older run change
@@ -494,11 +492,11 @@ mod nesting {
 mod unserved {
     //! A coordinator whose batches go where no process reads says so in its log.
 
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use serde_json::json;
 
-    use crate::helpers::{Backend, TestApp, TestOptions};
+    use crate::helpers::{eventually, Backend, TestApp, TestOptions};
 
     async fn no_consumer_events(app: &TestApp, id: &str) -> Vec<String> {
         let events = app.events(id).await;
@@ -511,13 +509,11 @@ mod unserved {
         let sums = json!({ "operation": "sum_squares", "payload": { "start": 1, "end": 10, "batch_size": 5 } });
         let (_, job) = app.submit(sums).await;
         let id = job["id"].as_str().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut queues = no_consumer_events(&app, id).await;
-        while queues.len() < 2 {
-            assert!(Instant::now() < deadline, "no job.no_consumer events: {:?}", app.event_names(id).await);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            queues = no_consumer_events(&app, id).await;
-        }
+        let mut queues = eventually("job.no_consumer events", Duration::from_secs(30), || async {
+            let queues = no_consumer_events(&app, id).await;
+            (queues.len() >= 2).then_some(queues)
+        })
+        .await;
         queues.sort();
         assert_eq!(queues, ["batch_writes", "batches"]);
         app.post(&format!("/jobs/{id}/cancel")).await;

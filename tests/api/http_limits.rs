@@ -6,7 +6,7 @@ use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::helpers::{Backend, TestApp, TestOptions, BODY_TIMEOUT_SECONDS};
+use crate::helpers::{eventually, Backend, TestApp, TestOptions, BODY_TIMEOUT_SECONDS};
 
 /// Server-side TCP connections of the app's port that still hold a socket (any state but
 /// LISTEN and TIME_WAIT), from the kernel's table. Fails the test when the table cannot be
@@ -84,12 +84,10 @@ async fn an_unread_chunked_body_leaks_no_connection(backend: Backend) {
         let answer = answer.unwrap();
         assert!(answer.starts_with("HTTP/1.1 404"), "{answer:.200}");
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server_connections(&app.address) > 0 {
-        let open = server_connections(&app.address);
-        assert!(Instant::now() < deadline, "{open} connections still open on the server side");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("no connections still open on the server side", Duration::from_secs(10), || async {
+        (server_connections(&app.address) == 0).then_some(())
+    })
+    .await;
     assert_eq!(app.get("/healthz").await.0, 200);
 }
 
@@ -147,14 +145,11 @@ async fn one_client_cannot_take_every_connection(backend: Backend) {
     .unwrap();
     assert!(refused.is_empty(), "the connection past the limit was served: {refused:.200}");
     drop(held);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match app.client.get(app.url("/healthz")).send().await {
-            Ok(response) if response.status() == 200 => break,
-            other => assert!(Instant::now() < deadline, "no connection admitted again: {other:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("a connection admitted again", Duration::from_secs(10), || async {
+        let answer = app.client.get(app.url("/healthz")).send().await;
+        matches!(answer, Ok(response) if response.status() == 200).then_some(())
+    })
+    .await;
 }
 
 on_both_backends!(

@@ -4,7 +4,7 @@
 //! jobs contending for a full actor, and models that cannot serve.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tch::{CModule, Kind, Tensor};
@@ -13,7 +13,7 @@ use yardmaster::config::InferenceSettings;
 use yardmaster::inference::actor::Inference;
 use yardmaster::inference::tokenizer::Tokenizer;
 
-use crate::helpers::{Backend, TestApp, TestOptions};
+use crate::helpers::{eventually, Backend, TestApp, TestOptions};
 
 /// A directory of model files for one test, removed afterwards.
 pub struct Models {
@@ -102,16 +102,13 @@ fn inference_options(inference: InferenceSettings) -> TestOptions {
 }
 
 async fn wait_for_end(app: &TestApp, id: &str, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
+    eventually("the job ended", within, || async {
         let (code, job) = app.get(&format!("/jobs/{id}")).await;
         assert_eq!(code, 200, "{job}");
-        if ["succeeded", "failed", "cancelled"].contains(&job["status"].as_str().unwrap_or("")) {
-            return job;
-        }
-        assert!(Instant::now() < deadline, "the job never ended: {job}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        let ended = ["succeeded", "failed", "cancelled"].contains(&job["status"].as_str().unwrap_or(""));
+        ended.then_some(job)
+    })
+    .await
 }
 
 /// Every item of a stored set, paged through `GET /embeddings/{set}`.
@@ -498,7 +495,7 @@ mod amqp {
 
     use super::{sequence, Models};
     use crate::amqp_processes::{count, free_port, wait_for_count, Deployment, Process};
-    use crate::helpers::{Backend, TestDatabase};
+    use crate::helpers::{eventually, Backend, TestDatabase};
 
     struct Fleet {
         deployment: Deployment,
@@ -519,11 +516,10 @@ mod amqp {
             let extra: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
             let api = deployment.spawn(&["serve", "--no-workers", "--bind", &bind], &extra);
             let client = deployment.client();
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while client.get(format!("http://{bind}/healthz")).send().await.is_err() {
-                assert!(Instant::now() < deadline, "the API never came up");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            eventually("the API came up", Duration::from_secs(60), || async {
+                client.get(format!("http://{bind}/healthz")).send().await.is_ok().then_some(())
+            })
+            .await;
             let jobs = deployment.spawn(&["worker", "--queue", "default", "--queue", "batch_writes"], &extra);
             Fleet { deployment, bind, env, _api: api, _jobs: jobs }
         }

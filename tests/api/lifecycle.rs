@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::helpers::{Backend, TestApp, TestOptions};
+use crate::helpers::{eventually, Backend, TestApp, TestOptions};
 use yardmaster::dispatch::encode_job_message;
 
 async fn ping_succeeds_with_its_events(backend: Backend) {
@@ -94,11 +94,10 @@ async fn retry_of_a_failed_job_runs_it_again(backend: Backend) {
     let (code, retried) = app.post(&format!("/jobs/{id}/retry")).await;
     assert_eq!(code, 200, "{retried}");
     assert!(retried["error_code"].is_null());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while app.event_names(id).await.len() < 6 {
-        assert!(std::time::Instant::now() < deadline, "second run never finished");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    eventually("second run finished", std::time::Duration::from_secs(30), || async {
+        (app.event_names(id).await.len() >= 6).then_some(())
+    })
+    .await;
     let names = app.event_names(id).await;
     assert_eq!(names[3..], ["job.retried", "job.started", "job.failed"]);
     assert_eq!(app.wait_for_status(id, "failed").await["attempts"], 2);
@@ -345,11 +344,11 @@ async fn the_reaper_requeues_a_job_whose_worker_vanished(backend: Backend) {
     let ghost = app.store.claim(id, "ghost", std::time::Duration::from_millis(50)).await.unwrap().unwrap();
     assert_eq!(ghost.status, yardmaster::domain::JobStatus::Running);
     // Nobody consumes "parked", so the requeued job stays visible as QUEUED.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !app.event_names(&id.to_string()).await.iter().any(|name| name == "job.lease_expired_requeue") {
-        assert!(std::time::Instant::now() < deadline, "the reaper never requeued the job");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    eventually("the reaper requeued the job", std::time::Duration::from_secs(30), || async {
+        let names = app.event_names(&id.to_string()).await;
+        names.iter().any(|name| name == "job.lease_expired_requeue").then_some(())
+    })
+    .await;
     let (_, requeued) = app.get(&format!("/jobs/{id}")).await;
     assert_eq!((requeued["status"].as_str(), requeued["owner"].as_str()), (Some("queued"), None), "{requeued}");
     // The ghost's late outcome is refused: its run is no longer current.
@@ -383,11 +382,11 @@ async fn the_reaper_times_out_stalled_runs_and_overdue_queued_jobs(backend: Back
     // A queued job nobody consumes fails once it has waited longer than the queue timeout.
     let (_, waiting) = app.submit(json!({ "operation": "count", "queue": "parked" })).await;
     settings.queue_timeout_seconds = 1;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while run_once(app.store.as_ref(), app.store.as_ref(), &dispatcher, &settings).await.unwrap().queue_timed_out == 0 {
-        assert!(std::time::Instant::now() < deadline, "the queued job never timed out");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    eventually("the queued job timed out", std::time::Duration::from_secs(30), || async {
+        let counts = run_once(app.store.as_ref(), app.store.as_ref(), &dispatcher, &settings).await.unwrap();
+        (counts.queue_timed_out != 0).then_some(())
+    })
+    .await;
     let (_, expired) = app.get(&format!("/jobs/{}", waiting["id"].as_str().unwrap())).await;
     assert_eq!((expired["status"].as_str(), expired["error_code"].as_str()), (Some("failed"), Some("QueueTimeout")));
 }

@@ -4,12 +4,12 @@
 //! line about a running job is inside its `job` span (id, attempt).
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::helpers::{client_with, read, Backend, TestApp};
+use crate::helpers::{client_with, eventually, read, Backend, TestApp};
 use crate::tokens_cli::{fresh_dir, Server};
 
 fn request_id(response: &reqwest::Response) -> Uuid {
@@ -81,15 +81,11 @@ async fn json_logs_name_the_request_and_the_job() {
     let (status, quick) = read(submitted.send().await.unwrap()).await;
     assert_eq!(status, 201, "{quick}");
     let quick = quick["id"].as_str().unwrap().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually("finished", Duration::from_secs(30), || async {
         let (_, job) = read(admin.get(server.url(&format!("/jobs/{quick}"))).send().await.unwrap()).await;
-        if job["status"] == "succeeded" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never finished: {job}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (job["status"] == "succeeded").then_some(())
+    })
+    .await;
     // A long job cancelled by request: that line is the request's.
     let long = json!({ "operation": "sleep", "payload": { "seconds": 60 } });
     let (_, parked) = read(admin.post(server.url("/jobs")).json(&long).send().await.unwrap()).await;

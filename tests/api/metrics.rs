@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use prometheus_parse::{Scrape, Value as Sample};
 use serde_json::json;
 
-use crate::helpers::{read, Backend, TestApp, PARKED};
+use crate::helpers::{eventually, read, Backend, TestApp, PARKED};
 
 /// The scrape, parsed.
 async fn scrape(app: &TestApp) -> Scrape {
@@ -127,15 +127,11 @@ async fn a_coordinator_closed_by_its_batches_is_counted_once(backend: Backend) {
     let (_, job) = app.submit(json!({ "operation": "sum_squares", "payload": payload })).await;
     app.wait_for_status(job["id"].as_str().unwrap(), "succeeded").await;
     // Counted just after the commit the row shows: wait for it (with a deadline).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let after = loop {
+    let after = eventually("the coordinator was counted", std::time::Duration::from_secs(10), || async {
         let after = scrape(&app).await;
-        if value(&after, "yardmaster_jobs_finished_total", &finished) > before {
-            break after;
-        }
-        assert!(std::time::Instant::now() < deadline, "the coordinator was never counted");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    };
+        (value(&after, "yardmaster_jobs_finished_total", &finished) > before).then_some(after)
+    })
+    .await;
     assert_eq!(value(&after, "yardmaster_jobs_finished_total", &finished) - before, 1.0);
     let run = [("operation", "sum_squares"), ("status", "succeeded")];
     assert_eq!(value(&after, "yardmaster_job_run_seconds", &run), 1.0, "its run time, once");

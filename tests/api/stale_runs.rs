@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::helpers::{Backend, TestApp, TestOptions};
+use crate::helpers::{eventually, Backend, TestApp, TestOptions};
 
 const STEPS: i64 = 40;
 
@@ -15,15 +15,12 @@ async fn start_stubborn(app: &TestApp) -> String {
     let (code, job) = app.submit(json!({ "operation": "stubborn", "payload": { "steps": STEPS } })).await;
     assert_eq!(code, 201, "{job}");
     let id = job["id"].as_str().unwrap().to_owned();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually("progress reported", Duration::from_secs(30), || async {
         let (_, job) = app.get(&format!("/jobs/{id}")).await;
-        if job["progress_current"].as_i64() >= Some(3) {
-            return id;
-        }
-        assert!(std::time::Instant::now() < deadline, "no progress reported: {job}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        (job["progress_current"].as_i64() >= Some(3)).then_some(())
+    })
+    .await;
+    id
 }
 
 async fn a_cancelled_run_writes_no_more_progress(backend: Backend) {

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use crate::helpers::eventually;
+
 fn receive(socket: &UnixDatagram) -> String {
     let mut buffer = [0u8; 512];
     let size = socket.recv(&mut buffer).expect("a notification within the timeout");
@@ -311,16 +313,12 @@ async fn a_killed_embedded_service_reruns_the_coordinator_whose_batches_it_held(
 
     let restarted = Served::start_in(dir, &[], &[]);
     let base = format!("http://127.0.0.1:{}", restarted.port);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let done = loop {
+    let done = eventually("the coordinator finished after the restart", Duration::from_secs(60), || async {
         let job: serde_json::Value =
             client.get(format!("{base}/jobs/{id}")).send().await.unwrap().json().await.unwrap();
-        if job["status"] != "running" && job["status"] != "queued" {
-            break job;
-        }
-        assert!(std::time::Instant::now() < deadline, "the coordinator never finished after the restart: {job}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        (job["status"] != "running" && job["status"] != "queued").then_some(job)
+    })
+    .await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["result"], serde_json::json!({ "batches": 40, "sum": 22_140 }));
     let events: serde_json::Value =

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::helpers::{client_with, new_token};
+use crate::helpers::{client_with, eventually, new_token};
 
 const BIN: &str = env!("CARGO_BIN_EXE_yardmaster");
 
@@ -78,11 +78,10 @@ impl Server {
     }
 
     pub async fn wait_until_up(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while reqwest::get(self.url("/healthz")).await.is_err() {
-            assert!(Instant::now() < deadline, "the server never came up");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually("the server came up", Duration::from_secs(60), || async {
+            reqwest::get(self.url("/healthz")).await.is_ok().then_some(())
+        })
+        .await;
     }
 
     /// SIGTERM, then everything it printed: (standard output, log).
@@ -184,11 +183,10 @@ async fn the_token_command_line_manages_tokens_of_a_running_server() {
     let revoked = token_command(&dir, &["revoke", &id]);
     assert!(revoked.status.success(), "{revoked:?}");
     // Another process revoked it: the server's cache (1 s here) lets go of it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while client.get(server.url("/jobs")).send().await.unwrap().status() != 401 {
-        assert!(Instant::now() < deadline, "the revoked token is still accepted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("the revoked token is refused", Duration::from_secs(10), || async {
+        (client.get(server.url("/jobs")).send().await.unwrap().status() == 401).then_some(())
+    })
+    .await;
     let admin = client_with(&bootstrap);
     assert_eq!(admin.get(server.url("/admin/tokens")).send().await.unwrap().status(), 200);
     server.stop();

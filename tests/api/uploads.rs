@@ -11,7 +11,7 @@ use futures_util::StreamExt as _;
 use serde_json::{json, Value};
 use yardmaster::config::{ServiceSettings, UploadSettings};
 
-use crate::helpers::{client_with, read, Backend, TestApp, TestOptions};
+use crate::helpers::{client_with, eventually, read, Backend, TestApp, TestOptions};
 
 /// One part of a multipart body: `(field name, file name, content)`.
 type Part<'a> = (&'a str, Option<&'a str>, &'a [u8]);
@@ -61,33 +61,28 @@ async fn upload_script(app: &TestApp, service: &str, script: &str, extra: &[(&st
 
 /// The job once it has ended (long-polls `GET /jobs/{id}`).
 async fn ended(app: &TestApp, id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    eventually("job ended", Duration::from_secs(60), || async {
         let response =
             app.client.get(app.url(&format!("/jobs/{id}"))).header("Prefer", "wait=10").send().await.unwrap();
         let (status, job) = read(response).await;
         assert_eq!(status, 200, "{job}");
-        if ["succeeded", "failed", "cancelled"].contains(&job["status"].as_str().unwrap()) {
-            return job;
-        }
-        assert!(Instant::now() < deadline, "job never ended: {job}");
-    }
+        let over = ["succeeded", "failed", "cancelled"].contains(&job["status"].as_str().unwrap());
+        over.then_some(job)
+    })
+    .await
 }
 
 /// A file of a running job, once the script has written it.
 async fn file_when_written(app: &TestApp, id: &str, name: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(&format!("{name} written"), Duration::from_secs(30), || async {
         let response = app.client.get(app.url(&format!("/jobs/{id}/files/{name}"))).send().await.unwrap();
-        if response.status() == 200 {
-            let text = response.text().await.unwrap();
-            if text.ends_with('\n') {
-                return text;
-            }
+        if response.status() != 200 {
+            return None;
         }
-        assert!(Instant::now() < deadline, "{name} never written");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        let text = response.text().await.unwrap();
+        text.ends_with('\n').then_some(text)
+    })
+    .await
 }
 
 /// The result archive: name → content.
@@ -132,11 +127,10 @@ fn alive(pgid: i32) -> Vec<i32> {
 
 /// Waits until nothing of group `pgid` is left; panics with what is.
 async fn group_gone(pgid: i32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !alive(pgid).is_empty() {
-        assert!(Instant::now() < deadline, "processes of the run survive: {:?}", alive(pgid));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("no process of the run survives", Duration::from_secs(10), || async {
+        alive(pgid).is_empty().then_some(())
+    })
+    .await;
 }
 
 /// A script that starts a background child, records its process group, and waits forever.
@@ -523,11 +517,10 @@ wc -c < data.bin > out/size.txt
     assert_eq!(status.unwrap().code(), Some(143));
     let job = app.wait_for_status(&last, "queued").await;
     assert_eq!(job["attempts"], 1, "{job}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !processes_of(&last).is_empty() {
-        assert!(Instant::now() < deadline, "the host's run survives its exit");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the host's run is gone after its exit", Duration::from_secs(10), || async {
+        processes_of(&last).is_empty().then_some(())
+    })
+    .await;
 }
 
 /// The endpoints of script hosts elsewhere refuse other workers, other runs, other tokens
