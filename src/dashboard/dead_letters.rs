@@ -2,13 +2,13 @@
 //! `POST /ui/dead-letters` replays or purges those of one queue (and reason), after the
 //! browser's confirmation.
 
-use std::fmt::Write as _;
-
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
-use super::html::{self, enc, esc};
+use maud::{html, Markup};
+
+use super::html::{self, enc, shown};
 use super::session::Viewer;
 use crate::dead_letters::{self, Selection};
 use crate::domain::QueueName;
@@ -50,80 +50,78 @@ pub async fn page(state: web::Data<AppState>, viewer: Viewer, query: web::Query<
     if let Err(refused) = admins_only(&viewer) {
         return refused;
     }
-    let mut body = String::from("<h1>Dead letters</h1>");
-    if let (Some(done), Some(queue), Some(acted)) = (query.done.as_deref(), query.queue.as_deref(), query.acted) {
-        let verb = if done == "purge" { "purged" } else { "replayed" };
-        let _ = write!(body, r#"<p class="notice ok" role="status">{acted} letters of {} {verb}.</p>"#, esc(queue));
-    }
-    let mut any = false;
+    let done = match (query.done.as_deref(), query.queue.as_deref(), query.acted) {
+        (Some(done), Some(queue), Some(acted)) => {
+            Some((if done == "purge" { "purged" } else { "replayed" }, queue, acted))
+        }
+        _ => None,
+    };
+    let mut summaries = Vec::new();
     for queue in &state.job_queues {
-        let summary = match dead_letters::summarise(state.transport.as_ref(), queue, SUMMARY_LIMIT).await {
-            Ok(summary) => summary,
-            Err(err) => {
-                let _ = write!(
-                    body,
-                    r#"<h2>{}</h2><p class="notice error">not read: {}</p>"#,
-                    esc(queue),
-                    esc(&err.to_string())
-                );
-                continue;
-            }
-        };
-        if summary.total == 0 {
-            continue;
-        }
-        any = true;
-        let _ = write!(
-            body,
-            r#"<section class="dead-letters" data-queue="{q}"><h2>{q}: {} letters</h2><table><thead><tr><th>Reason</th><th class="n">Letters</th><th></th></tr></thead><tbody>"#,
-            summary.total,
-            q = esc(queue)
-        );
-        for (reason, count) in &summary.by_reason {
-            let _ = write!(
-                body,
-                r#"<tr><td>{}</td><td class="n">{count}</td><td>{} {}</td></tr>"#,
-                esc(reason),
-                settle_button(&viewer, queue, Some(reason), "replay", "Replay"),
-                settle_button(&viewer, queue, Some(reason), "purge", "Purge"),
-            );
-        }
-        let _ = write!(
-            body,
-            r#"</tbody></table><p>{} {}</p>"#,
-            settle_button(&viewer, queue, None, "replay", "Replay all"),
-            settle_button(&viewer, queue, None, "purge", "Purge all"),
-        );
-        if !summary.samples.is_empty() {
-            body.push_str("<details><summary>Samples</summary><ul>");
-            for sample in &summary.samples {
-                let _ = write!(body, "<li><b>{}</b> <code>{}</code></li>", esc(&sample.reason), esc(&sample.body));
-            }
-            body.push_str("</ul></details>");
-        }
-        body.push_str("</section>");
+        summaries.push((queue, dead_letters::summarise(state.transport.as_ref(), queue, SUMMARY_LIMIT).await));
     }
-    if !any {
-        body.push_str(r#"<p class="empty">No dead letters in any queue.</p>"#);
-    }
-    html::page(Some(&viewer), "Dead letters", &body)
+    let any = summaries.iter().any(|(_, summary)| summary.as_ref().is_ok_and(|summary| summary.total > 0));
+    let body = html! {
+        h1 { "Dead letters" }
+        @if let Some((verb, queue, acted)) = done {
+            p class="notice ok" role="status" { (acted) " letters of " (queue) " " (verb) "." }
+        }
+        @for (queue, summary) in &summaries {
+            @match summary {
+                Err(err) => { h2 { (queue) } p class="notice error" { "not read: " (err) } }
+                Ok(summary) if summary.total == 0 => {}
+                Ok(summary) => {
+                    section class="dead-letters" data-queue=(queue) {
+                        h2 { (queue) ": " (summary.total) " letters" }
+                        table {
+                            thead { tr { th { "Reason" } th class="n" { "Letters" } th {} } }
+                            tbody {
+                                @for (reason, count) in &summary.by_reason {
+                                    tr {
+                                        td { (reason) }
+                                        td class="n" { (count) }
+                                        td {
+                                            (settle_button(&viewer, queue, Some(reason), "replay", "Replay")) " "
+                                            (settle_button(&viewer, queue, Some(reason), "purge", "Purge"))
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        p {
+                            (settle_button(&viewer, queue, None, "replay", "Replay all")) " "
+                            (settle_button(&viewer, queue, None, "purge", "Purge all"))
+                        }
+                        @if !summary.samples.is_empty() {
+                            details {
+                                summary { "Samples" }
+                                ul { @for sample in &summary.samples { li { b { (sample.reason) } " " code { (shown(&sample.body)) } } } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if !any { p class="empty" { "No dead letters in any queue." } }
+    };
+    html::page(Some(&viewer), "Dead letters", body)
 }
 
-fn settle_button(viewer: &Viewer, queue: &str, reason: Option<&str>, action: &str, label: &str) -> String {
-    let reason_field = reason
-        .map(|reason| format!(r#"<input type="hidden" name="reason" value="{}">"#, esc(reason)))
-        .unwrap_or_default();
+fn settle_button(viewer: &Viewer, queue: &str, reason: Option<&str>, action: &str, label: &str) -> Markup {
     let what = reason.map_or_else(
         || format!("every dead letter of {queue}"),
         |reason| format!("the dead letters of {queue} ({reason})"),
     );
     let class = if action == "purge" { "danger" } else { "" };
-    format!(
-        r#"<form method="post" action="/ui/dead-letters" class="inline" data-confirm="{}"><input type="hidden" name="csrf" value="{}"><input type="hidden" name="queue" value="{}"><input type="hidden" name="action" value="{action}">{reason_field}<button type="submit" class="{class}">{label}</button></form>"#,
-        esc(&format!("{label}: {what}?")),
-        esc(viewer.csrf()),
-        esc(queue),
-    )
+    html! {
+        form method="post" action="/ui/dead-letters" class="inline" data-confirm=(format!("{label}: {what}?")) {
+            input type="hidden" name="csrf" value=(viewer.csrf());
+            input type="hidden" name="queue" value=(queue);
+            input type="hidden" name="action" value=(action);
+            @if let Some(reason) = reason { input type="hidden" name="reason" value=(reason); }
+            button type="submit" class=(class) { (label) }
+        }
+    }
 }
 
 pub async fn settle(state: web::Data<AppState>, viewer: Viewer, form: web::Form<SettleForm>) -> HttpResponse {

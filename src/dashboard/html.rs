@@ -1,12 +1,14 @@
-//! HTML as the dashboard writes it: every value from a job or a user escaped on the way
-//! in, one layout around every page, and the headers that keep a page to its own origin
-//! (no inline script, no framing, nothing cached).
+//! HTML as the dashboard writes it, with maud: every value spliced into a page is escaped
+//! by construction (only `PreEscaped`, which nothing here gives a user's text, is not), one
+//! layout around every page, and the headers that keep a page to its own origin (no inline
+//! script, no framing, nothing cached).
 
 use std::fmt::Write as _;
 
 use actix_web::http::header;
 use actix_web::HttpResponse;
 use chrono::{DateTime, Utc};
+use maud::{html, Markup, DOCTYPE};
 
 use super::session::Viewer;
 
@@ -14,22 +16,10 @@ use super::session::Viewer;
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-/// `text` safe inside an element or a quoted attribute.
-pub fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            // A NUL is shown, not passed to the browser.
-            '\0' => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
+/// Text as it is shown: a NUL is shown as U+FFFD, not passed to the browser (maud escapes
+/// the rest).
+pub fn shown(text: &str) -> String {
+    text.replace('\0', "\u{fffd}")
 }
 
 /// A query string's value, percent-encoded.
@@ -66,73 +56,86 @@ pub fn age(seconds: i64) -> String {
 }
 
 /// A status as a badge.
-pub fn status(status: &str) -> String {
-    format!(r#"<span class="status {0}">{0}</span>"#, esc(status))
+pub fn status(status: &str) -> Markup {
+    html! { span class={ "status " (status) } { (status) } }
 }
 
 /// A progress bar: `current` of `total`, or the count alone.
-pub fn progress(current: i64, total: Option<i64>) -> String {
+pub fn progress(current: i64, total: Option<i64>) -> Markup {
     match total {
         Some(total) if total > 0 => {
             let percent = (current.clamp(0, total) * 100) / total;
-            format!(
-                r#"<progress max="{total}" value="{current}"></progress> <span class="count">{current}/{total} ({percent}%)</span>"#
-            )
+            html! {
+                progress max=(total) value=(current) {}
+                " "
+                span class="count" { (current) "/" (total) " (" (percent) "%)" }
+            }
         }
-        _ if current > 0 => format!(r#"<span class="count">{current}</span>"#),
-        _ => String::new(),
+        _ if current > 0 => html! { span class="count" { (current) } },
+        _ => html! {},
     }
 }
 
 /// A form that posts to `action` with the session's CSRF token, as one button.
-pub fn button(viewer: &Viewer, action: &str, label: &str, class: &str, confirm: Option<&str>) -> String {
-    let confirm = confirm.map(|text| format!(r#" data-confirm="{}""#, esc(text))).unwrap_or_default();
-    format!(
-        r#"<form method="post" action="{}" class="inline"{confirm}><input type="hidden" name="csrf" value="{}"><button type="submit" class="{}">{}</button></form>"#,
-        esc(action),
-        esc(viewer.csrf()),
-        esc(class),
-        esc(label)
-    )
+pub fn button(viewer: &Viewer, action: &str, label: &str, class: &str, confirm: Option<&str>) -> Markup {
+    html! {
+        form method="post" action=(action) class="inline" data-confirm=[confirm] {
+            input type="hidden" name="csrf" value=(viewer.csrf());
+            button type="submit" class=(class) { (label) }
+        }
+    }
 }
 
 /// A whole page: the navigation for `viewer`, then `body`.
-pub fn page(viewer: Option<&Viewer>, title: &str, body: &str) -> HttpResponse {
-    page_with(viewer, title, body, "")
+pub fn page(viewer: Option<&Viewer>, title: &str, body: Markup) -> HttpResponse {
+    page_with(viewer, title, body, html! {})
 }
 
 /// As [`page`], with extra elements for the head (a refresh, say).
-pub fn page_with(viewer: Option<&Viewer>, title: &str, body: &str, head: &str) -> HttpResponse {
-    let mut html = String::with_capacity(body.len() + 2048);
-    let _ = write!(
-        html,
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{} · yardmaster</title><link rel="stylesheet" href="/ui/assets/dashboard.css"><script src="/ui/assets/dashboard.js" defer></script>{head}</head><body>"#,
-        esc(title)
-    );
-    if let Some(viewer) = viewer {
-        let identity = viewer.caller().identity();
-        let _ = write!(
-            html,
-            r#"<header><nav><a class="brand" href="/ui">yardmaster</a><a href="/ui">Queues</a><a href="/ui/jobs">Jobs</a>"#
-        );
-        if viewer.caller().is_admin() {
-            html.push_str(r#"<a href="/ui/dead-letters">Dead letters</a>"#);
+pub fn page_with(viewer: Option<&Viewer>, title: &str, body: Markup, head: Markup) -> HttpResponse {
+    let html = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (shown(title)) " · yardmaster" }
+                link rel="stylesheet" href="/ui/assets/dashboard.css";
+                script src="/ui/assets/dashboard.js" defer {}
+                (head)
+            }
+            body {
+                @if let Some(viewer) = viewer {
+                    @let identity = viewer.caller().identity();
+                    header {
+                        nav {
+                            a class="brand" href="/ui" { "yardmaster" }
+                            a href="/ui" { "Queues" }
+                            a href="/ui/jobs" { "Jobs" }
+                            @if viewer.caller().is_admin() {
+                                a href="/ui/dead-letters" { "Dead letters" }
+                            }
+                        }
+                        div class="who" {
+                            span class="user" { (shown(&identity.user)) }
+                            " "
+                            span class="role" {
+                                (identity.role.as_str())
+                                @if identity.read_only { " · read-only" }
+                            }
+                            " "
+                            (button(viewer, "/ui/logout", "Log out", "link", None))
+                        }
+                    }
+                }
+                main { (body) }
+            }
         }
-        let _ = write!(
-            html,
-            r#"</nav><div class="who"><span class="user">{}</span> <span class="role">{}{}</span> {}</div></header>"#,
-            esc(&identity.user),
-            identity.role.as_str(),
-            if identity.read_only { " · read-only" } else { "" },
-            button(viewer, "/ui/logout", "Log out", "link", None),
-        );
-    }
-    let _ = write!(html, "<main>{body}</main></body></html>");
+    };
     HttpResponse::Ok()
         .insert_header((header::CONTENT_SECURITY_POLICY, CSP))
         .content_type("text/html; charset=utf-8")
-        .body(html)
+        .body(html.into_string())
 }
 
 /// A page that says what went wrong, with `status`.
@@ -142,12 +145,12 @@ pub fn problem(
     title: &str,
     detail: &str,
 ) -> HttpResponse {
-    let body = format!(
-        r#"<h1>{}</h1><p class="notice error">{}</p><p><a href="/ui">Back to the queues</a></p>"#,
-        esc(title),
-        esc(detail)
-    );
-    let mut response = page(viewer, title, &body);
+    let body = html! {
+        h1 { (shown(title)) }
+        p class="notice error" { (shown(detail)) }
+        p { a href="/ui" { "Back to the queues" } }
+    };
+    let mut response = page(viewer, title, body);
     *response.status_mut() = status;
     response
 }
@@ -163,8 +166,13 @@ mod tests {
 
     #[test]
     fn markup_and_query_characters_are_escaped() {
-        assert_eq!(esc(r#"<a href="x">'&'</a>"#), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
-        assert_eq!(esc("a\0b"), "a\u{fffd}b");
+        let text = r#"<a href="x">'&'</a>"#;
+        let markup = html! { p title=(text) { (text) } }.into_string();
+        assert_eq!(
+            markup,
+            r#"<p title="&lt;a href=&quot;x&quot;&gt;'&amp;'&lt;/a&gt;">&lt;a href=&quot;x&quot;&gt;'&amp;'&lt;/a&gt;</p>"#
+        );
+        assert_eq!(shown("a\0b"), "a\u{fffd}b");
         assert_eq!(enc("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
     }
 }

@@ -3,14 +3,14 @@
 //! for a token that may write its room. `POST /ui/jobs/{id}/cancel|retry` act and come
 //! back. `GET /ui/jobs/{id}/stream` is the API's event stream, for the page's script.
 
-use std::fmt::Write as _;
-
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::html::{self, esc};
+use maud::{html, Markup};
+
+use super::html::{self, shown};
 use super::jobs::table;
 use super::login::CsrfForm;
 use super::session::Viewer;
@@ -47,7 +47,7 @@ fn unavailable(viewer: &Viewer, err: &StoreError) -> HttpResponse {
 }
 
 fn pretty(value: &Value) -> String {
-    esc(&serde_json::to_string_pretty(value).unwrap_or_default())
+    shown(&serde_json::to_string_pretty(value).unwrap_or_default())
 }
 
 /// The job id of a path; anything else is a page that is not there.
@@ -78,102 +78,92 @@ pub async fn page(state: web::Data<AppState>, viewer: Viewer, id: web::Path<Stri
         Ok(page) => page,
         Err(err) => return unavailable(&viewer, &err),
     };
-    let mut body = format!(
-        r#"<h1><span class="operation">{}</span> <span id="status">{}</span></h1><p class="id">{id}</p>"#,
-        esc(&job.operation),
-        html::status(job.status.as_str())
-    );
+    let batches = match job.fan_out.as_deref() {
+        Some("batches") => match batches(&state, &job).await {
+            Ok(section) => Some(section),
+            Err(err) => return unavailable(&viewer, &err),
+        },
+        _ => None,
+    };
     let (current, total) = (job.progress_current, job.progress_total);
     let percent = total.filter(|total| *total > 0).map(|total| current.clamp(0, total) * 100 / total);
-    let _ = write!(
-        body,
-        r#"<div class="progress" id="progress" data-current="{current}" data-total="{}"><progress max="{}" value="{current}"></progress> <span class="count">{}</span></div>"#,
-        total.map_or_else(String::new, |total| total.to_string()),
-        total.unwrap_or(0).max(1),
-        match (total, percent) {
-            (Some(total), Some(percent)) => format!("{current}/{total} ({percent}%)"),
-            _ => current.to_string(),
-        }
-    );
-    if let Some(buttons) = buttons(&viewer, &job) {
-        let _ = write!(body, r#"<div class="actions">{buttons}</div>"#);
-    }
-    body.push_str(&facts(&job));
-    if let Some(code) = &job.error_code {
-        let _ = write!(
-            body,
-            r#"<h2>Error</h2><p class="notice error"><code>{}</code> {}</p>"#,
-            esc(code),
-            esc(job.error_message.as_deref().unwrap_or(""))
-        );
-    }
-    let _ = write!(body, r#"<h2>Payload</h2><pre class="json">{}</pre>"#, pretty(&job.payload));
-    if let Some(result) = &job.result {
-        let _ = write!(body, r#"<h2>Result</h2><pre class="json" id="result">{}</pre>"#, pretty(result));
-    }
-    if !children.jobs.is_empty() {
-        let more = if children.next_cursor.is_some() {
-            format!(r#" <a href="/ui/jobs?parent={id}">(first {CHILDREN}; all)</a>"#)
-        } else {
-            String::new()
-        };
-        let _ = write!(body, "<h2>Children{more}</h2>{}", table(&children.jobs));
-    }
-    if job.fan_out.as_deref() == Some("batches") {
-        match batches(&state, &job).await {
-            Ok(section) => body.push_str(&section),
-            Err(err) => return unavailable(&viewer, &err),
-        }
-    }
+    let count = match (total, percent) {
+        (Some(total), Some(percent)) => format!("{current}/{total} ({percent}%)"),
+        _ => current.to_string(),
+    };
     let after = events.last().map_or(0, |event| event.id);
-    let _ = write!(
-        body,
-        r#"<h2>Events</h2><ol class="timeline" id="timeline" data-stream="/ui/jobs/{id}/stream?after={after}" data-ended="{}">"#,
-        job.status.is_terminal()
-    );
-    for event in &events {
-        body.push_str(&event_item(event));
-    }
-    body.push_str("</ol>");
-    html::page(Some(&viewer), &format!("{} {}", job.operation, id), &body)
+    let body = html! {
+        h1 { span class="operation" { (shown(&job.operation)) } " " span id="status" { (html::status(job.status.as_str())) } }
+        p class="id" { (id) }
+        div class="progress" id="progress" data-current=(current) data-total=(total.map_or_else(String::new, |total| total.to_string())) {
+            progress max=(total.unwrap_or(0).max(1)) value=(current) {}
+            " "
+            span class="count" { (count) }
+        }
+        @if let Some(buttons) = buttons(&viewer, &job) { div class="actions" { (buttons) } }
+        (facts(&job))
+        @if let Some(code) = &job.error_code {
+            h2 { "Error" }
+            p class="notice error" { code { (shown(code)) } " " (shown(job.error_message.as_deref().unwrap_or(""))) }
+        }
+        h2 { "Payload" }
+        pre class="json" { (pretty(&job.payload)) }
+        @if let Some(result) = &job.result {
+            h2 { "Result" }
+            pre class="json" id="result" { (pretty(result)) }
+        }
+        @if !children.jobs.is_empty() {
+            h2 {
+                "Children"
+                @if children.next_cursor.is_some() {
+                    " " a href={ "/ui/jobs?parent=" (id) } { "(first " (CHILDREN) "; all)" }
+                }
+            }
+            (table(&children.jobs))
+        }
+        @if let Some(batches) = batches { (batches) }
+        h2 { "Events" }
+        ol class="timeline" id="timeline" data-stream={ "/ui/jobs/" (id) "/stream?after=" (after) } data-ended=(job.status.is_terminal()) {
+            @for event in &events { (event_item(event)) }
+        }
+    };
+    html::page(Some(&viewer), &format!("{} {}", job.operation, id), body)
 }
 
 /// A coordinator's batches of this run: how many ended, by outcome, and the first
 /// [`BATCHES`] of them, failures first.
-async fn batches(state: &AppState, job: &Job) -> Result<String, StoreError> {
+async fn batches(state: &AppState, job: &Job) -> Result<Markup, StoreError> {
     let (rows, counts) = overview::batches(&state.db, job.id, job.attempts, BATCHES).await?;
     let ended: i64 = counts.values().sum();
     let total = job.progress_total.map_or_else(|| "?".to_owned(), |total| total.to_string());
-    let by_status =
-        counts.iter().map(|(status, count)| format!("{count} {}", esc(status))).collect::<Vec<_>>().join(", ");
-    let mut out = format!(
-        r#"<h2>Batches</h2><p class="batches">{ended} of {total} ended{}</p>"#,
-        if by_status.is_empty() { String::new() } else { format!(": {by_status}") }
-    );
-    if !rows.is_empty() {
-        out.push_str(r#"<table class="batches"><thead><tr><th class="n">Batch</th><th>Status</th><th>Error</th><th>Ended</th></tr></thead><tbody>"#);
-        for row in rows {
-            let error = match (&row.error_code, &row.error_message) {
-                (Some(code), message) => {
-                    format!("<code>{}</code> {}", esc(code), esc(message.as_deref().unwrap_or("")))
+    let by_status = counts.iter().map(|(status, count)| format!("{count} {status}")).collect::<Vec<_>>().join(", ");
+    Ok(html! {
+        h2 { "Batches" }
+        p class="batches" { (ended) " of " (total) " ended" @if !by_status.is_empty() { ": " (by_status) } }
+        @if !rows.is_empty() {
+            table class="batches" {
+                thead { tr { th class="n" { "Batch" } th { "Status" } th { "Error" } th { "Ended" } } }
+                tbody {
+                    @for row in &rows {
+                        tr {
+                            td class="n" { (row.batch) }
+                            td { (html::status(&row.status)) }
+                            td {
+                                @if let Some(code) = &row.error_code {
+                                    code { (shown(code)) } " " (shown(row.error_message.as_deref().unwrap_or("")))
+                                }
+                            }
+                            td { (html::time(&row.finished_at)) }
+                        }
+                    }
                 }
-                (None, _) => String::new(),
-            };
-            let _ = write!(
-                out,
-                r#"<tr><td class="n">{}</td><td>{}</td><td>{error}</td><td>{}</td></tr>"#,
-                row.batch,
-                html::status(&row.status),
-                html::time(&row.finished_at)
-            );
+            }
         }
-        out.push_str("</tbody></table>");
-    }
-    Ok(out)
+    })
 }
 
 /// Cancel and retry, as the job's state and the viewer's rights allow.
-fn buttons(viewer: &Viewer, job: &Job) -> Option<String> {
+fn buttons(viewer: &Viewer, job: &Job) -> Option<Markup> {
     if !viewer.writes() || viewer.caller().may_write(&job.room).is_err() {
         return None;
     }
@@ -193,53 +183,50 @@ fn buttons(viewer: &Viewer, job: &Job) -> Option<String> {
     }
 }
 
-fn facts(job: &Job) -> String {
-    let mut rows = vec![
-        ("Queue", esc(&job.queue)),
-        ("Room", esc(&job.room)),
-        ("Attempts", format!("{} of {}", job.attempts, job.max_retries + 1)),
-        ("Created", html::time(&job.created_at)),
-        ("Started", html::maybe_time(job.started_at.as_ref())),
-        ("Finished", html::maybe_time(job.finished_at.as_ref())),
-    ];
-    if let Some(parent) = job.parent_job_id {
-        rows.push(("Parent", format!(r#"<a href="/ui/jobs/{parent}">{parent}</a>"#)));
-    }
-    for (name, value) in [
+fn facts(job: &Job) -> Markup {
+    let optional = [
         ("Run after", job.run_after.as_ref().map(html::time)),
-        ("Owner", job.owner.as_deref().map(esc)),
+        ("Owner", job.owner.as_deref().map(shown)),
         ("Leased until", job.leased_until.as_ref().map(html::time)),
-        ("Idempotency key", job.idempotency_key.as_deref().map(esc)),
-        ("Submitted by", job.submitted_by.as_deref().map(esc)),
-        ("Service", job.service.as_deref().map(esc)),
-    ] {
-        if let Some(value) = value {
-            rows.push((name, value));
+        ("Idempotency key", job.idempotency_key.as_deref().map(shown)),
+        ("Submitted by", job.submitted_by.as_deref().map(shown)),
+        ("Service", job.service.as_deref().map(shown)),
+    ];
+    html! {
+        dl class="facts" {
+            dt { "Queue" } dd { (shown(&job.queue)) }
+            dt { "Room" } dd { (shown(&job.room)) }
+            dt { "Attempts" } dd { (job.attempts) " of " (job.max_retries + 1) }
+            dt { "Created" } dd { (html::time(&job.created_at)) }
+            dt { "Started" } dd { (html::maybe_time(job.started_at.as_ref())) }
+            dt { "Finished" } dd { (html::maybe_time(job.finished_at.as_ref())) }
+            @if let Some(parent) = job.parent_job_id {
+                dt { "Parent" } dd { a href={ "/ui/jobs/" (parent) } { (parent) } }
+            }
+            @for (name, value) in &optional {
+                @if let Some(value) = value { dt { (name) } dd { (value) } }
+            }
         }
     }
-    let mut out = String::from(r#"<dl class="facts">"#);
-    for (name, value) in rows {
-        let _ = write!(out, "<dt>{name}</dt><dd>{value}</dd>");
-    }
-    out.push_str("</dl>");
-    out
 }
 
 /// One event on the timeline (the script adds later ones in the same shape).
-fn event_item(event: &crate::domain::JobEvent) -> String {
+fn event_item(event: &crate::domain::JobEvent) -> Markup {
     let fields = match &event.fields {
-        Value::Object(map) if map.is_empty() => String::new(),
-        Value::Null => String::new(),
-        fields => format!(r#" <code class="fields">{}</code>"#, esc(&fields.to_string())),
+        Value::Object(map) if map.is_empty() => None,
+        Value::Null => None,
+        fields => Some(shown(&fields.to_string())),
     };
-    format!(
-        r#"<li class="{}" data-id="{}"><time>{}</time> <b>{}</b> {}{fields}</li>"#,
-        event.level.as_str(),
-        event.id,
-        html::time(&event.ts),
-        esc(&event.event),
-        esc(event.message.as_deref().unwrap_or("")),
-    )
+    html! {
+        li class=(event.level.as_str()) data-id=(event.id) {
+            time { (html::time(&event.ts)) }
+            " "
+            b { (shown(&event.event)) }
+            " "
+            (shown(event.message.as_deref().unwrap_or("")))
+            @if let Some(fields) = fields { " " code class="fields" { (fields) } }
+        }
+    }
 }
 
 pub async fn cancel(

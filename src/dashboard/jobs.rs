@@ -4,15 +4,15 @@
 //! `POST /ui/bulk`: cancel or retry everything a filter matches, after a confirmation that
 //! says how many.
 
-use std::fmt::Write as _;
-
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::html::{self, enc, esc};
+use maud::{html, Markup};
+
+use super::html::{self, enc, shown};
 use super::session::Viewer;
 use crate::domain::{JobStatus, JobSummary};
 use crate::http::AppState;
@@ -116,9 +116,9 @@ impl Filters {
         self.texts.iter().find(|(field, _)| *field == name).map_or("", |(_, value)| value.as_str())
     }
 
-    /// The filters as a query string (`&`-joined, escaped for an attribute).
+    /// The filters as a query string (`&`-joined, each value percent-encoded).
     pub fn query(&self) -> String {
-        self.texts.iter().map(|(name, value)| format!("{name}={}", enc(value))).collect::<Vec<_>>().join("&amp;")
+        self.texts.iter().map(|(name, value)| format!("{name}={}", enc(value))).collect::<Vec<_>>().join("&")
     }
 
     /// The store's filter for `viewer`: the room asked for if it may read it, else every
@@ -170,22 +170,27 @@ pub async fn list(state: web::Data<AppState>, viewer: Viewer, query: web::Query<
     if let Some(id) = given(&query.q).and_then(|q| q.parse::<Uuid>().ok()) {
         return html::see_other(&format!("/ui/jobs/{id}"));
     }
-    let mut body = String::from("<h1>Jobs</h1>");
     let filters = Filters::parse(&query);
-    body.push_str(&filter_form(&state, filters.as_ref().ok()));
-    if let (Some(done), Some(changed)) = (query.done.as_deref(), query.changed) {
-        let verb = if done == "retry" { "queued again" } else { "cancelled" };
-        let skipped = query.skipped.unwrap_or(0);
-        let _ = write!(
-            body,
-            r#"<p class="notice ok" role="status">{changed} jobs {verb}; {skipped} had moved on and were left as they were.</p>"#
-        );
-    }
+    let done = match (query.done.as_deref(), query.changed) {
+        (Some(done), Some(changed)) => {
+            Some((changed, if done == "retry" { "queued again" } else { "cancelled" }, query.skipped.unwrap_or(0)))
+        }
+        _ => None,
+    };
+    let head = html! {
+        h1 { "Jobs" }
+        (filter_form(&state, filters.as_ref().ok()))
+        @if let Some((changed, verb, skipped)) = done {
+            p class="notice ok" role="status" {
+                (changed) " jobs " (verb) "; " (skipped) " had moved on and were left as they were."
+            }
+        }
+    };
     let filters = match filters {
         Ok(filters) => filters,
         Err(why) => {
-            let _ = write!(body, r#"<p class="notice error" role="alert">{}</p>"#, esc(&why));
-            let mut response = html::page(Some(&viewer), "Jobs", &body);
+            let body = html! { (head) p class="notice error" role="alert" { (shown(&why)) } };
+            let mut response = html::page(Some(&viewer), "Jobs", body);
             *response.status_mut() = StatusCode::BAD_REQUEST;
             return response;
         }
@@ -198,84 +203,85 @@ pub async fn list(state: web::Data<AppState>, viewer: Viewer, query: web::Query<
         Ok(page) => page,
         Err(err) => return unavailable(&viewer, &err),
     };
-    if page.jobs.is_empty() {
-        body.push_str(r#"<p class="empty">No jobs match.</p>"#);
-    } else {
-        body.push_str(&table(&page.jobs));
-    }
     let query_string = filters.query();
-    let mut pager = String::new();
-    if query.cursor.is_some() {
-        let _ = write!(pager, r#"<a href="/ui/jobs?{query_string}">« Newest</a>"#);
-    }
-    if let Some(next) = page.next_cursor {
-        let sep = if query_string.is_empty() { "" } else { "&amp;" };
-        let _ = write!(pager, r#"<a rel="next" href="/ui/jobs?{query_string}{sep}cursor={next}">Older »</a>"#);
-    }
-    let _ = write!(body, r#"<nav class="pager">{pager}</nav>"#);
-    if viewer.writes() {
-        let _ = write!(
-            body,
-            r#"<section class="bulk"><h2>Everything this filter matches</h2>
-<a class="button danger" href="/ui/bulk?action=cancel&amp;{query_string}">Cancel all matching…</a>
-<a class="button" href="/ui/bulk?action=retry&amp;{query_string}">Retry all matching…</a></section>"#
-        );
-    }
-    html::page(Some(&viewer), "Jobs", &body)
+    let sep = if query_string.is_empty() { "" } else { "&" };
+    let body = html! {
+        (head)
+        @if page.jobs.is_empty() { p class="empty" { "No jobs match." } } @else { (table(&page.jobs)) }
+        nav class="pager" {
+            @if query.cursor.is_some() { a href={ "/ui/jobs?" (query_string) } { "« Newest" } }
+            @if let Some(next) = page.next_cursor {
+                a rel="next" href={ "/ui/jobs?" (query_string) (sep) "cursor=" (next) } { "Older »" }
+            }
+        }
+        @if viewer.writes() {
+            section class="bulk" {
+                h2 { "Everything this filter matches" }
+                a class="button danger" href={ "/ui/bulk?action=cancel&" (query_string) } { "Cancel all matching…" }
+                " "
+                a class="button" href={ "/ui/bulk?action=retry&" (query_string) } { "Retry all matching…" }
+            }
+        }
+    };
+    html::page(Some(&viewer), "Jobs", body)
 }
 
-fn filter_form(state: &AppState, filters: Option<&Filters>) -> String {
+fn filter_form(state: &AppState, filters: Option<&Filters>) -> Markup {
     let text = |name: &str| filters.map_or("", |filters| filters.text(name)).to_owned();
-    let mut statuses = String::from(r#"<option value="">any status</option>"#);
-    for status in JobStatus::ALL {
-        let selected = if text("status") == status.as_str() { " selected" } else { "" };
-        let _ = write!(statuses, r#"<option{selected}>{}</option>"#, status.as_str());
+    html! {
+        form class="filters" method="get" action="/ui/jobs" {
+            label { "Status " select name="status" {
+                option value="" { "any status" }
+                @for status in JobStatus::ALL {
+                    option selected[text("status") == status.as_str()] { (status.as_str()) }
+                }
+            } }
+            " "
+            label { "Operation " input name="operation" value=(text("operation")); }
+            " "
+            label { "Queue " input name="queue" list="queues" value=(text("queue"));
+                datalist id="queues" { @for queue in &state.job_queues { option value=(queue); } } }
+            " "
+            label { "Room " input name="room" value=(text("room")); }
+            " "
+            label { "Created from " input name="from" type="datetime-local" value=(text("from")); }
+            " "
+            label { "to " input name="to" type="datetime-local" value=(text("to")); }
+            " "
+            label { "Id or idempotency key " input name="q" value=(text("q")) size="38"; }
+            " "
+            button type="submit" { "Filter" }
+            " "
+            a href="/ui/jobs" { "Clear" }
+        }
     }
-    let mut queues = String::new();
-    for queue in &state.job_queues {
-        let _ = write!(queues, r#"<option value="{0}">"#, esc(queue));
-    }
-    format!(
-        r#"<form class="filters" method="get" action="/ui/jobs">
-<label>Status <select name="status">{statuses}</select></label>
-<label>Operation <input name="operation" value="{}"></label>
-<label>Queue <input name="queue" list="queues" value="{}"><datalist id="queues">{queues}</datalist></label>
-<label>Room <input name="room" value="{}"></label>
-<label>Created from <input name="from" type="datetime-local" value="{}"></label>
-<label>to <input name="to" type="datetime-local" value="{}"></label>
-<label>Id or idempotency key <input name="q" value="{}" size="38"></label>
-<button type="submit">Filter</button> <a href="/ui/jobs">Clear</a></form>"#,
-        esc(&text("operation")),
-        esc(&text("queue")),
-        esc(&text("room")),
-        esc(&text("from")),
-        esc(&text("to")),
-        esc(&text("q")),
-    )
 }
 
 /// Summaries as a table.
-pub fn table(jobs: &[JobSummary]) -> String {
-    let mut out = String::from(
-        r#"<table class="jobs"><thead><tr><th>Id</th><th>Status</th><th>Operation</th><th>Queue</th><th>Room</th><th>Progress</th><th class="n">Attempts</th><th>Created</th><th>Finished</th></tr></thead><tbody>"#,
-    );
-    for job in jobs {
-        let _ = write!(
-            out,
-            r#"<tr data-id="{id}"><td class="id"><a href="/ui/jobs/{id}">{id}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="n">{}</td><td>{}</td><td>{}</td></tr>"#,
-            html::status(job.status.as_str()),
-            esc(&job.operation),
-            esc(&job.queue),
-            esc(&job.room),
-            html::progress(job.progress_current, job.progress_total),
-            job.attempts,
-            html::time(&job.created_at),
-            html::maybe_time(job.finished_at.as_ref()),
-            id = job.id,
-        );
+pub fn table(jobs: &[JobSummary]) -> Markup {
+    html! {
+        table class="jobs" {
+            thead { tr {
+                th { "Id" } th { "Status" } th { "Operation" } th { "Queue" } th { "Room" } th { "Progress" }
+                th class="n" { "Attempts" } th { "Created" } th { "Finished" }
+            } }
+            tbody {
+                @for job in jobs {
+                    tr data-id=(job.id) {
+                        td class="id" { a href={ "/ui/jobs/" (job.id) } { (job.id) } }
+                        td { (html::status(job.status.as_str())) }
+                        td { (shown(&job.operation)) }
+                        td { (shown(&job.queue)) }
+                        td { (shown(&job.room)) }
+                        td { (html::progress(job.progress_current, job.progress_total)) }
+                        td class="n" { (job.attempts) }
+                        td { (html::time(&job.created_at)) }
+                        td { (html::maybe_time(job.finished_at.as_ref())) }
+                    }
+                }
+            }
+        }
     }
-    out.push_str("</tbody></table>");
-    out
 }
 
 fn unavailable(viewer: &Viewer, err: &StoreError) -> HttpResponse {
@@ -394,36 +400,28 @@ pub async fn confirm(state: web::Data<AppState>, viewer: Viewer, query: web::Que
     };
     let count = if jobs.len() > BULK_MAX { format!("more than {BULK_MAX}") } else { jobs.len().to_string() };
     let states = bulk.sources(filters.status()).iter().map(|status| status.as_str()).collect::<Vec<_>>().join(" or ");
-    let mut hidden = format!(
-        r#"<input type="hidden" name="csrf" value="{}"><input type="hidden" name="action" value="{}">"#,
-        esc(viewer.csrf()),
-        bulk.name()
-    );
-    for (name, value) in &filters.texts {
-        let _ = write!(hidden, r#"<input type="hidden" name="{name}" value="{}">"#, esc(value));
-    }
     let what = if bulk == Bulk::Cancel { "Cancel" } else { "Retry" };
     let describe = if filters.texts.is_empty() { "every job".to_owned() } else { describe(&filters) };
-    let mut body = format!(
-        r#"<h1>{what} {count} jobs?</h1><p class="confirm-count" data-count="{}">{count} jobs match {} and are {states}.</p>"#,
-        jobs.len().min(BULK_MAX),
-        esc(&describe)
-    );
-    if jobs.len() > BULK_MAX {
-        let _ = write!(body, "<p>One action changes at most {BULK_MAX}; run it again for the rest.</p>");
-    }
-    if jobs.is_empty() {
-        let _ = write!(body, r#"<p><a href="/ui/jobs?{}">Back to the jobs</a></p>"#, filters.query());
-    } else {
-        let class = if bulk == Bulk::Cancel { "danger" } else { "" };
-        let _ = write!(
-            body,
-            r#"<form method="post" action="/ui/bulk">{hidden}<button type="submit" class="{class}">{what} {} jobs</button> <a href="/ui/jobs?{}">Back</a></form>"#,
-            jobs.len().min(BULK_MAX),
-            filters.query()
-        );
-    }
-    html::page(Some(&viewer), &format!("{what} jobs"), &body)
+    let class = if bulk == Bulk::Cancel { "danger" } else { "" };
+    let shown_count = jobs.len().min(BULK_MAX);
+    let body = html! {
+        h1 { (what) " " (count) " jobs?" }
+        p class="confirm-count" data-count=(shown_count) { (count) " jobs match " (shown(&describe)) " and are " (states) "." }
+        @if jobs.len() > BULK_MAX { p { "One action changes at most " (BULK_MAX) "; run it again for the rest." } }
+        @if jobs.is_empty() {
+            p { a href={ "/ui/jobs?" (filters.query()) } { "Back to the jobs" } }
+        } @else {
+            form method="post" action="/ui/bulk" {
+                input type="hidden" name="csrf" value=(viewer.csrf());
+                input type="hidden" name="action" value=(bulk.name());
+                @for (name, value) in &filters.texts { input type="hidden" name=(name) value=(value); }
+                button type="submit" class=(class) { (what) " " (shown_count) " jobs" }
+                " "
+                a href={ "/ui/jobs?" (filters.query()) } { "Back" }
+            }
+        }
+    };
+    html::page(Some(&viewer), &format!("{what} jobs"), body)
 }
 
 fn describe(filters: &Filters) -> String {
@@ -470,7 +468,7 @@ pub async fn apply(state: web::Data<AppState>, viewer: Viewer, form: web::Form<B
     }
     let identity = viewer.caller().identity();
     tracing::info!(action = bulk.name(), changed, skipped, user = %identity.user, filter = %describe(&filters), "bulk action from the dashboard");
-    let query = filters.query().replace("&amp;", "&");
+    let query = filters.query();
     let sep = if query.is_empty() { "" } else { "&" };
     html::see_other(&format!("/ui/jobs?{query}{sep}done={}&changed={changed}&skipped={skipped}", bulk.name()))
 }

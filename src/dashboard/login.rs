@@ -5,7 +5,9 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
-use super::html::{self, esc};
+use maud::{html, Markup};
+
+use super::html;
 use super::session::{self, Admission, Viewer};
 use crate::auth::Authenticator;
 
@@ -25,21 +27,27 @@ pub struct CsrfForm {
     pub csrf: String,
 }
 
-fn form(next: &str, error: Option<&str>) -> String {
-    let error =
-        error.map(|text| format!(r#"<p class="notice error" role="alert">{}</p>"#, esc(text))).unwrap_or_default();
-    format!(
-        r#"<section class="login"><h1>yardmaster</h1>{error}<form method="post" action="/ui/login">
-<label for="token">API token</label><input id="token" name="token" type="password" autocomplete="current-password" required autofocus placeholder="ym_…">
-<input type="hidden" name="next" value="{}"><button type="submit">Log in</button></form>
-<p class="hint">An admin or member token (<code>yardmaster token create</code>). A read-only token sees everything its rooms hold and changes nothing.</p></section>"#,
-        esc(next)
-    )
+fn form(next: &str, error: Option<&str>) -> Markup {
+    html! {
+        section class="login" {
+            h1 { "yardmaster" }
+            @if let Some(error) = error { p class="notice error" role="alert" { (error) } }
+            form method="post" action="/ui/login" {
+                label for="token" { "API token" }
+                input id="token" name="token" type="password" autocomplete="current-password" required autofocus placeholder="ym_…";
+                input type="hidden" name="next" value=(next);
+                button type="submit" { "Log in" }
+            }
+            p class="hint" {
+                "An admin or member token (" code { "yardmaster token create" } "). A read-only token sees everything its rooms hold and changes nothing."
+            }
+        }
+    }
 }
 
 pub async fn page(query: web::Query<LoginQuery>) -> HttpResponse {
     let next = session::safe_next(query.next.as_deref().unwrap_or("/ui"));
-    html::page(None, "Log in", &form(next, None))
+    html::page(None, "Log in", form(next, None))
 }
 
 pub async fn submit(auth: web::Data<Authenticator>, req: HttpRequest, body: web::Form<LoginForm>) -> HttpResponse {
@@ -49,7 +57,7 @@ pub async fn submit(auth: web::Data<Authenticator>, req: HttpRequest, body: web:
     let next = session::safe_next(body.next.as_deref().unwrap_or("/ui")).to_owned();
     let token = body.token.trim();
     let refused = |status: StatusCode, why: &str| {
-        let mut response = html::page(None, "Log in", &form(&next, Some(why)));
+        let mut response = html::page(None, "Log in", form(&next, Some(why)));
         *response.status_mut() = status;
         response
     };

@@ -3,13 +3,13 @@
 //! over indexes (status; the time jobs ended), so it answers as fast with a million jobs
 //! of history as with none; refreshed every few seconds.
 
-use std::fmt::Write as _;
-
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use chrono::Duration;
 
-use super::html::{self, age, enc, esc};
+use maud::html;
+
+use super::html::{self, age, enc};
 use super::session::Viewer;
 use crate::http::AppState;
 use crate::store::{clock, overview};
@@ -29,35 +29,33 @@ pub async fn page(state: web::Data<AppState>, viewer: Viewer) -> HttpResponse {
     {
         return unavailable(&viewer, &err.to_string());
     }
-    let mut body = String::from(
-        r#"<h1>Queues</h1><table class="queues"><thead><tr><th>Queue</th><th class="n">Waiting</th><th class="n">Running</th>
-<th class="n">Succeeded / min</th><th class="n">Failed / min</th><th class="n">Oldest waiting</th></tr></thead><tbody>"#,
-    );
-    for (queue, figures) in &figures {
-        let oldest = figures.oldest_due.map_or_else(|| "–".to_owned(), |due| age((now - due).num_seconds().max(0)));
-        let link = |status: &str| format!("/ui/jobs?queue={}&amp;status={status}", enc(queue));
-        let _ = write!(
-            body,
-            r#"<tr data-queue="{q}" data-queued="{}"><td><a href="/ui/jobs?queue={qe}">{q}</a></td><td class="n"><a href="{}">{}</a></td><td class="n"><a href="{}">{}</a></td>
-<td class="n ok">{}</td><td class="n bad"><a href="{}">{}</a></td><td class="n">{oldest}</td></tr>"#,
-            figures.queued,
-            link("queued"),
-            figures.queued,
-            link("running"),
-            figures.running,
-            figures.succeeded,
-            link("failed"),
-            figures.failed,
-            q = esc(queue),
-            qe = enc(queue),
-        );
-    }
-    body.push_str("</tbody></table>");
-    if viewer.caller().visible_rooms().is_some() {
-        body.push_str(r#"<p class="hint">Counts of the rooms this token may read.</p>"#);
-    }
-    let refresh = format!(r#"<meta http-equiv="refresh" content="{REFRESH_SECONDS}">"#);
-    html::page_with(Some(&viewer), "Queues", &body, &refresh)
+    let scoped = viewer.caller().visible_rooms().is_some();
+    let body = html! {
+        h1 { "Queues" }
+        table class="queues" {
+            thead { tr {
+                th { "Queue" } th class="n" { "Waiting" } th class="n" { "Running" }
+                th class="n" { "Succeeded / min" } th class="n" { "Failed / min" } th class="n" { "Oldest waiting" }
+            } }
+            tbody {
+                @for (queue, figures) in &figures {
+                    @let oldest = figures.oldest_due.map_or_else(|| "–".to_owned(), |due| age((now - due).num_seconds().max(0)));
+                    @let link = |status: &str| format!("/ui/jobs?queue={}&status={status}", enc(queue));
+                    tr data-queue=(queue) data-queued=(figures.queued) {
+                        td { a href={ "/ui/jobs?queue=" (enc(queue)) } { (queue) } }
+                        td class="n" { a href=(link("queued")) { (figures.queued) } }
+                        td class="n" { a href=(link("running")) { (figures.running) } }
+                        td class="n ok" { (figures.succeeded) }
+                        td class="n bad" { a href=(link("failed")) { (figures.failed) } }
+                        td class="n" { (oldest) }
+                    }
+                }
+            }
+        }
+        @if scoped { p class="hint" { "Counts of the rooms this token may read." } }
+    };
+    let refresh = html! { meta http-equiv="refresh" content=(REFRESH_SECONDS); };
+    html::page_with(Some(&viewer), "Queues", body, refresh)
 }
 
 fn unavailable(viewer: &Viewer, detail: &str) -> HttpResponse {
