@@ -18,6 +18,9 @@ mod m20261125_000010_remote_workers;
 mod m20261125_000011_uploads;
 mod m20261125_000012_finished_at_index;
 mod m20261126_000013_cancel_notify;
+mod m20261127_000014_retry_policy_filled;
+
+pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
 /// Lists every migration in the order it is applied.
 pub struct Migrator;
@@ -39,6 +42,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000011_uploads::Migration),
             Box::new(m20261125_000012_finished_at_index::Migration),
             Box::new(m20261126_000013_cancel_notify::Migration),
+            Box::new(m20261127_000014_retry_policy_filled::Migration),
         ]
     }
 }

@@ -7,65 +7,90 @@ use uuid::Uuid;
 
 use super::{EventLevel, JobStatus, RetryPolicy, RoomId};
 
-/// A job row, read from the store.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Job {
-    pub id: Uuid,
-    /// The room (tenant) the job belongs to; its children belong to it too.
-    pub room: String,
-    pub operation: String,
-    pub queue: String,
-    pub status: JobStatus,
-    pub payload: Value,
-    pub result: Option<Value>,
-    /// The coordinator this job belongs to, if any.
-    pub parent_job_id: Option<Uuid>,
-    pub progress_current: i64,
-    pub progress_total: Option<i64>,
-    /// Claims so far, including the running one.
-    pub attempts: i32,
-    pub max_retries: i32,
-    /// Error class of the last failure (for example `ValueError`, `ResultCommitFailed`).
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub idempotency_key: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    /// Until when the claiming worker owns the job; renewed by its heartbeat.
-    pub leased_until: Option<DateTime<Utc>>,
-    /// The worker holding the lease.
-    pub owner: Option<String>,
-    /// A QUEUED job is not claimed before this time (RetryLater, retry backoff).
-    pub run_after: Option<DateTime<Utc>>,
-    /// When the transport confirmed the job's message; `None` means the dispatch sweep
-    /// must (re)send it.
-    pub published_at: Option<DateTime<Utc>>,
-    /// Attempts that ended in a failure so far (retries with backoff count these).
-    pub failures: i32,
-    /// How failures are retried, up to `max_retries`.
-    pub retry_policy: RetryPolicy,
-    /// How this run fanned out (`batches` or `children`), if it did: its batches' outcomes
-    /// or children's endings then advance `progress_current`, and the one that reaches
-    /// `progress_total` closes it.
-    pub fan_out: Option<String>,
-    /// When this run of a coordinator returned with its work handed on: it holds no lease
-    /// from then on.
-    pub deferred_at: Option<DateTime<Utc>>,
-    /// The user of the token that submitted it (a child: its parent's submitter); `None`
-    /// for jobs submitted before users were recorded, and by the server itself.
-    pub submitted_by: Option<String>,
-    /// The service an uploaded script runs under (`run_script` jobs): its quotas and limits.
-    pub service: Option<String>,
-    /// When the cleaner removed the job's files (`run_script` jobs past their service's
-    /// `max_age_hours`): its row and events stay, its result is gone (410).
-    pub cleaned_at: Option<DateTime<Utc>>,
+/// A job as the store holds it. The struct is the `job` table's SeaORM entity too: rows
+/// decode straight into it (no second copy of the columns to keep in step), and the API
+/// serves it as it is.
+pub type Job = row::Model;
+
+/// The `job` table (migrations create it; `store::entity::job` names it for the store).
+pub mod row {
+    use chrono::{DateTime, Utc};
+    use sea_orm::entity::prelude::*;
+    use serde::{Deserialize, Serialize};
+    use serde_json::Value;
+
+    use crate::domain::{JobStatus, RetryPolicy};
+
+    /// A job row, read from the store.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, DeriveEntityModel)]
+    #[sea_orm(table_name = "job")]
+    #[schema(as = Job)]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        /// The room (tenant) the job belongs to; its children belong to it too.
+        pub room: String,
+        pub operation: String,
+        pub queue: String,
+        pub status: JobStatus,
+        pub payload: Value,
+        pub result: Option<Value>,
+        /// The coordinator this job belongs to, if any.
+        pub parent_job_id: Option<Uuid>,
+        pub progress_current: i64,
+        pub progress_total: Option<i64>,
+        /// Claims so far, including the running one.
+        pub attempts: i32,
+        pub max_retries: i32,
+        /// Error class of the last failure (for example `ValueError`, `ResultCommitFailed`).
+        pub error_code: Option<String>,
+        pub error_message: Option<String>,
+        pub idempotency_key: Option<String>,
+        pub created_at: DateTime<Utc>,
+        pub started_at: Option<DateTime<Utc>>,
+        pub finished_at: Option<DateTime<Utc>>,
+        /// Until when the claiming worker owns the job; renewed by its heartbeat.
+        pub leased_until: Option<DateTime<Utc>>,
+        /// The worker holding the lease.
+        pub owner: Option<String>,
+        /// A QUEUED job is not claimed before this time (RetryLater, retry backoff).
+        pub run_after: Option<DateTime<Utc>>,
+        /// When the transport confirmed the job's message; `None` means the dispatch sweep
+        /// must (re)send it.
+        pub published_at: Option<DateTime<Utc>>,
+        /// Attempts that ended in a failure so far (retries with backoff count these).
+        pub failures: i32,
+        /// How failures are retried, up to `max_retries`.
+        #[sea_orm(column_type = "Json")]
+        pub retry_policy: RetryPolicy,
+        /// How this run fanned out (`batches` or `children`), if it did: its batches' outcomes
+        /// or children's endings then advance `progress_current`, and the one that reaches
+        /// `progress_total` closes it.
+        pub fan_out: Option<String>,
+        /// When this run of a coordinator returned with its work handed on: it holds no lease
+        /// from then on.
+        pub deferred_at: Option<DateTime<Utc>>,
+        /// The user of the token that submitted it (a child: its parent's submitter); `None`
+        /// for jobs submitted before users were recorded, and by the server itself.
+        pub submitted_by: Option<String>,
+        /// The service an uploaded script runs under (`run_script` jobs): its quotas and limits.
+        pub service: Option<String>,
+        /// When the cleaner removed the job's files (`run_script` jobs past their service's
+        /// `max_age_hours`): its row and events stay, its result is gone (410).
+        pub cleaned_at: Option<DateTime<Utc>>,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
 }
 
 /// A job as a list shows it: everything but the payload, the result and the retry policy
 /// (`GET /jobs/{id}` has them), and the error message cut to [`JobSummary::MESSAGE_CHARS`],
-/// so a page's size does not depend on what clients submitted.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+/// so a page's size does not depend on what clients submitted. Decoded from the `job`
+/// table's columns by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, sea_orm::FromQueryResult)]
 pub struct JobSummary {
     pub id: Uuid,
     pub room: String,

@@ -1,10 +1,13 @@
 //! The pure job model: statuses, the transition table, event vocabulary.
 //!
 //! Nothing here touches the database or the network; `store/` enforces these rules in SQL.
+//! The types say how they are stored (SeaORM derives: the job struct is the `job` table's
+//! entity, the status a string column, the retry policy a JSON one), so rows decode
+//! straight into them.
 
 mod batch;
 mod event;
-mod job;
+pub mod job;
 mod retry;
 mod room;
 mod status;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 pub const NEVER_RETRIED: [&str; 3] = ["UnknownOperation", "InvalidPayload", "WorkerShutdown"];
 
 /// How a job's failures are retried. `max_retries` lives on the job row; the rest here.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, sea_orm::FromJsonQueryResult)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetryPolicy {
     /// Delay before the first retry; doubles with each further failure. At most
@@ -67,6 +67,12 @@ impl RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_policy_old_rows_are_given_is_the_default() {
+        let filled: RetryPolicy = serde_json::from_str(migration::DEFAULT_POLICY).unwrap();
+        assert_eq!(filled, RetryPolicy::default());
+    }
 
     fn policy() -> RetryPolicy {
         RetryPolicy { base_seconds: 2.0, cap_seconds: 10.0, ..Default::default() }

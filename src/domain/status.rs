@@ -15,11 +15,16 @@
 use std::fmt;
 use std::str::FromStr;
 
+use sea_orm::sea_query::StringLen;
+use sea_orm::{DeriveActiveEnum, EnumIter};
 use serde::{Deserialize, Serialize};
 
 /// Where a job is in its life. Stored and serialised in lowercase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema, DeriveActiveEnum, EnumIter,
+)]
 #[serde(rename_all = "lowercase")]
+#[sea_orm(rs_type = "String", db_type = "String(StringLen::None)", rename_all = "lowercase")]
 pub enum JobStatus {
     /// Waiting for a worker. Moved out by a claim (worker) or a cancel (API).
     Queued,

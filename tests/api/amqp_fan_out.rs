@@ -8,6 +8,7 @@ use std::time::Duration;
 use sea_orm::{ColumnTrait, Database, DatabaseConnection, EntityTrait, QueryFilter};
 use serde_json::json;
 use uuid::Uuid;
+use yardmaster::domain::JobStatus;
 use yardmaster::ops::OperationMessage;
 use yardmaster::store::entity::{job, job_batch, job_event};
 use yardmaster::store::{JobCommands, SeaStore};
@@ -81,7 +82,7 @@ impl FanOutDeployment {
     async fn wait_for_parent(&self, id: Uuid, status: &str, within: Duration) -> job::Model {
         eventually(&format!("parent is {status}"), within, || async {
             let parent = self.parent(id).await;
-            (parent.status == status).then_some(parent)
+            (parent.status.as_str() == status).then_some(parent)
         })
         .await
     }
@@ -173,7 +174,7 @@ async fn cancelling_mid_run_stops_the_remaining_batches() {
     let executed = count(&deployment.db, "SELECT COUNT(*) FROM execution_log WHERE job_id = 'ephemeral'").await;
     assert!(executed < 1000, "batches kept running after the cancel: {executed} of 2000 ran");
     let parent = deployment.parent(id).await;
-    assert_eq!(parent.status, "cancelled");
+    assert_eq!(parent.status, JobStatus::Cancelled);
     assert_eq!(parent.progress_current, deployment.recorded_batches(id).await.len() as i64);
     assert!(deployment.events_named(id, "job.succeeded").await.is_empty());
 }

@@ -10,7 +10,7 @@ use sea_orm::{ColumnTrait, DatabaseTransaction, DbErr, EntityTrait, IntoActiveMo
 use serde_json::json;
 use uuid::Uuid;
 
-use super::rows::{new_row, to_job};
+use super::rows::new_row;
 use super::{
     append_event, append_events, compare_and_set, event_row, fan_out, group_commit, retried, SeaStore, INSERT_CHUNK,
 };
@@ -45,7 +45,7 @@ impl JobCommands for SeaStore {
         }
         append_event(&txn, row.id, &queued_event(&new)).await?;
         txn.commit().await?;
-        let job = to_job(row)?;
+        let job = row;
         self.announce(Call::Submit, &[Change::Moved { job: &job, was: &[], event: EventName::QUEUED }]).await?;
         Ok(Submission { job, created: true })
     }
@@ -113,7 +113,7 @@ impl JobCommands for SeaStore {
         let still = job::Entity::update_many()
             .col_expr(job::Column::Status, Expr::col(job::Column::Status))
             .filter(job::Column::Id.eq(id))
-            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
+            .filter(job::Column::Status.eq(JobStatus::Queued))
             .exec(&txn)
             .await?
             .rows_affected;
@@ -173,7 +173,7 @@ impl SeaStore {
             let rows =
                 job::Entity::find().filter(job::Column::IdempotencyKey.is_in(chunk.iter().copied())).all(&txn).await?;
             for row in rows {
-                let job = to_job(row)?;
+                let job = row;
                 known.insert((job.room.clone(), job.idempotency_key.clone().unwrap_or_default()), job);
             }
         }
@@ -205,7 +205,6 @@ impl SeaStore {
         }
         let inserted = insert_new(&txn, &fresh).await?;
         txn.commit().await?;
-        let inserted = inserted.into_iter().map(to_job).collect::<Result<Vec<_>, _>>()?;
         Ok(answers
             .into_iter()
             .map(|answer| match answer {
@@ -231,8 +230,7 @@ impl SeaStore {
     /// never answers with, or conflicts with, another's job).
     async fn find_by_key(&self, room: &str, key: &str) -> Result<Option<Job>, StoreError> {
         let keyed = job::Column::IdempotencyKey.eq(key);
-        let row = job::Entity::find().filter(job::Column::Room.eq(room)).filter(keyed).one(&self.db).await?;
-        row.map(to_job).transpose()
+        Ok(job::Entity::find().filter(job::Column::Room.eq(room)).filter(keyed).one(&self.db).await?)
     }
 
     async fn cancel_once(&self, id: Uuid) -> Result<Option<(Cancellation, Vec<Job>)>, StoreError> {
@@ -251,9 +249,9 @@ impl SeaStore {
         let children = cancel_children(&txn, id).await?;
         fan_out::children_ended(&txn, std::slice::from_ref(&row)).await?;
         txn.commit().await?;
-        let descendants = children.into_iter().map(to_job).collect::<Result<Vec<_>, _>>()?;
+        let descendants = children;
         let ids = descendants.iter().map(|job| job.id).collect();
-        Ok(Some((Cancellation { job: to_job(row)?, changed: true, descendants: ids }, descendants)))
+        Ok(Some((Cancellation { job: row, changed: true, descendants: ids }, descendants)))
     }
 }
 

@@ -63,7 +63,7 @@ impl DispatchBook for SeaStore {
             .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
             .filter(job::Column::Id.eq(dispatch.id))
             .filter(job::Column::Attempts.eq(dispatch.attempts))
-            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
+            .filter(job::Column::Status.eq(JobStatus::Queued))
             .exec(&self.db)
             .await?;
         Ok(result.rows_affected == 1)
@@ -73,7 +73,7 @@ impl DispatchBook for SeaStore {
         self.before(Call::Upkeep("forget_publications")).await?;
         let result = job::Entity::update_many()
             .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
-            .filter(job::Column::Status.eq(JobStatus::Queued.as_str()))
+            .filter(job::Column::Status.eq(JobStatus::Queued))
             .filter(job::Column::PublishedAt.is_not_null())
             .exec(&self.db)
             .await?;

@@ -23,7 +23,6 @@ use sea_orm::{
 use serde_json::json;
 use uuid::Uuid;
 
-use super::rows::to_job;
 use super::run_sql::finish_in;
 use super::{append_event, SeaStore};
 use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
@@ -53,7 +52,7 @@ impl SeaStore {
         };
         append_event(&txn, run.id, &event).await?;
         txn.commit().await?;
-        to_job(row).map(Some)
+        Ok(Some(row))
     }
 
     /// Records outcomes of batches of one parent run inside `txn`, answering each in order.
@@ -171,16 +170,16 @@ pub(super) async fn children_ended<'a>(
         }
     }
     for (parent, ended) in by_parent {
-        let succeeded = ended.iter().filter(|child| child.status == JobStatus::Succeeded.as_str()).count() as i64;
+        let succeeded = ended.iter().filter(|child| child.status == JobStatus::Succeeded).count() as i64;
         let locked = job::Entity::update_many()
             .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent).add(succeeded))
             .filter(job::Column::Id.eq(parent))
-            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .filter(job::Column::Status.eq(JobStatus::Running))
             .filter(job::Column::FanOut.eq(FanOutForm::Children.as_str()));
         let Some(row) = counters(txn, locked).await? else { continue };
         let run = RunRef { id: parent, attempt: row.attempts };
-        if let Some(child) = ended.iter().find(|child| child.status != JobStatus::Succeeded.as_str()) {
-            let error_code = child.error_code.clone().unwrap_or_else(|| child.status.clone());
+        if let Some(child) = ended.iter().find(|child| child.status != JobStatus::Succeeded) {
+            let error_code = child.error_code.clone().unwrap_or_else(|| child.status.to_string());
             let message = child.error_message.clone().unwrap_or_else(|| format!("child was {}", child.status));
             let which = json!({ "child_job_id": child.id });
             Box::pin(fail_parent(txn, run, which, &format!("child {}", child.id), &error_code, &message)).await?;
@@ -266,7 +265,7 @@ pub(super) fn running(run: RunRef) -> UpdateMany<job::Entity> {
     job::Entity::update_many()
         .filter(job::Column::Id.eq(run.id))
         .filter(job::Column::Attempts.eq(run.attempt))
-        .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+        .filter(job::Column::Status.eq(JobStatus::Running))
 }
 
 /// A batch's result as it is recorded, and the rows its coordinator's operation writes

@@ -16,7 +16,6 @@ use uuid::Uuid;
 
 use super::commands::insert_new;
 use super::fan_out::children_ended;
-use super::rows::to_job;
 use super::run_sql::Outcome;
 use super::{append_events, event_row, postgres_batch, SeaStore};
 use crate::domain::{BatchOutcome, Job, JobStatus, NewEvent, NewJob};
@@ -298,7 +297,7 @@ impl SeaStore {
         if !submissions.is_empty() {
             let new: Vec<&NewJob> = submissions.iter().map(|(_, new)| *new).collect();
             for ((at, _), row) in submissions.iter().zip(insert_new(txn, &new).await?) {
-                answers[*at] = Some(Written::Job(Some(Box::new(to_job(row)?))));
+                answers[*at] = Some(Written::Job(Some(Box::new(row))));
             }
         }
         append_events(txn, events).await?;
@@ -324,7 +323,7 @@ fn answer_moved(
         let job = match by_id.remove(&id) {
             Some((row, event)) => {
                 events.extend(event.map(|event| event_row(id, &event)));
-                Some(Box::new(to_job(row)?))
+                Some(Box::new(row))
             }
             None => None,
         };

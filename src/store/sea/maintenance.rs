@@ -12,7 +12,7 @@ use sea_orm::{ColumnTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, 
 use serde_json::json;
 use uuid::Uuid;
 
-use super::rows::{db_now, db_now_plus, millis, to_chrono, to_job};
+use super::rows::{db_now, db_now_plus, millis, to_chrono};
 use super::{append_event, SeaStore};
 use crate::domain::{EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
 use crate::store::entity::{job, job_batch, job_event};
@@ -144,7 +144,7 @@ impl Maintenance for SeaStore {
             .select_only()
             .column(job::Column::Id)
             .column(job::Column::Attempts)
-            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .filter(job::Column::Status.eq(JobStatus::Running))
             .filter(job::Column::FanOut.eq(FanOutForm::Batches.as_str()))
             .order_by_asc(job::Column::StartedAt)
             .limit(limit)
@@ -193,7 +193,6 @@ impl Maintenance for SeaStore {
         append_event(&txn, id, &event).await?;
         let job = job::Entity::find_by_id(id).one(&txn).await?;
         txn.commit().await?;
-        let job = job.map(to_job).transpose()?;
         if let Some(job) = &job {
             let changes = [Change::Moved { job, was: FINISHED, event: CLEANED }];
             self.announce(Call::Upkeep("mark_cleaned"), &changes).await?;

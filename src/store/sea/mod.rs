@@ -30,7 +30,6 @@ use sea_orm::{
 use serde_json::Value;
 use uuid::Uuid;
 
-use self::rows::to_job;
 use self::write_gate::{WriteGate, WriteTxn};
 use super::entity::{job, job_event};
 use super::{Call, Change, Hook, Observer, StoreError};
@@ -116,7 +115,7 @@ impl SeaStore {
     }
 
     pub(super) async fn find(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
-        job::Entity::find_by_id(id).one(&self.db).await?.map(to_job).transpose()
+        Ok(job::Entity::find_by_id(id).one(&self.db).await?)
     }
 
     /// Runs one transition: the compare-and-set, then its event, in one transaction.
@@ -193,7 +192,7 @@ async fn apply_transition(
     if to.is_terminal() {
         fan_out::children_ended(txn, std::slice::from_ref(&row)).await?;
     }
-    to_job(row).map(Some)
+    Ok(Some(row))
 }
 
 /// `UPDATE job SET status = to, … WHERE id = ? AND status IN (from) RETURNING *`.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{ColumnTrait, EntityTrait, Iterable, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
 use uuid::Uuid;
 
 use super::rows::{db_now, to_event};
@@ -15,33 +15,6 @@ use crate::domain::{Job, JobEvent, JobStatus, JobSummary, QueueName};
 use crate::store::entity::{job, job_event};
 use crate::store::overview::QueueFigures;
 use crate::store::{Call, JobFilter, JobReads, Page, StoreError};
-
-/// The columns of a summary, as read.
-#[derive(Debug, FromQueryResult)]
-struct SummaryRow {
-    id: Uuid,
-    room: String,
-    operation: String,
-    queue: String,
-    status: String,
-    parent_job_id: Option<Uuid>,
-    progress_current: i64,
-    progress_total: Option<i64>,
-    attempts: i32,
-    max_retries: i32,
-    error_code: Option<String>,
-    error_message: Option<String>,
-    idempotency_key: Option<String>,
-    created_at: chrono::DateTime<chrono::Utc>,
-    started_at: Option<chrono::DateTime<chrono::Utc>>,
-    finished_at: Option<chrono::DateTime<chrono::Utc>>,
-    leased_until: Option<chrono::DateTime<chrono::Utc>>,
-    owner: Option<String>,
-    run_after: Option<chrono::DateTime<chrono::Utc>>,
-    failures: i32,
-    fan_out: Option<String>,
-    deferred_at: Option<chrono::DateTime<chrono::Utc>>,
-}
 
 #[async_trait]
 impl JobReads for SeaStore {
@@ -58,29 +31,9 @@ impl JobReads for SeaStore {
     async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError> {
         self.before(Call::Read("list", None)).await?;
         use job::Column as C;
-        let plain = [
-            C::Id,
-            C::Room,
-            C::Operation,
-            C::Queue,
-            C::Status,
-            C::ParentJobId,
-            C::ProgressCurrent,
-            C::ProgressTotal,
-            C::Attempts,
-            C::MaxRetries,
-            C::ErrorCode,
-            C::IdempotencyKey,
-            C::CreatedAt,
-            C::StartedAt,
-            C::FinishedAt,
-            C::LeasedUntil,
-            C::Owner,
-            C::RunAfter,
-            C::Failures,
-            C::FanOut,
-            C::DeferredAt,
-        ];
+        // Every column a summary shows (it decodes them by name); the error message cut.
+        let plain =
+            C::iter().filter(|column| !matches!(column, C::Payload | C::Result | C::RetryPolicy | C::ErrorMessage));
         // SUBSTR counts characters on both engines.
         let message = Expr::cust(format!("SUBSTR(error_message, 1, {})", JobSummary::MESSAGE_CHARS));
         let mut query = job::Entity::find().select_only().columns(plain).column_as(message, "error_message");
@@ -88,7 +41,7 @@ impl JobReads for SeaStore {
             query = query.filter(C::Room.is_in(rooms.iter().map(String::as_str)));
         }
         if let Some(status) = filter.status {
-            query = query.filter(C::Status.eq(status.as_str()));
+            query = query.filter(C::Status.eq(status));
         }
         if let Some(operation) = &filter.operation {
             query = query.filter(C::Operation.eq(operation.as_str()));
@@ -108,8 +61,8 @@ impl JobReads for SeaStore {
         if let Some(key) = &filter.idempotency_key {
             query = query.filter(C::IdempotencyKey.eq(key.as_str()));
         }
-        let rows = query.order_by_desc(C::Id).limit(filter.limit + 1).into_model::<SummaryRow>().all(&self.db).await?;
-        let mut jobs = rows.into_iter().map(to_summary).collect::<Result<Vec<_>, _>>()?;
+        let mut jobs =
+            query.order_by_desc(C::Id).limit(filter.limit + 1).into_model::<JobSummary>().all(&self.db).await?;
         let next_cursor = match jobs.len() as u64 > filter.limit {
             true => {
                 jobs.truncate(filter.limit as usize);
@@ -215,32 +168,4 @@ impl SeaStore {
             .await?;
         rows.into_iter().map(to_event).collect()
     }
-}
-
-fn to_summary(row: SummaryRow) -> Result<JobSummary, StoreError> {
-    let status = row.status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
-    Ok(JobSummary {
-        id: row.id,
-        room: row.room,
-        operation: row.operation,
-        queue: row.queue,
-        status,
-        parent_job_id: row.parent_job_id,
-        progress_current: row.progress_current,
-        progress_total: row.progress_total,
-        attempts: row.attempts,
-        max_retries: row.max_retries,
-        error_code: row.error_code,
-        error_message: row.error_message,
-        idempotency_key: row.idempotency_key,
-        created_at: row.created_at,
-        started_at: row.started_at,
-        finished_at: row.finished_at,
-        leased_until: row.leased_until,
-        owner: row.owner,
-        run_after: row.run_after,
-        failures: row.failures,
-        fan_out: row.fan_out,
-        deferred_at: row.deferred_at,
-    })
 }

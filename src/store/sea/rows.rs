@@ -1,4 +1,4 @@
-//! Converting between rows and domain types, and the clock used in SQL.
+//! A submission's new row, an event row as the domain's event, and the clock used in SQL.
 
 use crate::store::clock;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::super::entity::{job, job_event};
 use super::super::StoreError;
-use crate::domain::{EventLevel, Job, JobEvent, JobStatus, NewJob, RetryPolicy};
+use crate::domain::{EventLevel, JobEvent, JobStatus, NewJob};
 
 /// "Now" for lease and timeout arithmetic. On PostgreSQL it is the database's clock, so
 /// workers on many hosts judge leases by one clock; SQLite is embedded, one host, one clock.
@@ -48,7 +48,7 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         queue: new.queue.as_str().to_owned(),
         payload: new.payload.clone(),
         result: None,
-        status: JobStatus::Queued.as_str().to_owned(),
+        status: JobStatus::Queued,
         parent_job_id: new.parent_job_id,
         progress_current: 0,
         progress_total: None,
@@ -65,54 +65,13 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         run_after: None,
         published_at: new.announced.then(clock::now),
         failures: 0,
-        retry_policy: serde_json::to_value(&new.retry_policy).ok(),
+        retry_policy: new.retry_policy.clone(),
         fan_out: None,
         deferred_at: None,
         submitted_by: new.submitted_by.clone(),
         service: new.service.clone(),
         cleaned_at: None,
     }
-}
-
-pub(super) fn to_job(row: job::Model) -> Result<Job, StoreError> {
-    let status = row.status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
-    Ok(Job {
-        id: row.id,
-        room: row.room,
-        operation: row.operation,
-        queue: row.queue,
-        status,
-        payload: row.payload,
-        result: row.result,
-        parent_job_id: row.parent_job_id,
-        progress_current: row.progress_current,
-        progress_total: row.progress_total,
-        attempts: row.attempts,
-        max_retries: row.max_retries,
-        error_code: row.error_code,
-        error_message: row.error_message,
-        idempotency_key: row.idempotency_key,
-        created_at: row.created_at,
-        started_at: row.started_at,
-        finished_at: row.finished_at,
-        leased_until: row.leased_until,
-        owner: row.owner,
-        run_after: row.run_after,
-        published_at: row.published_at,
-        failures: row.failures,
-        fan_out: row.fan_out,
-        deferred_at: row.deferred_at,
-        submitted_by: row.submitted_by,
-        service: row.service,
-        cleaned_at: row.cleaned_at,
-        retry_policy: row
-            .retry_policy
-            .map(|policy| {
-                serde_json::from_value::<RetryPolicy>(policy).map_err(|err| StoreError::Corrupt(err.to_string()))
-            })
-            .transpose()?
-            .unwrap_or_default(),
-    })
 }
 
 pub(super) fn to_event(row: job_event::Model) -> Result<JobEvent, StoreError> {

@@ -119,7 +119,7 @@ impl SeaStore {
         let renewed = job::Entity::update_many()
             .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
             .filter(this_run(runs))
-            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .filter(job::Column::Status.eq(JobStatus::Running))
             // A deferred run holds no lease; a renewal sent before it deferred gives none.
             .filter(job::Column::DeferredAt.is_null())
             .exec_with_returning(txn)
@@ -133,7 +133,7 @@ impl SeaStore {
         let result = job::Entity::update_many()
             .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
             .filter(job::Column::Id.eq(run.id))
-            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .filter(job::Column::Status.eq(JobStatus::Running))
             .filter(job::Column::Attempts.eq(run.attempt))
             .filter(job::Column::DeferredAt.is_null())
             .exec(&self.db)

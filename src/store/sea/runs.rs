@@ -14,7 +14,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::fan_out::{close_succeeded, running, NoTime};
-use super::rows::{db_now, db_now_plus, millis, to_chrono, to_job};
+use super::rows::{db_now, db_now_plus, millis, to_chrono};
 use super::run_sql::forget_fan_out;
 use super::{append_event, append_events, compare_and_set_many, event_row, group_commit, retried, SeaStore};
 use crate::domain::{BatchOutcome, EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
@@ -187,7 +187,7 @@ impl RunWrites for SeaStore {
             FanOutForm::Batches => 0,
             FanOutForm::Children => {
                 let children = job::Entity::find().filter(job::Column::ParentJobId.eq(run.id));
-                children.filter(job::Column::Status.eq(JobStatus::Succeeded.as_str())).count(&txn).await? as i64
+                children.filter(job::Column::Status.eq(JobStatus::Succeeded)).count(&txn).await? as i64
             }
         };
         let moved = running(run)
@@ -200,7 +200,7 @@ impl RunWrites for SeaStore {
         let fields = json!({ "form": form.as_str(), "total": total, "done": done });
         append_event(&txn, run.id, &NewEvent::new(EventName::FANNED_OUT).fields(fields)).await?;
         txn.commit().await?;
-        let job = to_job(row)?;
+        let job = row;
         self.announce(Call::FanOut(run), &[Change::Moved { job: &job, was: RUNNING, event: EventName::FANNED_OUT }])
             .await?;
         Ok(Some(job))
@@ -226,7 +226,7 @@ impl RunWrites for SeaStore {
         append_events(&txn, requeued.iter().map(|child| event_row(child.id, &event)).collect()).await?;
         let succeeded = job::Entity::find()
             .filter(job::Column::ParentJobId.eq(run.id))
-            .filter(job::Column::Status.eq(JobStatus::Succeeded.as_str()))
+            .filter(job::Column::Status.eq(JobStatus::Succeeded))
             .count(&txn)
             .await? as i64;
         running(run).col_expr(job::Column::ProgressCurrent, Expr::value(succeeded)).exec(&txn).await?;
@@ -235,7 +235,7 @@ impl RunWrites for SeaStore {
             close_succeeded(&txn, run, json!({ "children": total })).await?;
         }
         txn.commit().await?;
-        let children = requeued.into_iter().map(to_job).collect::<Result<Vec<_>, _>>()?;
+        let children = requeued;
         let mut changes: Vec<Change> =
             children.iter().map(|job| Change::Moved { job, was: ENDED, event: EventName::RETRIED }).collect();
         changes.push(Change::Noted { id: run.id });
@@ -248,7 +248,7 @@ impl RunWrites for SeaStore {
         let current = job::Entity::find()
             .filter(job::Column::Id.eq(run.id))
             .filter(job::Column::Attempts.eq(run.attempt))
-            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .filter(job::Column::Status.eq(JobStatus::Running))
             .count(&self.db)
             .await?;
         Ok(current == 1)
@@ -323,7 +323,7 @@ impl RunWrites for SeaStore {
             .col_expr(job::Column::ProgressTotal, counted(job::Column::ProgressTotal, total))
             .filter(job::Column::Id.eq(run.id))
             .filter(job::Column::Attempts.eq(run.attempt))
-            .filter(job::Column::Status.eq(JobStatus::Running.as_str()))
+            .filter(job::Column::Status.eq(JobStatus::Running))
             .exec(&txn)
             .await?
             .rows_affected;
