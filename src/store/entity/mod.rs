@@ -1,4 +1,4 @@
-//! SeaORM entities for the tables created by `migrations/`; converted to `domain` types at the edge.
+//! SeaORM entities for the tables created by `migrations/`. The job table's is the domain's job itself; the others are converted to `domain` types at the edge.
 
 pub mod job;
 pub mod job_batch;
