@@ -16,6 +16,7 @@ pub use crate::actors::settings::{QueueKind, QueueSettings, ReaperSettings};
 pub use crate::auth::settings::{AuthSettings, Secret};
 pub use crate::dispatch::DispatchSettings;
 pub use crate::inference::settings::InferenceSettings;
+pub use crate::jobs::settings::JobsSettings;
 pub use crate::remote::settings::RemoteSettings;
 pub use crate::retention::settings::RetentionSettings;
 pub use crate::store::settings::StoreSettings;
@@ -38,6 +39,8 @@ pub struct Settings {
     pub transport: TransportSettings,
     pub worker: WorkerSettings,
     pub dispatch: DispatchSettings,
+    /// What a submission may ask of time.
+    pub jobs: JobsSettings,
     pub reaper: ReaperSettings,
     /// The libtorch inference actor and its operations (`compute_embeddings`,
     /// `nearest_neighbours`).
@@ -112,6 +115,7 @@ impl Default for Settings {
             worker: WorkerSettings::default(),
             reaper: ReaperSettings::default(),
             dispatch: DispatchSettings::default(),
+            jobs: JobsSettings::default(),
             inference: InferenceSettings::default(),
             auth: AuthSettings::default(),
             remote: RemoteSettings::default(),
@@ -164,6 +168,7 @@ impl Settings {
         self.worker.validate()?;
         self.reaper.validate()?;
         self.dispatch.validate()?;
+        self.jobs.validate()?;
         self.inference.validate()?;
         self.remote.validate()?;
         self.uploads.validate()?;

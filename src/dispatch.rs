@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
 use tracing::{info, warn};
 use uuid::Uuid;
 
@@ -71,11 +72,14 @@ pub struct Dispatcher {
     transport: Arc<dyn Transport>,
     /// Job ids per message, by queue (1 where not named).
     grouping: Arc<HashMap<String, usize>>,
+    /// Rung when this process commits a job that waits for a time: the dispatch sweep
+    /// learns at once when to wake, not at its next tick.
+    waiting: Arc<Notify>,
 }
 
 impl Dispatcher {
     pub fn new(store: Arc<dyn JobStore>, transport: Arc<dyn Transport>) -> Self {
-        Dispatcher { store, transport, grouping: Arc::default() }
+        Dispatcher { store, transport, grouping: Arc::default(), waiting: Arc::default() }
     }
 
     /// Sends up to `ids_per_message` jobs of a queue that are published together (a batch
@@ -104,7 +108,11 @@ impl Dispatcher {
         job.announced = !self.transport.is_durable() || job.queue.is_pulled();
         let submission = self.store.submit(job).await?;
         failpoint::hit("submit.after_commit");
-        if submission.created {
+        // A job that waits for its time is sent by the sweep when it is due.
+        if submission.created && submission.job.run_after.is_some() {
+            self.waiting.notify_one();
+        }
+        if submission.created && submission.job.run_after.is_none() {
             let job = &submission.job;
             let dispatch = Dispatch { id: job.id, queue: job.queue.clone(), attempts: job.attempts };
             self.announce(std::slice::from_ref(&dispatch)).await;
@@ -127,9 +135,12 @@ impl Dispatcher {
         failpoint::hit("submit.after_commit");
         let created: Vec<Dispatch> = submissions
             .iter()
-            .filter(|submission| submission.created)
+            .filter(|submission| submission.created && submission.job.run_after.is_none())
             .map(|Submission { job, .. }| Dispatch { id: job.id, queue: job.queue.clone(), attempts: job.attempts })
             .collect();
+        if submissions.iter().any(|submission| submission.created && submission.job.run_after.is_some()) {
+            self.waiting.notify_one();
+        }
         self.announce(&created).await;
         Ok(submissions)
     }
@@ -228,6 +239,17 @@ impl Dispatcher {
         info!(due = due.len(), sent, "dispatch sweep sent queued jobs");
         crate::telemetry::metrics::maintenance(crate::telemetry::metrics::Maintenance::DispatchSweep, "resent", sent);
         Ok(sent)
+    }
+
+    /// The bell rung when this process commits a job that waits for a time.
+    pub fn waiting_bell(&self) -> Arc<Notify> {
+        self.waiting.clone()
+    }
+
+    /// How long until the next job that waits for a time falls due (see
+    /// [`crate::store::DispatchBook::next_due`]).
+    pub async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+        self.store.next_due().await
     }
 
     /// At start-up: with a transport that kept nothing (in-process), every QUEUED job lost

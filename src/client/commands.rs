@@ -80,6 +80,12 @@ pub struct SubmitArgs {
     idempotency_key: Option<String>,
     #[arg(long, value_name = "N")]
     max_retries: Option<i32>,
+    /// Start no earlier than TIME (RFC 3339, e.g. 2026-12-01T02:00:00+01:00).
+    #[arg(long, value_name = "TIME", value_parser = super::when::instant, conflicts_with = "after")]
+    at: Option<chrono::DateTime<chrono::FixedOffset>>,
+    /// Start no earlier than this long from now: 90s, 10m, 2h, 1d, 1h30m, or seconds.
+    #[arg(long = "in", value_name = "SPAN", value_parser = super::when::span)]
+    after: Option<Duration>,
     #[command(flatten)]
     wait: WaitArgs,
     #[command(flatten)]
@@ -219,6 +225,12 @@ async fn submit(args: SubmitArgs) -> anyhow::Result<i32> {
     }
     if let Some(max_retries) = args.max_retries {
         body["max_retries"] = json!(max_retries);
+    }
+    if let Some(at) = args.at {
+        body["run_at"] = json!(at.to_rfc3339());
+    }
+    if let Some(after) = args.after {
+        body["delay_seconds"] = json!(after.as_secs_f64());
     }
     let job = client.submit(&body).await?;
     if !args.wait.wait {

@@ -13,3 +13,4 @@ pub mod http;
 pub mod progress;
 pub mod show;
 pub mod sse;
+pub mod when;

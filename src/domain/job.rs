@@ -157,6 +157,10 @@ pub struct NewJob {
     pub submitted_by: Option<String>,
     /// See [`Job::service`].
     pub service: Option<String>,
+    /// Not to start before this time (`run_at`, `delay_seconds`); `None`: at once. A
+    /// job that waits for its time is not announced at its commit: the dispatch sweep
+    /// sends it when it is due.
+    pub run_after: Option<DateTime<Utc>>,
 }
 
 impl NewJob {
@@ -176,6 +180,7 @@ impl NewJob {
             id: None,
             submitted_by: None,
             service: None,
+            run_after: None,
         }
     }
 

@@ -4,6 +4,7 @@
 mod control;
 mod read;
 mod rules;
+pub mod settings;
 pub mod stream;
 mod submit;
 

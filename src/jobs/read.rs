@@ -56,7 +56,8 @@ pub struct JobView {
     #[serde(flatten)]
     pub job: Job,
     /// While QUEUED: 1 for the next to run, else 1 + the runnable jobs ahead of it (of its
-    /// registered type, or of its queue); `null` otherwise.
+    /// registered type, or of its queue); `null` otherwise, and while the job waits for its
+    /// time (`run_after` ahead: a `run_at`, a delay), when it is in no line yet.
     pub queue_position: Option<i64>,
 }
 

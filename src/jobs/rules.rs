@@ -3,8 +3,10 @@
 //! room and parent, and a registered type's schema and workers.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use actix_web::HttpRequest;
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
@@ -15,7 +17,9 @@ use crate::http::{ApiError, AppState, Code};
 use crate::ops::OperationRegistry;
 use crate::remote::names::{is_type_reference, TypeReference};
 use crate::remote::Remote;
-use crate::store::StoreError;
+
+use super::settings::JobsSettings;
+use crate::store::{clock, StoreError};
 
 /// Longest idempotency key accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 255;
@@ -62,6 +66,14 @@ pub struct SubmitRequest {
     /// or refuse it with 409 `no_worker` (false); default: `remote.queue_without_worker`.
     #[serde(default)]
     pub wait_for_worker: Option<bool>,
+    /// Start no earlier than this time (RFC 3339). One already past starts at once; one
+    /// beyond `jobs.max_delay_days` is refused. Not with `delay_seconds`.
+    #[serde(default)]
+    pub run_at: Option<DateTime<Utc>>,
+    /// Start no earlier than this many seconds from now. Not with `run_at`.
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    pub delay_seconds: Option<f64>,
 }
 
 /// A parent must exist for the caller (another room's job does not), and must not be a
@@ -182,16 +194,50 @@ pub(super) fn known_job_queue(rules: &Submissions, name: Option<&str>) -> Result
     Ok(queue)
 }
 
-/// What a submission is checked against: the operations, and the job queues.
+/// What a submission is checked against: the operations, the job queues, and how far
+/// ahead a start may be.
 pub struct Submissions<'a> {
     pub registry: &'a OperationRegistry,
     pub job_queues: &'a BTreeSet<String>,
+    pub horizon: Duration,
 }
 
 impl AppState {
-    pub(super) fn submissions(&self) -> Submissions<'_> {
-        Submissions { registry: &self.registry, job_queues: &self.job_queues }
+    pub(super) fn submissions(&self, settings: &JobsSettings) -> Submissions<'_> {
+        Submissions { registry: &self.registry, job_queues: &self.job_queues, horizon: settings.horizon() }
     }
+}
+
+/// When a job may start: `run_at`, or `delay_seconds` from now; `None` for at once (a time
+/// already past included, as in every peer). Both, or a start past `horizon`, is refused.
+fn start_after(
+    run_at: Option<DateTime<Utc>>,
+    delay_seconds: Option<f64>,
+    horizon: Duration,
+) -> Result<Option<DateTime<Utc>>, ApiError> {
+    let now = clock::now();
+    let latest = now + chrono::Duration::from_std(horizon).unwrap_or(chrono::Duration::MAX);
+    let too_far = |pointer: &str| {
+        let days = horizon.as_secs() / 86_400;
+        let detail = format!("a job may start at most {days} days ahead (jobs.max_delay_days)");
+        Err(ApiError::new(Code::InvalidRequest, detail).at(pointer))
+    };
+    let start = match (run_at, delay_seconds) {
+        (Some(_), Some(_)) => {
+            let detail = "give run_at or delay_seconds, not both";
+            return Err(ApiError::new(Code::InvalidRequest, detail).at("/delay_seconds"));
+        }
+        (None, None) => return Ok(None),
+        (Some(at), None) if at > latest => return too_far("/run_at"),
+        (Some(at), None) => at,
+        (None, Some(delay)) if !delay.is_finite() || delay < 0.0 => {
+            let detail = "delay_seconds must be a number of seconds, 0 or more";
+            return Err(ApiError::new(Code::InvalidRequest, detail).at("/delay_seconds"));
+        }
+        (None, Some(delay)) if delay > horizon.as_secs_f64() => return too_far("/delay_seconds"),
+        (None, Some(delay)) => now + chrono::Duration::milliseconds((delay * 1000.0).round() as i64),
+    };
+    Ok((start > now).then_some(start))
 }
 
 /// A `POST /jobs` body read and checked as the API does (the fuzz targets call this).
@@ -236,6 +282,7 @@ pub(super) fn validate_submission(
         }
         (false, name) => known_job_queue(state, name).map_err(|err| err.at("/queue"))?,
     };
+    let run_after = start_after(body.run_at, body.delay_seconds, state.horizon)?;
     let idempotency_key = check_idempotency_key(body.idempotency_key.or(header_key))?;
     let max_retries = body.max_retries.unwrap_or(default_retries);
     if !(0..=MAX_RETRIES_LIMIT).contains(&max_retries) {
@@ -255,6 +302,7 @@ pub(super) fn validate_submission(
         id: None,
         submitted_by: None,
         service: None,
+        run_after,
     })
 }
 

@@ -16,6 +16,7 @@ use crate::remote::Remote;
 use crate::store::StoreError;
 
 use super::rules::{admit_type, check_parent, idempotency_header, place, validate_submission, SubmitRequest};
+use super::settings::JobsSettings;
 
 /// Most submissions in one `POST /jobs:batch`.
 pub const MAX_BATCH: usize = 1000;
@@ -39,6 +40,7 @@ pub const MAX_BATCH: usize = 1000;
 )]
 pub async fn submit(
     state: web::Data<AppState>,
+    settings: web::Data<JobsSettings>,
     remote: web::Data<Remote>,
     caller: Caller,
     req: HttpRequest,
@@ -49,7 +51,7 @@ pub async fn submit(
     let parent = check_parent(&state, &caller, body.parent_job_id).await?;
     let asked_room = body.room.is_some();
     let wait_for_worker = body.wait_for_worker;
-    let mut new = validate_submission(&state.submissions(), body, header_key, &caller.default_room())?;
+    let mut new = validate_submission(&state.submissions(&settings), body, header_key, &caller.default_room())?;
     place(&caller, &mut new, asked_room, parent.as_ref())?;
     admit_type(&remote, &mut new, wait_for_worker).await?;
     let submission = state.dispatcher.submit(new).await?;
@@ -100,6 +102,7 @@ pub struct BatchResponse {
 )]
 pub async fn submit_batch(
     state: web::Data<AppState>,
+    settings: web::Data<JobsSettings>,
     remote: web::Data<Remote>,
     caller: Caller,
     req: HttpRequest,
@@ -127,7 +130,7 @@ pub async fn submit_batch(
             let parent = request.parent_job_id.and_then(|id| parents.get(&id));
             let asked_room = request.room.is_some();
             let wait_for_worker = request.wait_for_worker;
-            let mut new = validate_submission(&state.submissions(), request, None, &default_room)?;
+            let mut new = validate_submission(&state.submissions(&settings), request, None, &default_room)?;
             place(&caller, &mut new, asked_room, parent)?;
             admit_type(&remote, &mut new, wait_for_worker).await?;
             Ok::<_, ApiError>(new)

@@ -161,7 +161,12 @@ impl ApplicationBuilder {
                     true => Authenticator::new(db.clone(), Duration::from_secs(settings.auth.cache_seconds)),
                     false => Authenticator::trusting(db.clone(), auth::Caller::admin_for_benchmarks()),
                 };
-                let parts = Capabilities { auth: auth.into(), remote: remote.into(), uploads: uploads.clone().into() };
+                let parts = Capabilities {
+                    auth: auth.into(),
+                    jobs: actix_web::web::Data::new(settings.jobs.clone()),
+                    remote: remote.into(),
+                    uploads: uploads.clone().into(),
+                };
                 let (port, server) = serve_api(&settings, state, parts)?;
                 (Some(port), Some(server))
             }

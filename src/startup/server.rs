@@ -40,6 +40,7 @@ pub(super) async fn first_admin_token(db: &DatabaseConnection, settings: &Settin
 /// The state of the capabilities beside [`AppState`], each its own `web::Data`.
 pub(super) struct Capabilities {
     pub(super) auth: web::Data<Authenticator>,
+    pub(super) jobs: web::Data<crate::jobs::settings::JobsSettings>,
     pub(super) remote: web::Data<crate::remote::Remote>,
     pub(super) uploads: web::Data<crate::uploads::Uploads>,
 }
@@ -64,6 +65,7 @@ pub(super) fn serve_api(settings: &Settings, state: AppState, parts: Capabilitie
         App::new()
             .app_data(state.clone())
             .app_data(parts.auth.clone())
+            .app_data(parts.jobs.clone())
             .app_data(parts.remote.clone())
             .app_data(parts.uploads.clone())
             .configure(|cfg| api::configure(cfg, max_body, document.clone()))

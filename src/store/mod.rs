@@ -61,7 +61,8 @@ pub trait JobReads: Send + Sync + 'static {
     ) -> Result<BTreeMap<String, QueueFigures>, StoreError>;
 
     /// A QUEUED job's place in its line, 1 for the next to run: 1 + the runnable jobs of its
-    /// registered type (or, for others, its queue) created before it. `None` when not QUEUED.
+    /// registered type (or, for others, its queue) created before it. `None` when not QUEUED, or
+    /// QUEUED but waiting for its time (`run_after` ahead: a `run_at`, a delay).
     async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError>;
 }
 
@@ -197,9 +198,16 @@ pub trait DispatchBook: Send + Sync + 'static {
     /// transition): only rows still QUEUED, unpublished and at the same `attempts` change.
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError>;
 
-    /// QUEUED jobs whose message was never confirmed and that may run now, oldest first,
-    /// skipping those created within `grace` (their submitter is still publishing them).
+    /// QUEUED jobs whose message was never confirmed and that may run now: those that
+    /// waited for a time (a delay, `run_at`) first, by that time, then fresh ones oldest
+    /// first, skipping those created within `grace` (their submitter is still publishing
+    /// them).
     async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError>;
+
+    /// How long until the earliest unpublished QUEUED job that waits for a time is due, by
+    /// the database's clock, if one waits: the dispatch sweep wakes then. Read from an
+    /// index of waiting jobs by time, never by visiting every waiting row.
+    async fn next_due(&self) -> Result<Option<Duration>, StoreError>;
 
     /// Marks this QUEUED job unpublished (only at the same `attempts`), so the dispatch
     /// sweep sends it again: its message reached a worker before the job was due.

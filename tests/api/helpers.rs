@@ -176,9 +176,10 @@ pub struct TestOptions {
     pub beside: Option<(String, std::path::PathBuf)>,
     /// `transport.amqp.ack_running_after_ms`: the default unless a test sets it.
     pub ack_running_after_ms: Option<u64>,
-    /// Whether the dispatch sweep runs (every 100 ms); off, only a submission's own publish
-    /// sends its job.
+    /// Whether the dispatch sweep runs; off, only a submission's own publish sends its job.
     pub dispatch_sweep: bool,
+    /// `dispatch.interval_ms`: 100 unless a test sets it.
+    pub dispatch_interval_ms: u64,
 }
 
 impl TestOptions {
@@ -216,6 +217,7 @@ impl Default for TestOptions {
             beside: None,
             ack_running_after_ms: None,
             dispatch_sweep: true,
+            dispatch_interval_ms: 100,
         }
     }
 }
@@ -282,7 +284,7 @@ impl TestApp {
         settings.worker.lease_ms = options.lease_ms;
         settings.worker.heartbeat_ms = options.heartbeat_ms;
         settings.reaper.interval_ms = 200;
-        settings.dispatch.interval_ms = 100;
+        settings.dispatch.interval_ms = options.dispatch_interval_ms;
         settings.dispatch.grace_ms = 500;
         settings.worker.grace_seconds = 1;
         let admin_token = new_token();

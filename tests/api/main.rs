@@ -21,6 +21,7 @@ mod hostile;
 mod http_limits;
 #[cfg(feature = "inference")]
 mod inference;
+mod later;
 mod lifecycle;
 mod live;
 mod logs;

@@ -279,9 +279,14 @@ async fn cancel_children(txn: &DatabaseTransaction, parent: Uuid) -> Result<Vec<
     Ok(cancelled)
 }
 
-/// The `job.queued` event of a submission.
+/// The `job.queued` event of a submission; a job that waits for its time says until when
+/// (`run_after`).
 fn queued_event(new: &NewJob) -> NewEvent {
-    NewEvent::new(EventName::QUEUED).fields(json!({ "queue": new.queue.as_str(), "operation": new.operation }))
+    let mut fields = json!({ "queue": new.queue.as_str(), "operation": new.operation });
+    if let Some(at) = new.run_after {
+        fields["run_after"] = json!(at);
+    }
+    NewEvent::new(EventName::QUEUED).fields(fields)
 }
 
 /// Inserts keyless submissions and their `job.queued` events with multi-row inserts.

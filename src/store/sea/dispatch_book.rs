@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Statement};
 use uuid::Uuid;
 
 use chrono::Utc;
@@ -16,6 +16,13 @@ use super::{group_commit, SeaStore};
 use crate::domain::JobStatus;
 use crate::store::entity::job;
 use crate::store::{clock, Call, Change, Dispatch, DispatchBook, StoreError};
+
+/// Unpublished QUEUED jobs that wait for a time (`run_after`: a delay, a `run_at`): the
+/// predicate of the partial index `ix_job_waiting`, on `run_after`.
+const WAITING: &str = "status = 'queued' AND published_at IS NULL AND run_after IS NOT NULL";
+/// Unpublished QUEUED jobs that were never delayed: the predicate of `ix_job_undispatched`,
+/// on `created_at`.
+const FRESH: &str = "status = 'queued' AND published_at IS NULL AND run_after IS NULL";
 
 #[async_trait]
 impl DispatchBook for SeaStore {
@@ -35,26 +42,66 @@ impl DispatchBook for SeaStore {
 
     async fn due_for_dispatch(&self, grace: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
         self.before(Call::Upkeep("due_for_dispatch")).await?;
-        let now = clock::now();
-        let rows = job::Entity::find()
-            .select_only()
-            .column(job::Column::Id)
-            .column(job::Column::Queue)
-            .column(job::Column::Attempts)
-            // Literals, so both engines can use the partial index on undispatched jobs.
-            .filter(Expr::cust("status = 'queued' AND published_at IS NULL"))
-            // Fresh submissions get `grace` for their submitter to publish them; a job
-            // waiting out a delay is nobody else's to publish once the delay is over.
-            .filter(
-                (job::Column::RunAfter.is_null().and(job::Column::CreatedAt.lte(now - to_chrono(grace))))
-                    .or(Expr::col(job::Column::RunAfter).lte(db_now(self.db.get_database_backend()))),
-            )
-            .order_by_asc(job::Column::CreatedAt)
+        let backend = self.db.get_database_backend();
+        let pick = || {
+            job::Entity::find()
+                .select_only()
+                .column(job::Column::Id)
+                .column(job::Column::Queue)
+                .column(job::Column::Attempts)
+        };
+        // Each half is written as its partial index's predicate (literals), so both engines
+        // read only the rows it holds: jobs waiting for a time by that time, fresh ones by age.
+        // A job waiting out a delay is nobody else's to publish once the delay is over.
+        let waited = pick()
+            .filter(Expr::cust(WAITING))
+            .filter(Expr::col(job::Column::RunAfter).lte(db_now(backend)))
+            .order_by_asc(job::Column::RunAfter)
             .limit(limit)
             .into_tuple::<(Uuid, String, i32)>()
             .all(&self.db)
             .await?;
-        Ok(rows.into_iter().map(|(id, queue, attempts)| Dispatch { id, queue, attempts }).collect())
+        // Fresh submissions get `grace` for their submitter to publish them.
+        let room = limit.saturating_sub(waited.len() as u64);
+        let fresh = match room {
+            0 => Vec::new(),
+            _ => {
+                pick()
+                    .filter(Expr::cust(FRESH))
+                    .filter(job::Column::CreatedAt.lte(clock::now() - to_chrono(grace)))
+                    .order_by_asc(job::Column::CreatedAt)
+                    .limit(room)
+                    .into_tuple::<(Uuid, String, i32)>()
+                    .all(&self.db)
+                    .await?
+            }
+        };
+        let rows = waited.into_iter().chain(fresh);
+        Ok(rows.map(|(id, queue, attempts)| Dispatch { id, queue, attempts }).collect())
+    }
+
+    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+        self.before(Call::Upkeep("next_due")).await?;
+        let backend = self.db.get_database_backend();
+        let next: Option<Option<chrono::DateTime<Utc>>> = job::Entity::find()
+            .select_only()
+            .column_as(Expr::cust("MIN(run_after)"), "next")
+            .filter(Expr::cust(WAITING))
+            .filter(Expr::col(job::Column::RunAfter).gt(db_now(backend)))
+            .into_tuple()
+            .one(&self.db)
+            .await?;
+        let Some(next) = next.flatten() else { return Ok(None) };
+        // The wait by the clock that judges it: PostgreSQL's own, or this process's.
+        let now = match backend {
+            DbBackend::Postgres => {
+                let now = Statement::from_string(backend, "SELECT CURRENT_TIMESTAMP AS now");
+                let row = self.db.query_one_raw(now).await?;
+                row.map(|row| row.try_get::<chrono::DateTime<Utc>>("", "now")).transpose()?.unwrap_or_else(clock::now)
+            }
+            _ => clock::now(),
+        };
+        Ok(Some((next - now).to_std().unwrap_or_default()))
     }
 
     async fn forget_publication(&self, dispatch: &Dispatch) -> Result<bool, StoreError> {

@@ -14,7 +14,7 @@ use super::SeaStore;
 use crate::domain::{Job, JobEvent, JobStatus, JobSummary, QueueName};
 use crate::store::entity::{job, job_event};
 use crate::store::overview::QueueFigures;
-use crate::store::{Call, JobFilter, JobReads, Page, StoreError};
+use crate::store::{clock, Call, JobFilter, JobReads, Page, StoreError};
 
 #[async_trait]
 impl JobReads for SeaStore {
@@ -130,7 +130,8 @@ impl JobReads for SeaStore {
     /// (whatever their room: they wait for the same workers), its queue's otherwise.
     async fn queue_position(&self, of: &Job) -> Result<Option<i64>, StoreError> {
         self.before(Call::Read("queue_position", Some(of.id))).await?;
-        if of.status != JobStatus::Queued {
+        // A job that waits for its time is in no line yet.
+        if of.status != JobStatus::Queued || of.run_after.is_some_and(|at| at > clock::now()) {
             return Ok(None);
         }
         let backend = self.db.get_database_backend();
