@@ -20,6 +20,7 @@ mod m20261125_000012_finished_at_index;
 mod m20261126_000013_cancel_notify;
 mod m20261127_000014_retry_policy_filled;
 mod m20261127_000015_waiting_index;
+mod m20261127_000016_deadlines;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -45,6 +46,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000013_cancel_notify::Migration),
             Box::new(m20261127_000014_retry_policy_filled::Migration),
             Box::new(m20261127_000015_waiting_index::Migration),
+            Box::new(m20261127_000016_deadlines::Migration),
         ]
     }
 }

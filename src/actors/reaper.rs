@@ -7,6 +7,9 @@
 //!   `JobTimeout` (progress-aware: a long job that reports progress is left alone).
 //! - A QUEUED job runnable for longer than `queue_timeout` (when set) is FAILED with
 //!   `QueueTimeout`.
+//! - A QUEUED job past its own `expires_at` is CANCELLED (`job.expired`).
+//! - A RUNNING job past its own `timeout_seconds` by more than `timeout_grace` (its worker
+//!   is gone, or the run ignores its cancel token) fails `Timeout`, retried by its policy.
 //!
 //! Every move is a compare-and-set on the run, so a worker that is merely slow and the
 //! reaper can never both win.
@@ -22,7 +25,8 @@ use tracing::info;
 use super::periodic::Pass;
 use super::settings::ReaperSettings;
 use crate::dispatch::Dispatcher;
-use crate::store::{Completion, JobStore, Maintenance, Requeue, RunWrites, StoreError};
+use crate::store::{after_failure, Completion, JobStore, Maintenance, Requeue, RunRef, RunWrites, StoreError};
+use crate::worker::TIMEOUT;
 
 pub const JOB_TIMEOUT: &str = "JobTimeout";
 pub const QUEUE_TIMEOUT: &str = "QueueTimeout";
@@ -34,11 +38,20 @@ pub struct ReapCounts {
     pub lease_failed: u64,
     pub timed_out: u64,
     pub queue_timed_out: u64,
+    /// QUEUED jobs cancelled at their `expires_at`.
+    pub expired: u64,
+    /// Runs past their own `timeout_seconds` that no worker stopped.
+    pub run_timed_out: u64,
 }
 
 impl ReapCounts {
     pub fn total(&self) -> u64 {
-        self.lease_requeued + self.lease_failed + self.timed_out + self.queue_timed_out
+        self.lease_requeued
+            + self.lease_failed
+            + self.timed_out
+            + self.queue_timed_out
+            + self.expired
+            + self.run_timed_out
     }
 }
 
@@ -95,6 +108,22 @@ pub async fn run_once(
             }
         }
     }
+    for id in scans.expired_queued(settings.batch).await? {
+        if scans.expire(id).await?.is_some() {
+            counts.expired += 1;
+        }
+    }
+    let grace = Duration::from_millis(settings.timeout_grace_ms);
+    for job in scans.overdue_runs(grace, settings.batch).await? {
+        let run = RunRef::from(&job);
+        let seconds = job.timeout_seconds.unwrap_or_default();
+        let message = format!("the run took longer than its timeout of {seconds} s and no worker stopped it");
+        let written = match after_failure(&job, TIMEOUT.into(), message) {
+            Ok(requeue) => runs.requeue(run, &requeue).await?,
+            Err(failed) => runs.finish(run, &failed).await?,
+        };
+        counts.run_timed_out += u64::from(written.is_some());
+    }
     if counts.total() > 0 {
         info!(?counts, "reaper pass");
     }
@@ -103,6 +132,8 @@ pub async fn run_once(
     maintenance(Reaper, "lease_failed", counts.lease_failed);
     maintenance(Reaper, "timed_out", counts.timed_out);
     maintenance(Reaper, "queue_timed_out", counts.queue_timed_out);
+    maintenance(Reaper, "expired", counts.expired);
+    maintenance(Reaper, "run_timed_out", counts.run_timed_out);
     Ok(counts)
 }
 

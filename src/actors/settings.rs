@@ -18,6 +18,10 @@ pub struct ReaperSettings {
     pub stall_seconds: u64,
     /// A QUEUED job runnable for longer than this is FAILED with `QueueTimeout`; 0 is off.
     pub queue_timeout_seconds: u64,
+    /// A run past its job's own `timeout_seconds` by this many milliseconds more is failed
+    /// by the reaper (`Timeout`): its worker had the time to stop it, and did not.
+    #[serde(default = "timeout_grace_ms")]
+    pub timeout_grace_ms: u64,
     /// Jobs handled per pass and kind at most.
     pub batch: u64,
 }
@@ -31,9 +35,14 @@ impl Default for ReaperSettings {
             timeout_seconds: 6 * 3600,
             stall_seconds: 1800,
             queue_timeout_seconds: 0,
+            timeout_grace_ms: timeout_grace_ms(),
             batch: 500,
         }
     }
+}
+
+fn timeout_grace_ms() -> u64 {
+    10_000
 }
 
 impl ReaperSettings {

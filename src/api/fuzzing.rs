@@ -21,8 +21,8 @@ fn registry() -> &'static OperationRegistry {
 /// A `POST /jobs` body.
 pub fn submission(body: &[u8]) {
     let queues = BTreeSet::from(["default".to_owned()]);
-    let horizon = crate::jobs::settings::JobsSettings::default().horizon();
-    let rules = Submissions { registry: registry(), job_queues: &queues, horizon };
+    let jobs = crate::jobs::settings::JobsSettings::default();
+    let rules = Submissions { registry: registry(), job_queues: &queues, jobs: &jobs };
     if let Ok(new) = parse_submission(&rules, body) {
         assert!(nul_pointer(&new.payload).is_none(), "an accepted payload holds a NUL");
         assert!(!new.operation.contains('\0') && new.idempotency_key.iter().all(|key| !key.contains('\0')));

@@ -22,6 +22,8 @@ impl EventName {
     pub const LEASE_EXPIRED_REQUEUE: &'static str = "job.lease_expired_requeue";
     pub const LEASE_EXPIRED: &'static str = "job.lease_expired";
     pub const REQUEUED_ON_SHUTDOWN: &'static str = "job.requeued_on_shutdown";
+    /// A QUEUED job was not started by its `expires_at`: CANCELLED.
+    pub const EXPIRED: &'static str = "job.expired";
     /// A coordinator whose batches lived in the memory of a process that stopped (the
     /// in-process transport) is run again.
     pub const REQUEUED_BATCHES_LOST: &'static str = "job.requeued_batches_lost";

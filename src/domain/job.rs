@@ -78,6 +78,11 @@ pub mod row {
         /// When the cleaner removed the job's files (`run_script` jobs past their service's
         /// `max_age_hours`): its row and events stay, its result is gone (410).
         pub cleaned_at: Option<DateTime<Utc>>,
+        /// How long one run may take: past it the run is stopped and fails `Timeout`
+        /// (retried by the policy). `None`: no limit of its own.
+        pub timeout_seconds: Option<f64>,
+        /// A job not started by then is CANCELLED (`job.expired`).
+        pub expires_at: Option<DateTime<Utc>>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -161,6 +166,10 @@ pub struct NewJob {
     /// job that waits for its time is not announced at its commit: the dispatch sweep
     /// sends it when it is due.
     pub run_after: Option<DateTime<Utc>>,
+    /// See [`Job::timeout_seconds`].
+    pub timeout_seconds: Option<f64>,
+    /// See [`Job::expires_at`].
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 impl NewJob {
@@ -181,6 +190,8 @@ impl NewJob {
             submitted_by: None,
             service: None,
             run_after: None,
+            timeout_seconds: None,
+            expires_at: None,
         }
     }
 
@@ -202,6 +213,7 @@ impl NewJob {
             parent_job_id: job.parent_job_id,
             max_retries: job.max_retries,
             retry_policy: &job.retry_policy,
+            timeout_seconds: job.timeout_seconds,
         };
         Asked::of_new(self) == asked
     }
@@ -217,6 +229,9 @@ struct Asked<'a> {
     parent_job_id: Option<Uuid>,
     max_retries: i32,
     retry_policy: &'a RetryPolicy,
+    /// Times that count from the submission (`run_at` from `delay_seconds`, `expires_at`
+    /// from `queue_timeout_seconds`) differ between a request and its repeat: not compared.
+    timeout_seconds: Option<f64>,
 }
 
 impl<'a> Asked<'a> {
@@ -229,6 +244,7 @@ impl<'a> Asked<'a> {
             parent_job_id: new.parent_job_id,
             max_retries: new.max_retries,
             retry_policy: &new.retry_policy,
+            timeout_seconds: new.timeout_seconds,
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::ops::OperationRegistry;
 use crate::remote::names::{is_type_reference, TypeReference};
 use crate::remote::Remote;
 
-use super::settings::JobsSettings;
+use super::settings::{JobsSettings, MAX_TIMEOUT_SECONDS};
 use crate::store::{clock, StoreError};
 
 /// Longest idempotency key accepted.
@@ -74,6 +74,22 @@ pub struct SubmitRequest {
     #[serde(default)]
     #[schema(minimum = 0)]
     pub delay_seconds: Option<f64>,
+    /// How long one run may take: past it the worker stops the run (its cancel token; a
+    /// script's process group) and the job fails `Timeout`, retried by its policy; if the
+    /// worker is gone, the reaper fails it. Default: `[jobs.operations.NAME]`, then
+    /// `[jobs.queues.NAME]`, else none.
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 31536000)]
+    pub timeout_seconds: Option<f64>,
+    /// A job not started by this time (RFC 3339) is CANCELLED with `job.expired`. Not
+    /// with `queue_timeout_seconds`.
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// A job not started within this many seconds of when it may start (its `run_at`, or
+    /// now) is CANCELLED with `job.expired`. Not with `expires_at`.
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0)]
+    pub queue_timeout_seconds: Option<f64>,
 }
 
 /// A parent must exist for the caller (another room's job does not), and must not be a
@@ -194,18 +210,61 @@ pub(super) fn known_job_queue(rules: &Submissions, name: Option<&str>) -> Result
     Ok(queue)
 }
 
-/// What a submission is checked against: the operations, the job queues, and how far
-/// ahead a start may be.
+/// What a submission is checked against: the operations, the job queues, and `[jobs]`
+/// (how far ahead a start may be, the defaults by operation and queue).
 pub struct Submissions<'a> {
     pub registry: &'a OperationRegistry,
     pub job_queues: &'a BTreeSet<String>,
-    pub horizon: Duration,
+    pub jobs: &'a JobsSettings,
 }
 
 impl AppState {
-    pub(super) fn submissions(&self, settings: &JobsSettings) -> Submissions<'_> {
-        Submissions { registry: &self.registry, job_queues: &self.job_queues, horizon: settings.horizon() }
+    pub(super) fn submissions<'a>(&'a self, jobs: &'a JobsSettings) -> Submissions<'a> {
+        Submissions { registry: &self.registry, job_queues: &self.job_queues, jobs }
     }
+}
+
+/// A number of seconds a submission gave, read: finite, above 0, at most `most`.
+fn seconds(value: f64, most: f64, pointer: &str) -> Result<Duration, ApiError> {
+    match value.is_finite() && value > 0.0 && value <= most {
+        true => Ok(Duration::from_secs_f64(value)),
+        false => {
+            let detail = format!("{} must be a number of seconds above 0 and at most {most}", &pointer[1..]);
+            Err(ApiError::new(Code::InvalidRequest, detail).at(pointer))
+        }
+    }
+}
+
+/// When a job not started expires: `expires_at`, or `queue_timeout_seconds` after it may
+/// start (`start`, else now). Both, or a time at or before the start, is refused.
+fn expiry(
+    expires_at: Option<DateTime<Utc>>,
+    queue_timeout: Option<f64>,
+    start: Option<DateTime<Utc>>,
+    horizon: Duration,
+) -> Result<Option<DateTime<Utc>>, ApiError> {
+    let from = start.unwrap_or_else(clock::now);
+    let at = match (expires_at, queue_timeout) {
+        (Some(_), Some(_)) => {
+            let detail = "give expires_at or queue_timeout_seconds, not both";
+            return Err(ApiError::new(Code::InvalidRequest, detail).at("/queue_timeout_seconds"));
+        }
+        (None, None) => return Ok(None),
+        (Some(at), None) => at,
+        (None, Some(wait)) => from + to_chrono(seconds(wait, horizon.as_secs_f64(), "/queue_timeout_seconds")?),
+    };
+    if at <= from {
+        let detail = match start {
+            Some(_) => "expires_at must come after the job's run_at",
+            None => "expires_at must be in the future",
+        };
+        return Err(ApiError::new(Code::InvalidRequest, detail).at("/expires_at"));
+    }
+    Ok(Some(at))
+}
+
+fn to_chrono(duration: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
 }
 
 /// When a job may start: `run_at`, or `delay_seconds` from now; `None` for at once (a time
@@ -216,7 +275,7 @@ fn start_after(
     horizon: Duration,
 ) -> Result<Option<DateTime<Utc>>, ApiError> {
     let now = clock::now();
-    let latest = now + chrono::Duration::from_std(horizon).unwrap_or(chrono::Duration::MAX);
+    let latest = now + to_chrono(horizon);
     let too_far = |pointer: &str| {
         let days = horizon.as_secs() / 86_400;
         let detail = format!("a job may start at most {days} days ahead (jobs.max_delay_days)");
@@ -282,7 +341,13 @@ pub(super) fn validate_submission(
         }
         (false, name) => known_job_queue(state, name).map_err(|err| err.at("/queue"))?,
     };
-    let run_after = start_after(body.run_at, body.delay_seconds, state.horizon)?;
+    let horizon = state.jobs.horizon();
+    let run_after = start_after(body.run_at, body.delay_seconds, horizon)?;
+    let expires_at = expiry(body.expires_at, body.queue_timeout_seconds, run_after, horizon)?;
+    let timeout_seconds = match body.timeout_seconds {
+        Some(asked) => seconds(asked, MAX_TIMEOUT_SECONDS, "/timeout_seconds").map(|_| Some(asked))?,
+        None => state.jobs.timeout_of(&body.operation, queue.as_str()),
+    };
     let idempotency_key = check_idempotency_key(body.idempotency_key.or(header_key))?;
     let max_retries = body.max_retries.unwrap_or(default_retries);
     if !(0..=MAX_RETRIES_LIMIT).contains(&max_retries) {
@@ -303,6 +368,8 @@ pub(super) fn validate_submission(
         submitted_by: None,
         service: None,
         run_after,
+        timeout_seconds,
+        expires_at,
     })
 }
 

@@ -1,8 +1,13 @@
-//! The `[jobs]` settings: what a submission may ask of time.
+//! The `[jobs]` settings: what a submission may ask of time, and what a job gets when it
+//! does not say (by operation, then by queue).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+/// The longest `timeout_seconds` a job may have: a year.
+pub const MAX_TIMEOUT_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -10,22 +15,51 @@ pub struct JobsSettings {
     /// How far ahead `run_at` / `delay_seconds` may put a job's start, in days; further is
     /// refused (422), so a typo in a year does not park a job for a century.
     pub max_delay_days: u64,
+    /// Defaults of the jobs of an operation (`[jobs.operations.NAME]`); they win over the
+    /// queue's.
+    pub operations: BTreeMap<String, JobDefaults>,
+    /// Defaults of the jobs of a queue (`[jobs.queues.NAME]`).
+    pub queues: BTreeMap<String, JobDefaults>,
+}
+
+/// What a job gets when its submission does not say.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobDefaults {
+    /// How long one run may take (see `timeout_seconds` on `POST /jobs`).
+    pub timeout_seconds: Option<f64>,
 }
 
 impl Default for JobsSettings {
     fn default() -> Self {
-        JobsSettings { max_delay_days: 365 }
+        JobsSettings { max_delay_days: 365, operations: BTreeMap::new(), queues: BTreeMap::new() }
     }
 }
 
 impl JobsSettings {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!((1..=36_500).contains(&self.max_delay_days), "jobs.max_delay_days must be between 1 and 36500");
+        let operations = self.operations.iter().map(|(name, defaults)| ("operations", name, defaults));
+        let queues = self.queues.iter().map(|(name, defaults)| ("queues", name, defaults));
+        for (kind, name, defaults) in operations.chain(queues) {
+            if let Some(timeout) = defaults.timeout_seconds {
+                anyhow::ensure!(
+                    timeout > 0.0 && timeout <= MAX_TIMEOUT_SECONDS,
+                    "jobs.{kind}.{name}.timeout_seconds must be above 0 and at most {MAX_TIMEOUT_SECONDS}"
+                );
+            }
+        }
         Ok(())
     }
 
     /// The furthest start a submission may ask for, from now.
     pub fn horizon(&self) -> Duration {
         Duration::from_secs(self.max_delay_days * 24 * 3600)
+    }
+
+    /// The timeout a job of `operation` on `queue` gets when it asks for none.
+    pub fn timeout_of(&self, operation: &str, queue: &str) -> Option<f64> {
+        let of = |defaults: Option<&JobDefaults>| defaults.and_then(|defaults| defaults.timeout_seconds);
+        of(self.operations.get(operation)).or_else(|| of(self.queues.get(queue)))
     }
 }

@@ -15,7 +15,7 @@ use super::workers::LiveWorker;
 use super::Remote;
 use crate::domain::{nul_pointer, scrub_nul, EventLevel, Job, JobStatus, NewEvent, QueueName};
 use crate::live::JobWaiters;
-use crate::store::{Completion, JobReads, Requeue, RunRef, RunWrites, StoreError};
+use crate::store::{after_failure, Completion, JobReads, Requeue, RunRef, RunWrites, StoreError};
 
 /// Longest RetryLater delay a worker may ask for.
 const MAX_DELAY_SECONDS: f64 = 86_400.0;
@@ -194,13 +194,9 @@ pub async fn report(
             let error_code = scrub_nul(report.error_code.as_deref().unwrap_or("RemoteFailure")).into_owned();
             let message = scrub_nul(report.message.as_deref().unwrap_or("the remote worker reported a failure"));
             let message = message.into_owned();
-            let failure = job.failures + 1;
-            Some(match job.retry_policy.next_delay(job.max_retries, failure, &error_code, jitter()) {
-                Some(delay) => {
-                    let requeue = Requeue::RetryAfterFailure { failure, delay, error_code, message };
-                    runs.requeue(run, &requeue).await?
-                }
-                None => runs.finish(run, &Completion::Failed { error_code, message }).await?,
+            Some(match after_failure(&job, error_code, message) {
+                Ok(requeue) => runs.requeue(run, &requeue).await?,
+                Err(failed) => runs.finish(run, &failed).await?,
             })
         }
         ReportStatus::RetryLater => {
@@ -385,9 +381,4 @@ async fn stopped(reads: &dyn JobReads, worker: &LiveWorker, held: &[HeldTask]) -
         stop.push(stop_of(task, job.as_ref(), owned));
     }
     Ok(stop)
-}
-
-/// A number in [0, 1) to spread retries.
-fn jitter() -> f64 {
-    (Uuid::new_v4().as_u128() % 1_000_000) as f64 / 1_000_000.0
 }

@@ -25,10 +25,10 @@ use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, JobStatus, NewEvent
 pub use connect::{connect, migrate, Backend};
 pub use observe::{Call, Change, Hook, Observer};
 pub use overview::QueueFigures;
-pub use sea::SeaStore;
+pub use sea::{startable, SeaStore};
 pub use types::{
-    BatchRecorded, BatchRows, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, Page, Pruned, Requeue,
-    RunRef, StoreError, Submission,
+    after_failure, BatchRecorded, BatchRows, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, Page, Pruned,
+    Requeue, RunRef, StoreError, Submission,
 };
 
 /// What the API reads: jobs, pages of them, their events and places in line, and the
@@ -172,6 +172,19 @@ pub trait Maintenance: Send + Sync + 'static {
 
     /// QUEUED → FAILED (the queue timeout), with `job.failed`.
     async fn fail_queued(&self, id: Uuid, error_code: &str, message: &str) -> Result<Option<Job>, StoreError>;
+
+    /// QUEUED jobs past their own `expires_at` (database clock), soonest first: read from
+    /// the index of expiring jobs.
+    async fn expired_queued(&self, limit: u64) -> Result<Vec<Uuid>, StoreError>;
+
+    /// QUEUED → CANCELLED for a job not started by its `expires_at`, with `job.expired`.
+    /// `None` when it was no longer QUEUED and expired (it started meanwhile).
+    async fn expire(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
+
+    /// RUNNING jobs whose run outlived its `timeout_seconds` by more than `grace`
+    /// (database clock): their worker did not stop them (it is gone, or the run ignores its
+    /// cancel token).
+    async fn overdue_runs(&self, grace: Duration, limit: u64) -> Result<Vec<Job>, StoreError>;
 
     /// RUNNING coordinators whose run fanned out into batches (deferred or not), oldest
     /// first: with a transport that keeps nothing across restarts, their batches are gone.

@@ -150,6 +150,22 @@ impl Requeue {
     }
 }
 
+/// What a failure of `job`'s current run writes: a retry after its policy's delay while
+/// its policy retries the class and retries are left, else FAILED. The one rule for every
+/// place a run fails (a worker, a remote worker's report, the reaper's timeout).
+pub fn after_failure(job: &Job, error_code: String, message: String) -> Result<Requeue, Completion> {
+    let failure = job.failures + 1;
+    match job.retry_policy.next_delay(job.max_retries, failure, &error_code, jitter()) {
+        Some(delay) => Ok(Requeue::RetryAfterFailure { failure, delay, error_code, message }),
+        None => Err(Completion::Failed { error_code, message }),
+    }
+}
+
+/// A number in [0, 1) to spread retries; randomness from a v4 UUID, no extra dependency.
+fn jitter() -> f64 {
+    (Uuid::new_v4().as_u128() % 1_000_000) as f64 / 1_000_000.0
+}
+
 /// A RUNNING job whose lease expired.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpiredLease {

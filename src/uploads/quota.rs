@@ -24,7 +24,7 @@ use uuid::Uuid;
 use super::settings::ServiceSettings;
 use crate::domain::Job;
 use crate::store::entity::job;
-use crate::store::{clock, RunWrites, StoreError};
+use crate::store::{RunWrites, StoreError};
 
 /// Runnable jobs of one user tried per claim (others may take them meanwhile).
 const TRIES: u64 = 8;
@@ -165,7 +165,7 @@ async fn pick_and_claim(
         .column_as(Expr::col(job::Column::SubmittedBy).if_null(""), "user")
         .filter(Expr::cust("status = 'queued' AND queue = '@scripts'"))
         .filter(job::Column::Service.eq(service))
-        .filter(runnable(txn.get_database_backend()))
+        .filter(crate::store::startable(txn.get_database_backend()))
         .filter(in_scope())
         .group_by(job::Column::SubmittedBy)
         .order_by_asc(Expr::col(job::Column::CreatedAt).min())
@@ -185,7 +185,7 @@ async fn pick_and_claim(
             .filter(Expr::cust("status = 'queued' AND queue = '@scripts'"))
             .filter(job::Column::Service.eq(service))
             .filter(submitted_by)
-            .filter(runnable(txn.get_database_backend()))
+            .filter(crate::store::startable(txn.get_database_backend()))
             .filter(in_scope())
             .order_by_asc(job::Column::Id)
             .limit(TRIES)
@@ -199,15 +199,6 @@ async fn pick_and_claim(
         }
     }
     Ok(None)
-}
-
-/// Not waiting out a delay (RetryLater, retry backoff).
-fn runnable(backend: DbBackend) -> sea_orm::sea_query::SimpleExpr {
-    let now = match backend {
-        DbBackend::Postgres => Expr::cust("CURRENT_TIMESTAMP"),
-        _ => Expr::value(clock::now()),
-    };
-    Expr::col(job::Column::RunAfter).is_null().or(Expr::col(job::Column::RunAfter).lte(now))
 }
 
 /// RUNNING jobs of `service` by user (`""` for jobs with no recorded user).

@@ -7,6 +7,7 @@
 //! cannot commit for another reason, a fallback session marks the job FAILED so it never
 //! stays RUNNING.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +21,7 @@ use serde_json::Value;
 
 use crate::domain::{nul_pointer, scrub_nul, Job, JobStatus};
 use crate::ops::{JobContext, OperationError, OperationRegistry, Services};
-use crate::store::{Completion, Dispatch, Requeue, RunRef, StoreError};
+use crate::store::{after_failure, Completion, Dispatch, Requeue, RunRef, StoreError};
 
 /// Error class recorded when the outcome could not be committed.
 pub const RESULT_COMMIT_FAILED: &str = "ResultCommitFailed";
@@ -30,6 +31,10 @@ pub const UNKNOWN_OPERATION: &str = "UnknownOperation";
 pub const OPERATION_PANICKED: &str = "OperationPanicked";
 /// Error class recorded when a result cannot be stored (it holds a NUL character).
 pub const INVALID_RESULT: &str = "InvalidResult";
+/// Error class recorded when a run outlived its job's `timeout_seconds`.
+pub const TIMEOUT: &str = "Timeout";
+/// How long a run past its timeout has, once told to stop, before it is abandoned.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Tries of the fallback session, with a doubling pause starting here.
 const FALLBACK_ATTEMPTS: u32 = 4;
@@ -206,8 +211,19 @@ impl Executor {
             return Outcome::Complete(Completion::Failed { error_code: UNKNOWN_OPERATION.into(), message });
         };
         let payload = job.payload.clone();
-        let ctx = JobContext::new(job, self.services.clone(), cancel);
-        let executed = AssertUnwindSafe(operation.execute(ctx.clone(), payload)).catch_unwind().await;
+        let limit = job.timeout_seconds.map(Duration::from_secs_f64);
+        // The run's own token: its timeout stops it without touching the in-flight one.
+        let stop = cancel.child_token();
+        let ctx = JobContext::new(job, self.services.clone(), stop.clone());
+        let work = AssertUnwindSafe(operation.execute(ctx.clone(), payload)).catch_unwind();
+        let executed = match within(limit, work, &stop).await {
+            Some(executed) => executed,
+            None => {
+                let seconds = limit.unwrap_or_default().as_secs_f64();
+                let message = format!("the run took longer than its timeout of {seconds} s and was stopped");
+                Ok(Err(OperationError::Failed { class: TIMEOUT.into(), message }))
+            }
+        };
         if ctx.is_deferred() {
             // Its batches are out and decide the outcome, whatever this run returned.
             return Outcome::Deferred;
@@ -228,10 +244,9 @@ impl Executor {
         let Some(job) = ctx.job() else {
             return Outcome::Complete(Completion::Failed { error_code, message });
         };
-        let failure = job.failures + 1;
-        match job.retry_policy.next_delay(job.max_retries, failure, &error_code, jitter()) {
-            Some(delay) => Outcome::Requeue(Requeue::RetryAfterFailure { failure, delay, error_code, message }),
-            None => Outcome::Complete(Completion::Failed { error_code, message }),
+        match after_failure(job, error_code, message) {
+            Ok(requeue) => Outcome::Requeue(requeue),
+            Err(completion) => Outcome::Complete(completion),
         }
     }
 
@@ -261,16 +276,24 @@ impl Executor {
     }
 }
 
+/// Runs `work`; past `limit` (if any) fires `stop`, gives the work [`STOP_GRACE`] to
+/// return, and answers `None` (the run timed out, whatever it then returned).
+async fn within<F: Future>(limit: Option<Duration>, work: F, stop: &CancellationToken) -> Option<F::Output> {
+    let Some(limit) = limit else { return Some(work.await) };
+    tokio::pin!(work);
+    if let Ok(done) = tokio::time::timeout(limit, &mut work).await {
+        return Some(done);
+    }
+    stop.cancel();
+    let _ = tokio::time::timeout(STOP_GRACE, &mut work).await;
+    None
+}
+
 /// Why `result` cannot be stored, if it cannot: PostgreSQL keeps no NUL character, and a
 /// result must read the same on both backends.
 pub fn unstorable(result: &Value) -> Option<String> {
     let at = nul_pointer(result)?;
     Some(format!("the result holds a NUL character at {:?}, which cannot be stored", scrub_nul(&at)))
-}
-
-/// A number in [0, 1) to spread retries; randomness from a v4 UUID, no extra dependency.
-fn jitter() -> f64 {
-    (Uuid::new_v4().as_u128() % 1_000_000) as f64 / 1_000_000.0
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

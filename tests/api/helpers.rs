@@ -180,6 +180,10 @@ pub struct TestOptions {
     pub dispatch_sweep: bool,
     /// `dispatch.interval_ms`: 100 unless a test sets it.
     pub dispatch_interval_ms: u64,
+    /// `[jobs]`: the defaults unless a test sets it.
+    pub jobs: Option<yardmaster::config::JobsSettings>,
+    /// Whether the reaper runs (every 200 ms, `timeout_grace_ms` 200).
+    pub reaper: bool,
 }
 
 impl TestOptions {
@@ -218,6 +222,8 @@ impl Default for TestOptions {
             ack_running_after_ms: None,
             dispatch_sweep: true,
             dispatch_interval_ms: 100,
+            jobs: None,
+            reaper: true,
         }
     }
 }
@@ -284,6 +290,11 @@ impl TestApp {
         settings.worker.lease_ms = options.lease_ms;
         settings.worker.heartbeat_ms = options.heartbeat_ms;
         settings.reaper.interval_ms = 200;
+        settings.reaper.timeout_grace_ms = 200;
+        settings.reaper.enabled = options.reaper;
+        if let Some(jobs) = options.jobs.clone() {
+            settings.jobs = jobs;
+        }
         settings.dispatch.interval_ms = options.dispatch_interval_ms;
         settings.dispatch.grace_ms = 500;
         settings.worker.grace_seconds = 1;

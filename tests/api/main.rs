@@ -15,6 +15,7 @@ mod cli;
 mod concurrency;
 mod dashboard;
 mod dead_letters;
+mod deadlines;
 mod errors;
 mod fan_out;
 mod hostile;

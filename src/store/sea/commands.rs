@@ -28,7 +28,7 @@ impl JobCommands for SeaStore {
         // A keyless submission cannot conflict, so it can share a group commit; a keyed one
         // may hit the unique index, which would abort a shared PostgreSQL transaction.
         if let (Some(writer), None) = (&self.writer, &new.idempotency_key) {
-            let job = writer.write(group_commit::Write::Submit { new }).await?.into_job()?;
+            let job = writer.write(group_commit::Write::Submit { new: Box::new(new) }).await?.into_job()?;
             self.announce(Call::Submit, &[Change::Moved { job: &job, was: &[], event: EventName::QUEUED }]).await?;
             return Ok(Submission { job, created: true });
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Statement};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use uuid::Uuid;
 
 use chrono::Utc;
@@ -92,16 +92,8 @@ impl DispatchBook for SeaStore {
             .one(&self.db)
             .await?;
         let Some(next) = next.flatten() else { return Ok(None) };
-        // The wait by the clock that judges it: PostgreSQL's own, or this process's.
-        let now = match backend {
-            DbBackend::Postgres => {
-                let now = Statement::from_string(backend, "SELECT CURRENT_TIMESTAMP AS now");
-                let row = self.db.query_one_raw(now).await?;
-                row.map(|row| row.try_get::<chrono::DateTime<Utc>>("", "now")).transpose()?.unwrap_or_else(clock::now)
-            }
-            _ => clock::now(),
-        };
-        Ok(Some((next - now).to_std().unwrap_or_default()))
+        // The wait by the clock that judges it.
+        Ok(Some((next - self.db_clock().await?).to_std().unwrap_or_default()))
     }
 
     async fn forget_publication(&self, dispatch: &Dispatch) -> Result<bool, StoreError> {

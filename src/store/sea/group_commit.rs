@@ -35,7 +35,7 @@ pub(super) enum Write {
     },
     /// A submission without an idempotency key (it cannot conflict).
     Submit {
-        new: NewJob,
+        new: Box<NewJob>,
     },
     MarkPublished {
         jobs: Vec<Dispatch>,
@@ -239,7 +239,7 @@ impl SeaStore {
                     let job = self.finish_run(Some(txn), *run, completion).await?;
                     answers[at] = Some(Written::Job(job.map(Box::new)));
                 }
-                Write::Submit { new } => submissions.push((at, new)),
+                Write::Submit { new } => submissions.push((at, new.as_ref())),
                 Write::MarkPublished { jobs } => {
                     answers[at] = Some(Written::Count(self.record_publications(txn, jobs).await?));
                 }

@@ -138,6 +138,60 @@ impl Maintenance for SeaStore {
         Ok(job)
     }
 
+    async fn expired_queued(&self, limit: u64) -> Result<Vec<Uuid>, StoreError> {
+        self.before(Call::Upkeep("expired_queued")).await?;
+        let backend = self.db.get_database_backend();
+        let ids = job::Entity::find()
+            .select_only()
+            .column(job::Column::Id)
+            // A literal, so both engines read the partial index on expiring jobs.
+            .filter(Expr::cust("status = 'queued' AND expires_at IS NOT NULL"))
+            .filter(Expr::col(job::Column::ExpiresAt).lte(db_now(backend)))
+            .order_by_asc(job::Column::ExpiresAt)
+            .limit(limit)
+            .into_tuple::<Uuid>()
+            .all(&self.db)
+            .await?;
+        Ok(ids)
+    }
+
+    async fn expire(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        self.before(Call::Upkeep("expire")).await?;
+        let backend = self.db.get_database_backend();
+        let now = clock::now();
+        let event =
+            NewEvent::new(EventName::EXPIRED).message("not started by its expires_at").level(EventLevel::Warning);
+        let set = move |update: UpdateMany<job::Entity>| {
+            update
+                .col_expr(job::Column::FinishedAt, Expr::value(now))
+                .filter(Expr::col(job::Column::ExpiresAt).lte(db_now(backend)))
+        };
+        let job = self.transition(id, QUEUED, JobStatus::Cancelled, set, event).await?;
+        if let Some(job) = &job {
+            let changes = [Change::Moved { job, was: QUEUED, event: EventName::EXPIRED }];
+            self.announce(Call::Upkeep("expire"), &changes).await?;
+        }
+        Ok(job)
+    }
+
+    async fn overdue_runs(&self, grace: Duration, limit: u64) -> Result<Vec<Job>, StoreError> {
+        self.before(Call::Upkeep("overdue_runs")).await?;
+        // RUNNING rows are few (at most every worker's slots): read those with a timeout and
+        // judge them here, by the database's clock, the same on both engines.
+        let running = job::Entity::find()
+            .filter(Expr::cust("status = 'running'"))
+            .filter(job::Column::TimeoutSeconds.is_not_null())
+            .all(&self.db)
+            .await?;
+        let now = self.db_clock().await?;
+        let overdue = running.into_iter().filter(|job| {
+            let (Some(started), Some(timeout)) = (job.started_at, job.timeout_seconds) else { return false };
+            let limit = to_chrono(Duration::from_secs_f64(timeout.max(0.0)) + grace);
+            started + limit < now
+        });
+        Ok(overdue.take(limit as usize).collect())
+    }
+
     async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
         self.before(Call::Upkeep("batch_fan_outs")).await?;
         let runs = job::Entity::find()

@@ -14,6 +14,8 @@ mod maintenance;
 mod postgres_batch;
 mod reads;
 mod rows;
+
+pub use rows::startable;
 mod run_sql;
 mod runs;
 mod write_gate;
@@ -24,8 +26,8 @@ use std::sync::Arc;
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, IntoCondition};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
-    QueryFilter, UpdateMany,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
+    EntityTrait, QueryFilter, Statement, UpdateMany,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -112,6 +114,21 @@ impl SeaStore {
 
     async fn write_txn(&self) -> Result<WriteTxn, DbErr> {
         self.gate.begin(&self.db).await
+    }
+
+    /// "Now" by the clock that judges leases and times ([`rows::db_now`]): PostgreSQL's
+    /// own, or this process's on SQLite.
+    pub(super) async fn db_clock(&self) -> Result<chrono::DateTime<chrono::Utc>, StoreError> {
+        let backend = self.db.get_database_backend();
+        if backend != DbBackend::Postgres {
+            return Ok(clock::now());
+        }
+        let now = Statement::from_string(backend, "SELECT CURRENT_TIMESTAMP AS now");
+        let row = self.db.query_one_raw(now).await?;
+        Ok(row
+            .map(|row| row.try_get::<chrono::DateTime<chrono::Utc>>("", "now"))
+            .transpose()?
+            .unwrap_or_else(clock::now))
     }
 
     pub(super) async fn find(&self, id: Uuid) -> Result<Option<Job>, StoreError> {

@@ -28,7 +28,8 @@ use crate::store::clock;
 use crate::store::entity::job;
 use crate::store::{Completion, RunRef};
 
-/// QUEUED → RUNNING for every id of `$1` (a JSON array) still QUEUED and due, leased until
+/// QUEUED → RUNNING for every id of `$1` (a JSON array) still QUEUED, due and not expired
+/// (as `startable`), leased until
 /// database-now + `$3` ms, each with its `job.started` event.
 const CLAIM: &str = "\
 WITH moved AS (
@@ -37,6 +38,7 @@ WITH moved AS (
         fan_out = NULL, deferred_at = NULL
     WHERE id = ANY(ARRAY(SELECT value::uuid FROM jsonb_array_elements_text($1::jsonb)))
         AND coalesce(status = 'queued', false) AND (run_after IS NULL OR run_after <= CURRENT_TIMESTAMP)
+        AND (expires_at IS NULL OR expires_at > CURRENT_TIMESTAMP)
     RETURNING job.*
 ), started AS (
     INSERT INTO job_event (job_id, ts, event, message, fields, level)

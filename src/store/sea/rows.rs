@@ -3,7 +3,7 @@
 use crate::store::clock;
 use std::time::Duration;
 
-use sea_orm::sea_query::Expr;
+use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::DbBackend;
 use uuid::Uuid;
 
@@ -26,6 +26,15 @@ pub(super) fn db_now_plus(backend: DbBackend, offset_ms: i64) -> Expr {
         DbBackend::Postgres => Expr::cust(format!("CURRENT_TIMESTAMP + INTERVAL '{offset_ms} milliseconds'")),
         _ => Expr::value(clock::now() + chrono::Duration::milliseconds(offset_ms)),
     }
+}
+
+/// A QUEUED job that may start now: not waiting out a delay or its `run_at`, and not past
+/// its `expires_at` (the reaper cancels it). Judged by [`db_now`]: the clock the dispatch
+/// sweep and the reaper use. Every claim filters with it, whatever stale message arrives.
+pub fn startable(backend: DbBackend) -> sea_orm::sea_query::SimpleExpr {
+    let due = Expr::col(job::Column::RunAfter).is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend)));
+    let alive = Expr::col(job::Column::ExpiresAt).is_null().or(Expr::col(job::Column::ExpiresAt).gt(db_now(backend)));
+    due.and(alive)
 }
 
 /// Longest delay or timeout the store computes with (a century): keeps date arithmetic far
@@ -71,6 +80,8 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         submitted_by: new.submitted_by.clone(),
         service: new.service.clone(),
         cleaned_at: None,
+        timeout_seconds: new.timeout_seconds,
+        expires_at: new.expires_at,
     }
 }
 

@@ -13,7 +13,7 @@ use sea_orm::{
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::rows::{db_now, db_now_plus, millis};
+use super::rows::{db_now, db_now_plus, millis, startable};
 use super::{apply_transition, compare_and_set_many, SeaStore};
 use crate::domain::{EventLevel, EventName, Job, JobStatus, NewEvent};
 use crate::store::entity::job;
@@ -201,9 +201,9 @@ fn claim_update(
             .col_expr(job::Column::Attempts, Expr::col(job::Column::Attempts).add(1))
             .col_expr(job::Column::LeasedUntil, db_now_plus(backend, millis(lease)))
             .col_expr(job::Column::Owner, Expr::value(owner))
-            // A job waiting out a delay is not claimable early, whatever stale message
-            // arrives; judged by the same clock the sweep uses to send it.
-            .filter(job::Column::RunAfter.is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))));
+            // A job waiting out a delay is not claimable early, nor one past its expiry,
+            // whatever stale message arrives.
+            .filter(startable(backend));
         forget_fan_out(update)
     }
 }

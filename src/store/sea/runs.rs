@@ -14,7 +14,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::fan_out::{close_succeeded, running, NoTime};
-use super::rows::{db_now, db_now_plus, millis, to_chrono};
+use super::rows::{db_now, db_now_plus, millis, startable, to_chrono};
 use super::run_sql::forget_fan_out;
 use super::{append_event, append_events, compare_and_set_many, event_row, group_commit, retried, SeaStore};
 use crate::domain::{BatchOutcome, EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
@@ -345,6 +345,6 @@ fn claimable(backend: DbBackend, operations: &[String]) -> sea_orm::Select<job::
         // Literals, so both engines use the partial index on claimable tasks.
         .filter(Expr::cust("status = 'queued' AND queue = '@remote'"))
         .filter(job::Column::Operation.is_in(operations.iter().map(String::as_str)))
-        .filter(Expr::col(job::Column::RunAfter).is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))))
+        .filter(startable(backend))
         .order_by_asc(job::Column::Id)
 }
