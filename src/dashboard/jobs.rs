@@ -269,7 +269,13 @@ pub fn table(jobs: &[JobSummary]) -> Markup {
                 @for job in jobs {
                     tr data-id=(job.id) {
                         td class="id" { a href={ "/ui/jobs/" (job.id) } { (job.id) } }
-                        td { (html::status(job.status.as_str())) }
+                        td {
+                            (html::status(job.status.as_str()))
+                            // A job that waits for its time says until when.
+                            @if let Some(at) = job.run_after.filter(|at| job.status == JobStatus::Queued && *at > crate::store::clock::now()) {
+                                " " span class="waits" { "until " (html::time(&at)) }
+                            }
+                        }
                         td { (shown(&job.operation)) }
                         td { (shown(&job.queue)) }
                         td { (shown(&job.room)) }

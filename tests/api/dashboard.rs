@@ -327,7 +327,24 @@ fn urlencode(text: &str) -> String {
     text.bytes().map(|byte| format!("%{byte:02X}")).collect()
 }
 
+/// A job that waits for its time says until when in the list; one that may run does not.
+async fn a_waiting_job_says_until_when(backend: Backend) {
+    let app = TestApp::spawn_with(backend, crate::helpers::TestOptions { workers: false, ..Default::default() }).await;
+    let (_, waiting) = app.submit(json!({ "operation": "ping", "delay_seconds": 3600 })).await;
+    let (_, ready) = app.submit(json!({ "operation": "ping" })).await;
+    let page = get(&app, Some(&app.admin_token), "/ui/jobs").await.body;
+    let row = |id: &Value| {
+        let id = id.as_str().unwrap();
+        let start = page.find(&format!("data-id=\"{id}\"")).unwrap_or_else(|| panic!("no row {id}: {page}"));
+        let end = page[start..].find("</tr>").map_or(page.len(), |end| start + end);
+        page[start..end].to_owned()
+    };
+    assert!(row(&waiting["id"]).contains("class=\"waits\""), "{}", row(&waiting["id"]));
+    assert!(!row(&ready["id"]).contains("class=\"waits\""), "{}", row(&ready["id"]));
+}
+
 on_both_backends!(
+    a_waiting_job_says_until_when,
     login_sets_a_strict_http_only_cookie_and_refuses_bad_tokens,
     a_viewer_sees_only_its_rooms,
     changes_need_the_sessions_csrf_token_and_this_origin,
