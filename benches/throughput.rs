@@ -19,6 +19,8 @@
 mod cpu;
 #[path = "support/inference.rs"]
 mod inference;
+#[path = "support/lateness.rs"]
+mod lateness;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -252,7 +254,14 @@ async fn run(sizes: Sizes) {
     if wanted("inference") {
         figures.extend(inference::figures(sizes.embed_inputs).await);
     }
+    let late = match wanted("lateness") {
+        true => lateness::figures().await,
+        false => Vec::new(),
+    };
     report(&figures, &latencies, &history, &memory, sizes.latency_jobs);
+    for figure in &late {
+        figure.print();
+    }
 }
 
 /// Prints every figure, each ratio against a figure of its own kind measured in this run.
