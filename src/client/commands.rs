@@ -86,6 +86,12 @@ pub struct SubmitArgs {
     /// Start no earlier than this long from now: 90s, 10m, 2h, 1d, 1h30m, or seconds.
     #[arg(long = "in", value_name = "SPAN", value_parser = super::when::span)]
     after: Option<Duration>,
+    /// How long one run may take (a span, as --in); past it the run fails `Timeout`.
+    #[arg(long, value_name = "SPAN", value_parser = super::when::span)]
+    run_timeout: Option<Duration>,
+    /// Cancel the job if it has not started this long after it may (a span, as --in).
+    #[arg(long, value_name = "SPAN", value_parser = super::when::span)]
+    expires_in: Option<Duration>,
     #[command(flatten)]
     wait: WaitArgs,
     #[command(flatten)]
@@ -229,8 +235,15 @@ async fn submit(args: SubmitArgs) -> anyhow::Result<i32> {
     if let Some(at) = args.at {
         body["run_at"] = json!(at.to_rfc3339());
     }
-    if let Some(after) = args.after {
-        body["delay_seconds"] = json!(after.as_secs_f64());
+    let spans = [
+        ("delay_seconds", args.after),
+        ("timeout_seconds", args.run_timeout),
+        ("queue_timeout_seconds", args.expires_in),
+    ];
+    for (field, span) in spans {
+        if let Some(span) = span {
+            body[field] = json!(span.as_secs_f64());
+        }
     }
     let job = client.submit(&body).await?;
     if !args.wait.wait {

@@ -201,6 +201,32 @@ async fn listing_pages_with_a_cursor(backend: Backend) {
     assert!(all["next_cursor"].is_null());
 }
 
+/// `--in`, `--at`, `--run-timeout` and `--expires-in` reach the job; a span or time the
+/// command line cannot read is refused before anything is sent.
+async fn times_reach_the_job(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let token = app.admin_token.clone();
+    let args = ["submit", "ping", "--json", "--in", "1h30m", "--run-timeout", "90s", "--expires-in", "2h"];
+    let job = json_of(&run(&app, &token, &args).await);
+    let run_after = chrono::DateTime::parse_from_rfc3339(job["run_after"].as_str().unwrap()).unwrap();
+    let ahead = run_after.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    assert!(ahead > chrono::Duration::minutes(89) && ahead <= chrono::Duration::minutes(90), "{job}");
+    assert_eq!(job["timeout_seconds"].as_f64(), Some(90.0), "{job}");
+    let expires = chrono::DateTime::parse_from_rfc3339(job["expires_at"].as_str().unwrap()).unwrap();
+    assert_eq!(expires - run_after, chrono::Duration::hours(2), "{job}");
+    let at = json_of(&run(&app, &token, &["submit", "ping", "--json", "--at", "2001-01-01T00:00:00+02:00"]).await);
+    assert!(at["run_after"].is_null(), "a time past runs at once: {at}");
+    let before = jobs_in_store(&app).await;
+    for bad in [["--in", "10x"], ["--at", "tomorrow"], ["--run-timeout", "-5"]] {
+        let output = run(&app, &token, &["submit", "ping", bad[0], bad[1]]).await;
+        assert_eq!(output.status.code(), Some(2), "{bad:?}: {}", text(&output.stderr));
+        assert!(text(&output.stderr).contains(bad[1]), "{bad:?}: {}", text(&output.stderr));
+    }
+    let both = run(&app, &token, &["submit", "ping", "--in", "5m", "--at", "2030-01-01T00:00:00Z"]).await;
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both.stderr));
+    assert_eq!(jobs_in_store(&app).await, before);
+}
+
 async fn errors_print_the_problem_and_change_nothing(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let token = app.admin_token.clone();
@@ -380,6 +406,7 @@ async fn wait_goes_on_across_a_server_restart() {
 }
 
 on_both_backends!(
+    times_reach_the_job,
     submit_wait_shows_events_and_the_final_bar,
     wait_exit_codes_tell_failed_from_cancelled,
     json_output_parses,
