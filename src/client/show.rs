@@ -60,6 +60,8 @@ pub fn job(job: &Value) -> String {
         ("started", text(&job["started_at"])),
         ("finished", text(&job["finished_at"])),
         ("run after", text(&job["run_after"])),
+        ("timeout", job["timeout_seconds"].as_f64().map_or_else(|| "-".to_owned(), |seconds| format!("{seconds} s"))),
+        ("expires", text(&job["expires_at"])),
         ("owner", text(&job["owner"])),
         ("error", error(job)),
         ("payload", text(&job["payload"])),

@@ -186,6 +186,8 @@ fn buttons(viewer: &Viewer, job: &Job) -> Option<Markup> {
 fn facts(job: &Job) -> Markup {
     let optional = [
         ("Run after", job.run_after.as_ref().map(html::time)),
+        ("Timeout", job.timeout_seconds.map(|seconds| format!("{seconds} s"))),
+        ("Expires at", job.expires_at.as_ref().map(html::time)),
         ("Owner", job.owner.as_deref().map(shown)),
         ("Leased until", job.leased_until.as_ref().map(html::time)),
         ("Idempotency key", job.idempotency_key.as_deref().map(shown)),

@@ -229,7 +229,7 @@ fn seconds(value: f64, most: f64, pointer: &str) -> Result<Duration, ApiError> {
     match value.is_finite() && value > 0.0 && value <= most {
         true => Ok(Duration::from_secs_f64(value)),
         false => {
-            let detail = format!("{} must be a number of seconds above 0 and at most {most}", &pointer[1..]);
+            let detail = format!("must be a number of seconds above 0 and at most {most}");
             Err(ApiError::new(Code::InvalidRequest, detail).at(pointer))
         }
     }
@@ -255,8 +255,8 @@ fn expiry(
     };
     if at <= from {
         let detail = match start {
-            Some(_) => "expires_at must come after the job's run_at",
-            None => "expires_at must be in the future",
+            Some(_) => "must come after the job's run_at",
+            None => "must be in the future",
         };
         return Err(ApiError::new(Code::InvalidRequest, detail).at("/expires_at"));
     }
@@ -290,7 +290,7 @@ fn start_after(
         (Some(at), None) if at > latest => return too_far("/run_at"),
         (Some(at), None) => at,
         (None, Some(delay)) if !delay.is_finite() || delay < 0.0 => {
-            let detail = "delay_seconds must be a number of seconds, 0 or more";
+            let detail = "must be a number of seconds, 0 or more";
             return Err(ApiError::new(Code::InvalidRequest, detail).at("/delay_seconds"));
         }
         (None, Some(delay)) if delay > horizon.as_secs_f64() => return too_far("/delay_seconds"),
