@@ -176,20 +176,30 @@ impl Maintenance for SeaStore {
 
     async fn overdue_runs(&self, grace: Duration, limit: u64) -> Result<Vec<Job>, StoreError> {
         self.before(Call::Upkeep("overdue_runs")).await?;
-        // RUNNING rows are few (at most every worker's slots): read those with a timeout and
-        // judge them here, by the database's clock, the same on both engines.
-        let running = job::Entity::find()
+        // RUNNING rows are few (at most every worker's slots): read when each of those with
+        // a timeout started, judge them here by the database's clock (the same on both
+        // engines), and read in full only the overdue ones.
+        let running: Vec<(Uuid, Option<chrono::DateTime<chrono::Utc>>, Option<f64>)> = job::Entity::find()
+            .select_only()
+            .column(job::Column::Id)
+            .column(job::Column::StartedAt)
+            .column(job::Column::TimeoutSeconds)
             .filter(Expr::cust("status = 'running'"))
             .filter(job::Column::TimeoutSeconds.is_not_null())
+            .into_tuple()
             .all(&self.db)
             .await?;
         let now = self.db_clock().await?;
-        let overdue = running.into_iter().filter(|job| {
-            let (Some(started), Some(timeout)) = (job.started_at, job.timeout_seconds) else { return false };
-            let limit = to_chrono(Duration::from_secs_f64(timeout.max(0.0)) + grace);
-            started + limit < now
+        let overdue = running.into_iter().filter_map(|(id, started, timeout)| {
+            let limit = to_chrono(Duration::from_secs_f64(timeout?.max(0.0)) + grace);
+            (started? + limit < now).then_some(id)
         });
-        Ok(overdue.take(limit as usize).collect())
+        let ids: Vec<Uuid> = overdue.take(limit as usize).collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let jobs = job::Entity::find().filter(job::Column::Id.is_in(ids)).filter(Expr::cust("status = 'running'"));
+        Ok(jobs.all(&self.db).await?)
     }
 
     async fn batch_fan_outs(&self, limit: u64) -> Result<Vec<RunRef>, StoreError> {
