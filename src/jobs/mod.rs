@@ -7,6 +7,7 @@ mod rules;
 pub mod settings;
 pub mod stream;
 mod submit;
+mod times;
 
 use actix_web::web;
 use utoipa::OpenApi;
