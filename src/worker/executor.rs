@@ -211,7 +211,8 @@ impl Executor {
             return Outcome::Complete(Completion::Failed { error_code: UNKNOWN_OPERATION.into(), message });
         };
         let payload = job.payload.clone();
-        let limit = job.timeout_seconds.map(Duration::from_secs_f64);
+        // A row's timeout is checked at submission; one no duration can hold is no limit.
+        let limit = job.timeout_seconds.and_then(|seconds| Duration::try_from_secs_f64(seconds).ok());
         // The run's own token: its timeout stops it without touching the in-flight one.
         let stop = cancel.child_token();
         let ctx = JobContext::new(job, self.services.clone(), stop.clone());

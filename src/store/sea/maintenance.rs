@@ -191,7 +191,7 @@ impl Maintenance for SeaStore {
             .await?;
         let now = self.db_clock().await?;
         let overdue = running.into_iter().filter_map(|(id, started, timeout)| {
-            let limit = to_chrono(Duration::from_secs_f64(timeout?.max(0.0)) + grace);
+            let limit = to_chrono(Duration::try_from_secs_f64(timeout?).ok()? + grace);
             (started? + limit < now).then_some(id)
         });
         let ids: Vec<Uuid> = overdue.take(limit as usize).collect();
