@@ -19,6 +19,7 @@ pub use crate::inference::settings::InferenceSettings;
 pub use crate::jobs::settings::JobsSettings;
 pub use crate::remote::settings::RemoteSettings;
 pub use crate::retention::settings::RetentionSettings;
+pub use crate::schedules::settings::{DeclaredSchedule, SchedulerSettings};
 pub use crate::store::settings::StoreSettings;
 pub use crate::telemetry::settings::{LogFormat, LogSettings};
 pub use crate::transport::settings::{AmqpSettings, TransportKind, TransportSettings};
@@ -53,6 +54,12 @@ pub struct Settings {
     pub uploads: UploadSettings,
     /// The cleaner: uploaded files past their age, and the history of long finished jobs.
     pub retention: RetentionSettings,
+    /// The scheduler every process runs (no leader: each tick is decided once in the store).
+    #[serde(default)]
+    pub scheduler: SchedulerSettings,
+    /// Schedules kept in this file (`[schedules.NAME]`), created or updated at start.
+    #[serde(default)]
+    pub schedules: BTreeMap<String, DeclaredSchedule>,
     /// Queues this process consumes, by name.
     pub queues: BTreeMap<String, QueueSettings>,
     /// What the process logs, and how.
@@ -121,6 +128,8 @@ impl Default for Settings {
             remote: RemoteSettings::default(),
             uploads: UploadSettings::default(),
             retention: RetentionSettings::default(),
+            scheduler: SchedulerSettings::default(),
+            schedules: BTreeMap::new(),
             queues: default_queues(),
         }
     }
@@ -173,6 +182,8 @@ impl Settings {
         self.remote.validate()?;
         self.uploads.validate()?;
         self.retention.validate()?;
+        self.scheduler.validate()?;
+        crate::schedules::settings::validate_declared(&self.schedules)?;
         for (name, queue) in &self.queues {
             queue.validate(name)?;
         }

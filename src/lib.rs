@@ -41,6 +41,7 @@ pub mod live;
 pub mod ops;
 pub mod remote;
 pub mod retention;
+pub mod schedules;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

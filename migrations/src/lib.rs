@@ -21,6 +21,7 @@ mod m20261126_000013_cancel_notify;
 mod m20261127_000014_retry_policy_filled;
 mod m20261127_000015_waiting_index;
 mod m20261127_000016_deadlines;
+mod m20261127_000017_schedules;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -47,6 +48,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000014_retry_policy_filled::Migration),
             Box::new(m20261127_000015_waiting_index::Migration),
             Box::new(m20261127_000016_deadlines::Migration),
+            Box::new(m20261127_000017_schedules::Migration),
         ]
     }
 }

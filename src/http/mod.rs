@@ -21,5 +21,7 @@ pub use error::{ApiError, Code, Problem};
 pub use extract::{json_config, page_size, path_config, query_config, required_whole_number, room_id, whole_number};
 pub use outage::{fail_fast, Outage};
 pub use prefer::wait as prefer_wait;
-pub use route::{read, resource, Access, Route, Surface, DELETE, PATCH, READ, READ_PUT, READ_WRITE, WRITE};
+pub use route::{
+    read, resource, Access, Route, Surface, DELETE, PATCH, READ, READ_PATCH_DELETE, READ_PUT, READ_WRITE, WRITE,
+};
 pub use state::AppState;

@@ -52,6 +52,7 @@ pub const READ_WRITE: &str = "GET, HEAD, POST";
 pub const DELETE: &str = "DELETE";
 pub const PATCH: &str = "PATCH";
 pub const READ_PUT: &str = "GET, HEAD, PUT";
+pub const READ_PATCH_DELETE: &str = "GET, HEAD, PATCH, DELETE";
 
 /// A route for GET and HEAD (actix-web sends a HEAD answer's headers without its body).
 pub fn read() -> actix_web::Route {

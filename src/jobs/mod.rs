@@ -15,7 +15,10 @@ use utoipa::OpenApi;
 use crate::http::{read, Access, Route, Surface, READ, READ_WRITE, WRITE};
 
 pub use read::{find, EventsQuery, ListQuery};
-pub use rules::{check_idempotency_key, idempotency_header, parse_submission, Submissions};
+pub use rules::{
+    admit_type, check_idempotency_key, idempotency_header, parse_submission, validate_submission, SubmitRequest,
+    Submissions,
+};
 
 pub const ROUTES: &[Route] = &[
     Route {

@@ -130,7 +130,7 @@ pub(super) fn place(caller: &Caller, new: &mut NewJob, asked_room: bool, parent:
 /// A submission naming a registered type (`category:name` or `room:category:name`): the
 /// type must be active in the job's room or `@global`, the payload must pass its schema, and
 /// unless the submission may wait, a live worker must serve it.
-pub(super) async fn admit_type(
+pub async fn admit_type(
     remote: &Remote,
     new: &mut NewJob,
     wait_for_worker: Option<bool>,
@@ -220,7 +220,7 @@ pub struct Submissions<'a> {
 }
 
 impl AppState {
-    pub(super) fn submissions<'a>(&'a self, jobs: &'a JobsSettings) -> Submissions<'a> {
+    pub fn submissions<'a>(&'a self, jobs: &'a JobsSettings) -> Submissions<'a> {
         Submissions { registry: &self.registry, job_queues: &self.job_queues, jobs }
     }
 }
@@ -232,7 +232,7 @@ pub fn parse_submission(rules: &Submissions, body: &[u8]) -> Result<NewJob, ApiE
     validate_submission(rules, request, None, &RoomId::default())
 }
 
-pub(super) fn validate_submission(
+pub fn validate_submission(
     state: &Submissions,
     body: SubmitRequest,
     header_key: Option<String>,

@@ -44,6 +44,8 @@ pub struct Application {
     /// Marks silent remote workers gone and soft-deletes orphaned types (with the API).
     remote_sweeper: Option<Addr<Periodic<crate::remote::sweeper::RemoteSweeper>>>,
     cleaner: Option<Addr<Periodic<crate::retention::Cleaner>>>,
+    /// Fires the ticks of schedules (in every process where `scheduler.enabled`).
+    scheduler: Option<Addr<Periodic<crate::schedules::Scheduler>>>,
     /// Keeps the database clock offset fresh.
     clock: Addr<ClockSync>,
     /// Resolves with the exit code when the shutdown guard is done.
@@ -130,7 +132,18 @@ impl ApplicationBuilder {
             live.claimers.clone(),
             settings.uploads.services.keys().cloned().collect(),
         ));
-        let upkeep = start_upkeep(&settings, &store, &dispatcher, &db, &uploads, &remote, self.api).await?;
+        let schedules = Arc::new(crate::schedules::Schedules::new(crate::schedules::Parts {
+            db: db.clone(),
+            dispatcher: dispatcher.clone(),
+            store: store.clone(),
+            registry: registry.clone(),
+            job_queues: settings.job_queues(),
+            jobs: settings.jobs.clone(),
+            remote: remote.clone(),
+            settings: settings.scheduler.clone(),
+        }));
+        crate::schedules::declared::apply(&schedules, &settings.schedules).await.context("the [schedules] of the configuration")?;
+        let upkeep = start_upkeep(&settings, &store, &dispatcher, &db, &uploads, &remote, &schedules, self.api).await?;
         // Waiting clients (API) and script hosts are woken across processes by NOTIFY, and
         // workers hear of cancels made elsewhere: listening before the first claim, so no
         // run starts before its cancel could reach it.
@@ -166,6 +179,7 @@ impl ApplicationBuilder {
                     jobs: actix_web::web::Data::new(settings.jobs.clone()),
                     remote: remote.into(),
                     uploads: uploads.clone().into(),
+                    schedules: schedules.into(),
                 };
                 let (port, server) = serve_api(&settings, state, parts)?;
                 (Some(port), Some(server))
@@ -188,7 +202,7 @@ impl ApplicationBuilder {
             let host = settings.server.bind.rsplit_once(':').map_or("127.0.0.1", |(host, _)| host);
             info!("dashboard at http://{host}:{port}/ui");
         }
-        let Upkeep { sweeper, reaper, cleaner, remote_sweeper } = upkeep;
+        let Upkeep { sweeper, reaper, cleaner, remote_sweeper, scheduler } = upkeep;
         Ok(Application {
             port,
             server,
@@ -200,6 +214,7 @@ impl ApplicationBuilder {
             reaper,
             remote_sweeper,
             cleaner,
+            scheduler,
             clock,
             stopped,
         })
@@ -247,6 +262,12 @@ impl Application {
     pub async fn sweep_remote(&self) -> Option<crate::remote::sweeper::SweepCounts> {
         let sweeper = self.remote_sweeper.as_ref()?;
         sweeper.send(RunNow::default()).await.ok()
+    }
+
+    /// Runs one scheduler pass now (tests); `None` where the scheduler does not run.
+    pub async fn run_scheduler(&self) -> Option<crate::schedules::Fired> {
+        let scheduler = self.scheduler.as_ref()?;
+        scheduler.send(RunNow::default()).await.ok().map(|pass| pass.fired)
     }
 
     /// The port the API listens on (useful when bound to port 0); `None` for a worker.

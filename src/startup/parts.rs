@@ -63,10 +63,11 @@ pub(super) struct Upkeep {
     pub(super) reaper: Option<Addr<Periodic<Reaper>>>,
     pub(super) cleaner: Option<Addr<Periodic<crate::retention::Cleaner>>>,
     pub(super) remote_sweeper: Option<Addr<Periodic<crate::remote::sweeper::RemoteSweeper>>>,
+    pub(super) scheduler: Option<Addr<Periodic<crate::schedules::Scheduler>>>,
 }
 
-/// Starts the dispatch sweep (after the start-up dispatch), the reaper, the cleaner and the
-/// remote sweeper, each where its settings ask for it.
+/// Starts the dispatch sweep (after the start-up dispatch), the reaper, the cleaner, the
+/// remote sweeper and the scheduler, each where its settings ask for it.
 pub(super) async fn start_upkeep(
     settings: &Settings,
     store: &Arc<dyn JobStore>,
@@ -74,6 +75,7 @@ pub(super) async fn start_upkeep(
     db: &DatabaseConnection,
     uploads: &Arc<crate::uploads::Uploads>,
     remote: &Arc<crate::remote::Remote>,
+    schedules: &Arc<crate::schedules::Schedules>,
     api: bool,
 ) -> anyhow::Result<Upkeep> {
     let sweeper = start_sweeper(settings, dispatcher).await?;
@@ -93,7 +95,12 @@ pub(super) async fn start_upkeep(
         let (remote, interval) = (remote.clone(), Duration::from_millis(settings.remote.sweep_interval_ms));
         Supervisor::start(move |_| Periodic::new(crate::remote::sweeper::RemoteSweeper::new(remote, interval)))
     });
-    Ok(Upkeep { sweeper, reaper, cleaner, remote_sweeper })
+    // Every process may fire schedules: each tick is decided once, in the store.
+    let scheduler = settings.scheduler.enabled.then(|| {
+        let scheduler = crate::schedules::Scheduler::new(schedules.clone());
+        Supervisor::start(move |_| Periodic::new(scheduler))
+    });
+    Ok(Upkeep { sweeper, reaper, cleaner, remote_sweeper, scheduler })
 }
 
 pub(super) fn build_transport(settings: &Settings) -> anyhow::Result<Arc<dyn Transport>> {

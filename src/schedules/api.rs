@@ -1,0 +1,644 @@
+//! `/schedules`: create, list, read, change (pause and resume too), delete and run now a
+//! recurring submission, and read its log and its jobs. Members manage their rooms'
+//! schedules, admins also `@global`'s; another room's schedule is answered as a missing one.
+
+use actix_web::http::header;
+use actix_web::{web, HttpResponse};
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::book::NameTaken;
+use super::entity::{schedule, schedule_tick};
+use super::service::{spec_of, Schedules};
+use super::spec::{CatchUp, Overlap, Spec, SpecError};
+use crate::auth::Caller;
+use crate::domain::{Job, RoomId};
+use crate::http::{room_id, ApiError, AppState, Code, Problem};
+use crate::jobs::SubmitRequest;
+use crate::store::clock;
+
+/// Longest schedule name.
+const MAX_NAME: usize = 128;
+/// Most ticks a catch-up of `all` fires.
+pub const MAX_CATCH_UP: u32 = 1000;
+/// Default of `max_catch_up`.
+const DEFAULT_MAX_CATCH_UP: u32 = 10;
+/// How far back `start_at` may be.
+const MAX_START_BACK_DAYS: i64 = 366;
+
+/// Body of `POST /schedules`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "nightly", "cron": "0 2 * * *", "timezone": "Europe/Madrid",
+    "job": {"operation": "sleep", "payload": {"seconds": 1}}}))]
+pub struct CreateSchedule {
+    /// Unique in its room: 1-128 characters, no control characters.
+    #[schema(min_length = 1, max_length = 128, pattern = r"^[^\u0000-\u001f\u007f]+$")]
+    pub name: String,
+    /// Its room, and its jobs'; default: the caller's first room. `@global`: admins.
+    #[serde(default)]
+    #[schema(pattern = r"^(@global|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$")]
+    pub room: Option<String>,
+    /// A cron expression: 5 fields (minute hour day-of-month month day-of-week), 6 (seconds
+    /// first) or an alias (`@hourly`, `@daily`, `@midnight`, `@weekly`, `@monthly`,
+    /// `@yearly`). Not with `every_seconds`.
+    #[serde(default)]
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    pub cron: Option<String>,
+    /// A period, at least 1 second, aligned to the epoch (60 fires on every whole minute).
+    /// Not with `cron`.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 31622400)]
+    pub every_seconds: Option<f64>,
+    /// The IANA time zone a cron expression is read in; default `UTC`. A local time a
+    /// daylight-saving change skips fires at the first instant after it, one it repeats
+    /// fires once.
+    #[serde(default)]
+    #[schema(max_length = 64, pattern = r"^[^\u0000]*$")]
+    pub timezone: Option<String>,
+    /// The job each tick submits: a `POST /jobs` body without `room` (the schedule's),
+    /// `idempotency_key` (each tick's is `schedule:{id}:{tick}`), `parent_job_id`, `run_at`,
+    /// `delay_seconds` or `expires_at` (give `queue_timeout_seconds`).
+    #[schema(value_type = SubmitRequest)]
+    pub job: Value,
+    /// While the last tick's job is unfinished: `skip` the tick (default), `allow` another
+    /// run, or `cancel_previous` and submit.
+    #[serde(default)]
+    pub overlap: Option<Overlap>,
+    /// After ticks passed with no scheduler running: fire the `last` one (default), `all`
+    /// (up to `max_catch_up`, the latest), or `none` (only a tick at most
+    /// `scheduler.misfire_grace_ms` late fires).
+    #[serde(default)]
+    pub catch_up: Option<CatchUp>,
+    /// Most ticks a catch-up of `all` fires; default 10.
+    #[serde(default, deserialize_with = "crate::http::whole_number")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub max_catch_up: Option<u32>,
+    /// Made paused: no tick fires until it is resumed.
+    #[serde(default)]
+    pub paused: Option<bool>,
+    /// The first tick is the first at or after this time; default now. One in the past
+    /// (up to a year) makes its ticks since then due at once, as after downtime: the
+    /// catch-up policy says which fire.
+    #[serde(default)]
+    pub start_at: Option<DateTime<Utc>>,
+}
+
+/// Body of `PATCH /schedules/{id}`: the fields to change. Giving `cron` drops
+/// `every_seconds`, and the reverse; new times or a resume move the next tick to the first
+/// after now.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"paused": true}))]
+pub struct PatchSchedule {
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 128, pattern = r"^[^\u0000-\u001f\u007f]+$")]
+    pub name: Option<String>,
+    #[serde(default)]
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    pub cron: Option<String>,
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 31622400)]
+    pub every_seconds: Option<f64>,
+    #[serde(default)]
+    #[schema(max_length = 64, pattern = r"^[^\u0000]*$")]
+    pub timezone: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<SubmitRequest>)]
+    pub job: Option<Value>,
+    #[serde(default)]
+    pub overlap: Option<Overlap>,
+    #[serde(default)]
+    pub catch_up: Option<CatchUp>,
+    #[serde(default, deserialize_with = "crate::http::whole_number")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub max_catch_up: Option<u32>,
+    #[serde(default)]
+    pub paused: Option<bool>,
+}
+
+/// A schedule.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ScheduleView {
+    pub id: Uuid,
+    pub room: String,
+    pub name: String,
+    pub cron: Option<String>,
+    pub every_seconds: Option<f64>,
+    pub timezone: String,
+    #[schema(value_type = Object)]
+    pub job: Value,
+    pub overlap: Overlap,
+    pub catch_up: CatchUp,
+    pub max_catch_up: u32,
+    pub paused: bool,
+    /// When the next tick fires; null while paused.
+    pub next_fire_at: Option<DateTime<Utc>>,
+    pub last_tick_at: Option<DateTime<Utc>>,
+    /// The job of the last tick that fired.
+    pub last_job_id: Option<Uuid>,
+    /// `api`, or `config` for one declared under `[schedules.NAME]` (start-up sets it again).
+    pub source: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<schedule::Model> for ScheduleView {
+    fn from(s: schedule::Model) -> Self {
+        ScheduleView {
+            next_fire_at: (!s.paused).then_some(s.next_fire_at),
+            overlap: Overlap::parse(&s.overlap).unwrap_or_default(),
+            catch_up: CatchUp::parse(&s.catch_up).unwrap_or_default(),
+            max_catch_up: s.max_catch_up.max(1) as u32,
+            id: s.id,
+            room: s.room,
+            name: s.name,
+            cron: s.cron,
+            every_seconds: s.every_seconds,
+            timezone: s.timezone,
+            job: s.job,
+            paused: s.paused,
+            last_tick_at: s.last_tick_at,
+            last_job_id: s.last_job_id,
+            source: s.source,
+            created_at: s.created_at,
+            updated_at: s.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SchedulePage {
+    pub schedules: Vec<ScheduleView>,
+    /// Pass as `cursor` for the next page; null on the last.
+    pub next_cursor: Option<Uuid>,
+}
+
+/// A decided tick: `firing` (its job being submitted), `fired`, `skipped` (overlap),
+/// `missed` (catch-up; `missed` counts the ticks from this one on), `failed` (the job was
+/// refused: `detail` says why) or `run_now`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TickView {
+    pub tick_at: DateTime<Utc>,
+    pub outcome: String,
+    pub job_id: Option<Uuid>,
+    pub missed: i64,
+    pub detail: Option<String>,
+    pub recorded_at: DateTime<Utc>,
+}
+
+impl From<schedule_tick::Model> for TickView {
+    fn from(tick: schedule_tick::Model) -> Self {
+        TickView {
+            tick_at: tick.tick_at,
+            outcome: tick.outcome,
+            job_id: tick.job_id,
+            missed: tick.missed,
+            detail: tick.detail,
+            recorded_at: tick.recorded_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TickPage {
+    pub ticks: Vec<TickView>,
+    /// Pass as `before` for the next page; null on the last.
+    pub next_before: Option<DateTime<Utc>>,
+}
+
+/// A job of a schedule, with the tick that made it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TickJob {
+    pub tick_at: DateTime<Utc>,
+    /// `fired` or `run_now`.
+    pub outcome: String,
+    /// Null once the job was removed by retention.
+    pub job: Option<Job>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TickJobPage {
+    pub jobs: Vec<TickJob>,
+    pub next_before: Option<DateTime<Utc>>,
+}
+
+/// Query of `GET /schedules`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Only this room's; default: every room the caller can see.
+    #[param(pattern = r"^(@global|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$")]
+    pub room: Option<String>,
+    #[param(minimum = 1, maximum = 200)]
+    pub limit: Option<u64>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<Uuid>,
+}
+
+/// Query of a schedule's ticks and jobs.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct LogQuery {
+    /// Only ticks before this time (`next_before` of the previous page).
+    pub before: Option<DateTime<Utc>>,
+    #[param(minimum = 1, maximum = 100)]
+    pub limit: Option<u64>,
+}
+
+fn invalid(err: SpecError) -> ApiError {
+    ApiError::new(Code::InvalidSchedule, err.detail).at(err.pointer)
+}
+
+fn check_name(name: &str) -> Result<(), ApiError> {
+    if name.contains('\0') {
+        return Err(ApiError::new(Code::NulCharacter, "a NUL character (\\u0000) cannot be stored").at("/name"));
+    }
+    if name.is_empty() || name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
+        let detail = format!("name must be 1-{MAX_NAME} characters without control characters");
+        return Err(ApiError::new(Code::InvalidRequest, detail).at("/name"));
+    }
+    Ok(())
+}
+
+fn check_max_catch_up(max: Option<u32>) -> Result<u32, ApiError> {
+    let max = max.unwrap_or(DEFAULT_MAX_CATCH_UP);
+    if !(1..=MAX_CATCH_UP).contains(&max) {
+        let detail = format!("max_catch_up must be between 1 and {MAX_CATCH_UP}");
+        return Err(ApiError::new(Code::InvalidRequest, detail).at("/max_catch_up"));
+    }
+    Ok(max)
+}
+
+fn nul_in(texts: &[(&str, Option<&str>)]) -> Result<(), ApiError> {
+    match texts.iter().find(|(_, text)| text.is_some_and(|text| text.contains('\0'))) {
+        Some((pointer, _)) => {
+            Err(ApiError::new(Code::NulCharacter, "a NUL character (\\u0000) cannot be stored").at(*pointer))
+        }
+        None => Ok(()),
+    }
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(Code::ScheduleNotFound, format!("no schedule with id {id}"))
+}
+
+/// A schedule the caller may see; another room's is answered as a missing one.
+async fn find(schedules: &Schedules, caller: &Caller, id: &str) -> Result<schedule::Model, ApiError> {
+    let parsed =
+        Uuid::parse_str(id).map_err(|_| ApiError::new(Code::InvalidScheduleId, format!("{id:?} is not a UUID")))?;
+    let found = schedules.book.get(parsed).await.map_err(crate::store::StoreError::from)?;
+    found.filter(|s| caller.can_read(&s.room)).ok_or_else(|| not_found(id))
+}
+
+async fn find_writable(schedules: &Schedules, caller: &Caller, id: &str) -> Result<schedule::Model, ApiError> {
+    let s = find(schedules, caller, id).await?;
+    caller.may_write(&s.room)?;
+    Ok(s)
+}
+
+/// Creates a schedule.
+#[utoipa::path(
+    post, path = "/schedules", tag = "schedules", operation_id = "create_schedule",
+    request_body = CreateSchedule,
+    responses(
+        (status = 201, description = "Created", body = ScheduleView, headers(("Location" = String, description = "The schedule's URL"))),
+        (status = 403, description = "`room_forbidden`, `read_only_token`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`schedule_name_taken`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_schedule` (cron, timezone, every_seconds), `invalid_request`, `nul_character`, \
+            and the problems of `POST /jobs` for `job`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn create(
+    schedules: web::Data<Schedules>,
+    caller: Caller,
+    body: web::Json<CreateSchedule>,
+) -> Result<HttpResponse, ApiError> {
+    let body = body.into_inner();
+    nul_in(&[("/name", Some(&body.name)), ("/room", body.room.as_deref()), ("/cron", body.cron.as_deref()), ("/timezone", body.timezone.as_deref())])?;
+    check_name(&body.name)?;
+    let room = match body.room.as_deref() {
+        Some(room) => room_id(room).map_err(|err| err.at("/room"))?,
+        None => caller.default_room(),
+    };
+    caller.may_write(room.as_str()).map_err(|err| err.at("/room"))?;
+    let spec = Spec::parse(body.cron.as_deref(), body.every_seconds, body.timezone.as_deref()).map_err(invalid)?;
+    let max_catch_up = check_max_catch_up(body.max_catch_up)?;
+    let mut new = schedules.check_job(&body.job, &room)?;
+    schedules.admit_at_creation(&mut new).await?;
+    let now = clock::now();
+    let start = match body.start_at {
+        Some(start) if start < now - TimeDelta::days(MAX_START_BACK_DAYS) => {
+            let detail = format!("start_at may be at most {MAX_START_BACK_DAYS} days back");
+            return Err(ApiError::new(Code::InvalidSchedule, detail).at("/start_at"));
+        }
+        Some(start) => start,
+        None => now,
+    };
+    let Some(first) = spec.next_after(start - TimeDelta::milliseconds(1)) else {
+        return Err(ApiError::new(Code::InvalidSchedule, "this schedule never fires after start_at").at("/cron"));
+    };
+    let name = body.name.clone();
+    let row = schedule::Model {
+        id: Uuid::now_v7(),
+        room: room.as_str().to_owned(),
+        name: body.name,
+        cron: body.cron.map(|cron| cron.trim().to_owned()),
+        every_seconds: body.every_seconds,
+        timezone: spec.zone().name().to_owned(),
+        job: body.job,
+        overlap: body.overlap.unwrap_or_default().as_str().to_owned(),
+        catch_up: body.catch_up.unwrap_or_default().as_str().to_owned(),
+        max_catch_up: max_catch_up as i32,
+        paused: body.paused.unwrap_or(false),
+        next_fire_at: first,
+        last_tick_at: None,
+        last_job_id: None,
+        source: "api".to_owned(),
+        version: 1,
+        created_at: now,
+        updated_at: now,
+    };
+    match schedules.book.insert(row).await.map_err(crate::store::StoreError::from)? {
+        Ok(row) => {
+            schedules.bell.notify_one();
+            tracing::info!(schedule = %row.id, name = %row.name, room = %row.room, user = %caller.identity().user, "schedule created");
+            let location = format!("/schedules/{}", row.id);
+            Ok(HttpResponse::Created().insert_header((header::LOCATION, location)).json(ScheduleView::from(row)))
+        }
+        Err(NameTaken) => {
+            let detail = format!("room {:?} has a schedule named {name:?}", room.as_str());
+            Err(ApiError::new(Code::ScheduleNameTaken, detail).at("/name"))
+        }
+    }
+}
+
+/// The schedules the caller can see, by room and name.
+#[utoipa::path(
+    get, path = "/schedules", tag = "schedules", operation_id = "list_schedules",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of schedules", body = SchedulePage),
+        (status = 400, description = "`invalid_query`, `invalid_room_id`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list(
+    schedules: web::Data<Schedules>,
+    caller: Caller,
+    query: web::Query<ListQuery>,
+) -> Result<web::Json<SchedulePage>, ApiError> {
+    let query = query.into_inner();
+    let limit = query.limit.unwrap_or(50).clamp(1, 200);
+    let rooms = match query.room.as_deref() {
+        Some(room) => {
+            let room = room_id(room)?;
+            // Another room's schedules are as absent as the room's jobs.
+            if !caller.can_read(room.as_str()) {
+                return Ok(web::Json(SchedulePage { schedules: Vec::new(), next_cursor: None }));
+            }
+            Some(vec![room.as_str().to_owned()])
+        }
+        None => caller.visible_rooms(),
+    };
+    let after = match query.cursor {
+        Some(cursor) => match schedules.book.get(cursor).await.map_err(crate::store::StoreError::from)? {
+            Some(s) => Some((s.room, s.name)),
+            None => return Err(ApiError::new(Code::InvalidQuery, "cursor names no schedule (deleted since?)")),
+        },
+        None => None,
+    };
+    let mut page = schedules.book.list(rooms.as_deref(), after, limit + 1).await.map_err(crate::store::StoreError::from)?;
+    let more = page.len() as u64 > limit;
+    page.truncate(limit as usize);
+    let next_cursor = more.then(|| page.last().map(|s| s.id)).flatten();
+    Ok(web::Json(SchedulePage { schedules: page.into_iter().map(ScheduleView::from).collect(), next_cursor }))
+}
+
+/// A schedule.
+#[utoipa::path(
+    get, path = "/schedules/{id}", tag = "schedules", operation_id = "get_schedule",
+    params(("id" = Uuid, Path, description = "The schedule's id")),
+    responses(
+        (status = 200, description = "The schedule", body = ScheduleView),
+        (status = 400, description = "`invalid_schedule_id`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`schedule_not_found`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get(
+    schedules: web::Data<Schedules>,
+    caller: Caller,
+    id: web::Path<String>,
+) -> Result<web::Json<ScheduleView>, ApiError> {
+    Ok(web::Json(find(&schedules, &caller, &id).await?.into()))
+}
+
+/// Changes a schedule: its times, job, policies, name, or `paused`.
+#[utoipa::path(
+    patch, path = "/schedules/{id}", tag = "schedules", operation_id = "update_schedule",
+    params(("id" = Uuid, Path, description = "The schedule's id")),
+    request_body = PatchSchedule,
+    responses(
+        (status = 200, description = "The schedule as changed", body = ScheduleView),
+        (status = 400, description = "`invalid_schedule_id`", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`room_forbidden`, `read_only_token`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`schedule_not_found`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`schedule_name_taken`, `schedule_changed`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_schedule`, `invalid_request`, `nul_character`, and the problems of `POST /jobs` for `job`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn update(
+    schedules: web::Data<Schedules>,
+    caller: Caller,
+    id: web::Path<String>,
+    body: web::Json<PatchSchedule>,
+) -> Result<web::Json<ScheduleView>, ApiError> {
+    let patch = body.into_inner();
+    nul_in(&[("/name", patch.name.as_deref()), ("/cron", patch.cron.as_deref()), ("/timezone", patch.timezone.as_deref())])?;
+    if let Some(name) = &patch.name {
+        check_name(name)?;
+    }
+    if patch.cron.is_some() && patch.every_seconds.is_some() {
+        return Err(ApiError::new(Code::InvalidSchedule, "give cron or every_seconds, not both").at("/every_seconds"));
+    }
+    // A change made meanwhile is read again and the patch applied to it, a few times.
+    for _ in 0..3 {
+        let s = find_writable(&schedules, &caller, &id).await?;
+        let changed = patched(&schedules, s.clone(), &patch)?;
+        let renamed = changed.name != s.name;
+        let written = schedules.book.update(changed).await;
+        match written {
+            Ok(Some(row)) => {
+                schedules.bell.notify_one();
+                tracing::info!(schedule = %row.id, user = %caller.identity().user, paused = row.paused, "schedule changed");
+                return Ok(web::Json(row.into()));
+            }
+            Ok(None) => continue,
+            Err(_) if renamed && schedules.book.find(&s.room, patch.name.as_deref().unwrap_or_default()).await.ok().flatten().is_some() => {
+                let detail = format!("room {:?} has a schedule named {:?}", s.room, patch.name.as_deref().unwrap_or_default());
+                return Err(ApiError::new(Code::ScheduleNameTaken, detail).at("/name"));
+            }
+            Err(err) => return Err(crate::store::StoreError::from(err).into()),
+        }
+    }
+    Err(ApiError::new(Code::ScheduleChanged, format!("schedule {} kept changing; read it and try again", id.as_str())))
+}
+
+/// `s` with `patch` applied; new times or a resume move the next tick to the first after now.
+fn patched(schedules: &Schedules, mut s: schedule::Model, patch: &PatchSchedule) -> Result<schedule::Model, ApiError> {
+    let was_paused = s.paused;
+    let times = patch.cron.is_some() || patch.every_seconds.is_some() || patch.timezone.is_some();
+    if let Some(cron) = &patch.cron {
+        s.cron = Some(cron.trim().to_owned());
+        s.every_seconds = None;
+    }
+    if let Some(every) = patch.every_seconds {
+        s.every_seconds = Some(every);
+        s.cron = None;
+    }
+    if let Some(timezone) = &patch.timezone {
+        s.timezone = timezone.clone();
+    }
+    let spec = spec_of(&s).map_err(invalid)?;
+    s.timezone = spec.zone().name().to_owned();
+    if let Some(job) = &patch.job {
+        let room = RoomId::parse(&s.room).map_err(|err| ApiError::new(Code::Internal, err))?;
+        schedules.check_job(job, &room)?;
+        s.job = job.clone();
+    }
+    if let Some(name) = &patch.name {
+        s.name = name.clone();
+    }
+    if let Some(overlap) = patch.overlap {
+        s.overlap = overlap.as_str().to_owned();
+    }
+    if let Some(catch_up) = patch.catch_up {
+        s.catch_up = catch_up.as_str().to_owned();
+    }
+    if patch.max_catch_up.is_some() {
+        s.max_catch_up = check_max_catch_up(patch.max_catch_up)? as i32;
+    }
+    if let Some(paused) = patch.paused {
+        s.paused = paused;
+    }
+    if times || (was_paused && !s.paused) {
+        let now = clock::now();
+        s.next_fire_at = spec
+            .next_after(now)
+            .ok_or_else(|| ApiError::new(Code::InvalidSchedule, "this schedule never fires again").at("/cron"))?;
+    }
+    Ok(s)
+}
+
+/// Deletes a schedule and its log (its jobs stay).
+#[utoipa::path(
+    delete, path = "/schedules/{id}", tag = "schedules", operation_id = "delete_schedule",
+    params(("id" = Uuid, Path, description = "The schedule's id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "`invalid_schedule_id`", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`room_forbidden`, `read_only_token`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`schedule_not_found`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn delete(
+    schedules: web::Data<Schedules>,
+    caller: Caller,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let s = find_writable(&schedules, &caller, &id).await?;
+    if !schedules.book.delete(s.id).await.map_err(crate::store::StoreError::from)? {
+        return Err(not_found(&id));
+    }
+    tracing::info!(schedule = %s.id, name = %s.name, user = %caller.identity().user, "schedule deleted");
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Submits the schedule's job now, outside its ticks (the overlap policy is not asked);
+/// it becomes the schedule's last job.
+#[utoipa::path(
+    post, path = "/schedules/{id}/run", tag = "schedules", operation_id = "run_schedule",
+    params(("id" = Uuid, Path, description = "The schedule's id")),
+    responses(
+        (status = 201, description = "The job submitted", body = Job, headers(("Location" = String, description = "The job's URL"))),
+        (status = 400, description = "`invalid_schedule_id`", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`room_forbidden`, `read_only_token`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`schedule_not_found`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`no_worker`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The problems of `POST /jobs`: the job is no longer valid", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn run_now(
+    schedules: web::Data<Schedules>,
+    caller: Caller,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let s = find_writable(&schedules, &caller, &id).await?;
+    let room = RoomId::parse(&s.room).map_err(|err| ApiError::new(Code::Internal, err))?;
+    let at = clock::now();
+    let key = format!("schedule:{}:run:{}", s.id, Uuid::now_v7());
+    let new = schedules.tick_job(&s.name, &s.job, &room, key).await?;
+    let submission = schedules.dispatcher.submit(new).await?;
+    schedules.book.ran_now(s.id, at, submission.job.id).await.map_err(crate::store::StoreError::from)?;
+    tracing::info!(schedule = %s.id, job_id = %submission.job.id, user = %caller.identity().user, "schedule run now");
+    let location = format!("/jobs/{}", submission.job.id);
+    Ok(HttpResponse::Created().insert_header((header::LOCATION, location)).json(submission.job))
+}
+
+/// A schedule's log, newest first: every decided tick.
+#[utoipa::path(
+    get, path = "/schedules/{id}/ticks", tag = "schedules", operation_id = "list_schedule_ticks",
+    params(("id" = Uuid, Path, description = "The schedule's id"), LogQuery),
+    responses(
+        (status = 200, description = "A page of ticks", body = TickPage),
+        (status = 400, description = "`invalid_schedule_id`, `invalid_query`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`schedule_not_found`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn ticks(
+    schedules: web::Data<Schedules>,
+    caller: Caller,
+    id: web::Path<String>,
+    query: web::Query<LogQuery>,
+) -> Result<web::Json<TickPage>, ApiError> {
+    let s = find(&schedules, &caller, &id).await?;
+    let limit = query.limit.unwrap_or(50).clamp(1, 100);
+    let ticks = schedules.book.ticks(s.id, query.before, false, limit).await.map_err(crate::store::StoreError::from)?;
+    let next_before = (ticks.len() as u64 == limit).then(|| ticks.last().map(|tick| tick.tick_at)).flatten();
+    Ok(web::Json(TickPage { ticks: ticks.into_iter().map(TickView::from).collect(), next_before }))
+}
+
+/// The jobs a schedule made, newest tick first.
+#[utoipa::path(
+    get, path = "/schedules/{id}/jobs", tag = "schedules", operation_id = "list_schedule_jobs",
+    params(("id" = Uuid, Path, description = "The schedule's id"), LogQuery),
+    responses(
+        (status = 200, description = "A page of the schedule's jobs", body = TickJobPage),
+        (status = 400, description = "`invalid_schedule_id`, `invalid_query`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`schedule_not_found`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn jobs(
+    schedules: web::Data<Schedules>,
+    state: web::Data<AppState>,
+    caller: Caller,
+    id: web::Path<String>,
+    query: web::Query<LogQuery>,
+) -> Result<web::Json<TickJobPage>, ApiError> {
+    let s = find(&schedules, &caller, &id).await?;
+    let limit = query.limit.unwrap_or(20).clamp(1, 100);
+    let ticks = schedules.book.ticks(s.id, query.before, true, limit).await.map_err(crate::store::StoreError::from)?;
+    let next_before = (ticks.len() as u64 == limit).then(|| ticks.last().map(|tick| tick.tick_at)).flatten();
+    let mut jobs = Vec::with_capacity(ticks.len());
+    for tick in ticks {
+        let job = match tick.job_id {
+            Some(job_id) => state.store.get(job_id).await?,
+            None => None,
+        };
+        jobs.push(TickJob { tick_at: tick.tick_at, outcome: tick.outcome, job });
+    }
+    Ok(web::Json(TickJobPage { jobs, next_before }))
+}

@@ -1,0 +1,77 @@
+//! `Scheduler`, a [`Pass`] run by `Periodic` in every process that runs upkeep: finishes
+//! ticks a dead scheduler left half done, decides the due ticks of the schedules read from
+//! the index by next fire time, and sleeps until the next one (or `interval_ms`, or its
+//! bell: a schedule made or changed here).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::fire::Fired;
+use super::service::Schedules;
+use crate::actors::Pass;
+use crate::store::clock;
+
+pub struct Scheduler {
+    schedules: Arc<Schedules>,
+}
+
+impl Scheduler {
+    pub fn new(schedules: Arc<Schedules>) -> Self {
+        Scheduler { schedules }
+    }
+}
+
+/// What a pass did, and when the next tick is due.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ticked {
+    pub fired: Fired,
+    pub next_due: Option<Duration>,
+}
+
+impl Pass for Scheduler {
+    type Output = Ticked;
+    const NAME: &'static str = "scheduler";
+
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.schedules.settings.interval_ms)
+    }
+
+    fn run(&self) -> Pin<Box<dyn Future<Output = anyhow::Result<Ticked>>>> {
+        let schedules = self.schedules.clone();
+        Box::pin(async move {
+            let now = clock::now();
+            let mut fired = schedules.finish_stranded(now).await?;
+            let due = schedules.book.due(now, schedules.settings.batch).await?;
+            let full = due.len() as u64 >= schedules.settings.batch;
+            for s in due {
+                let id = s.id;
+                match schedules.advance(s, now).await {
+                    Ok(done) => fired.add(done),
+                    Err(err) => tracing::warn!(schedule = %id, error = %err, "a schedule's tick is left for the next pass"),
+                }
+            }
+            let next_due = match full {
+                true => Some(Duration::ZERO),
+                false => schedules
+                    .book
+                    .next_due()
+                    .await?
+                    .map(|next| (next - clock::now()).to_std().unwrap_or(Duration::ZERO)),
+            };
+            Ok(Ticked { fired, next_due })
+        })
+    }
+
+    fn due_in(pass: &Ticked) -> Option<Duration> {
+        pass.next_due
+    }
+
+    fn bell(&self) -> Option<Arc<Notify>> {
+        Some(self.schedules.bell.clone())
+    }
+}
+
