@@ -16,8 +16,8 @@ use crate::http::{read, Access, Route, Surface, READ, READ_WRITE, WRITE};
 
 pub use read::{find, EventsQuery, ListQuery};
 pub use rules::{
-    admit_type, check_idempotency_key, idempotency_header, parse_submission, validate_submission, SubmitRequest,
-    Submissions,
+    admit_type, check_idempotency_key, idempotency_header, parse_submission, validate_submission, Submissions,
+    SubmitRequest,
 };
 
 pub const ROUTES: &[Route] = &[

@@ -130,11 +130,7 @@ pub(super) fn place(caller: &Caller, new: &mut NewJob, asked_room: bool, parent:
 /// A submission naming a registered type (`category:name` or `room:category:name`): the
 /// type must be active in the job's room or `@global`, the payload must pass its schema, and
 /// unless the submission may wait, a live worker must serve it.
-pub async fn admit_type(
-    remote: &Remote,
-    new: &mut NewJob,
-    wait_for_worker: Option<bool>,
-) -> Result<(), ApiError> {
+pub async fn admit_type(remote: &Remote, new: &mut NewJob, wait_for_worker: Option<bool>) -> Result<(), ApiError> {
     if !new.queue.is_remote() {
         return Ok(());
     }

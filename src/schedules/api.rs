@@ -319,7 +319,12 @@ pub async fn create(
     body: web::Json<CreateSchedule>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    nul_in(&[("/name", Some(&body.name)), ("/room", body.room.as_deref()), ("/cron", body.cron.as_deref()), ("/timezone", body.timezone.as_deref())])?;
+    nul_in(&[
+        ("/name", Some(&body.name)),
+        ("/room", body.room.as_deref()),
+        ("/cron", body.cron.as_deref()),
+        ("/timezone", body.timezone.as_deref()),
+    ])?;
     check_name(&body.name)?;
     let room = match body.room.as_deref() {
         Some(room) => room_id(room).map_err(|err| err.at("/room"))?,
@@ -411,7 +416,8 @@ pub async fn list(
         },
         None => None,
     };
-    let mut page = schedules.book.list(rooms.as_deref(), after, limit + 1).await.map_err(crate::store::StoreError::from)?;
+    let mut page =
+        schedules.book.list(rooms.as_deref(), after, limit + 1).await.map_err(crate::store::StoreError::from)?;
     let more = page.len() as u64 > limit;
     page.truncate(limit as usize);
     let next_cursor = more.then(|| page.last().map(|s| s.id)).flatten();
@@ -457,7 +463,11 @@ pub async fn update(
     body: web::Json<PatchSchedule>,
 ) -> Result<web::Json<ScheduleView>, ApiError> {
     let patch = body.into_inner();
-    nul_in(&[("/name", patch.name.as_deref()), ("/cron", patch.cron.as_deref()), ("/timezone", patch.timezone.as_deref())])?;
+    nul_in(&[
+        ("/name", patch.name.as_deref()),
+        ("/cron", patch.cron.as_deref()),
+        ("/timezone", patch.timezone.as_deref()),
+    ])?;
     if let Some(name) = &patch.name {
         check_name(name)?;
     }
@@ -477,8 +487,18 @@ pub async fn update(
                 return Ok(web::Json(row.into()));
             }
             Ok(None) => continue,
-            Err(_) if renamed && schedules.book.find(&s.room, patch.name.as_deref().unwrap_or_default()).await.ok().flatten().is_some() => {
-                let detail = format!("room {:?} has a schedule named {:?}", s.room, patch.name.as_deref().unwrap_or_default());
+            Err(_)
+                if renamed
+                    && schedules
+                        .book
+                        .find(&s.room, patch.name.as_deref().unwrap_or_default())
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_some() =>
+            {
+                let detail =
+                    format!("room {:?} has a schedule named {:?}", s.room, patch.name.as_deref().unwrap_or_default());
                 return Err(ApiError::new(Code::ScheduleNameTaken, detail).at("/name"));
             }
             Err(err) => return Err(crate::store::StoreError::from(err).into()),

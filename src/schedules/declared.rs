@@ -72,7 +72,8 @@ async fn apply_one(schedules: &Schedules, name: &str, wanted: &DeclaredSchedule)
         changed.max_catch_up = max_catch_up as i32;
         changed.paused = wanted.paused.unwrap_or(false);
         changed.source = "config".to_owned();
-        let times = (&changed.cron, changed.every_seconds, &changed.timezone) != (&s.cron, s.every_seconds, &s.timezone);
+        let times =
+            (&changed.cron, changed.every_seconds, &changed.timezone) != (&s.cron, s.every_seconds, &s.timezone);
         if times || (s.paused && !changed.paused) {
             changed.next_fire_at = spec.next_after(now).context("it never fires")?;
         }

@@ -43,8 +43,18 @@ pub const ROUTES: &[Route] = &[
         access: Access::Member,
         handlers: |r| r.route(web::post().to(api::run_now)),
     },
-    Route { path: "/schedules/{id}/ticks", allow: READ, access: Access::Member, handlers: |r| r.route(read().to(api::ticks)) },
-    Route { path: "/schedules/{id}/jobs", allow: READ, access: Access::Member, handlers: |r| r.route(read().to(api::jobs)) },
+    Route {
+        path: "/schedules/{id}/ticks",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(api::ticks)),
+    },
+    Route {
+        path: "/schedules/{id}/jobs",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(api::jobs)),
+    },
 ];
 
 #[derive(utoipa::OpenApi)]

@@ -51,7 +51,9 @@ impl Pass for Scheduler {
                 let id = s.id;
                 match schedules.advance(s, now).await {
                     Ok(done) => fired.add(done),
-                    Err(err) => tracing::warn!(schedule = %id, error = %err, "a schedule's tick is left for the next pass"),
+                    Err(err) => {
+                        tracing::warn!(schedule = %id, error = %err, "a schedule's tick is left for the next pass")
+                    }
                 }
             }
             let next_due = match full {
@@ -74,4 +76,3 @@ impl Pass for Scheduler {
         Some(self.schedules.bell.clone())
     }
 }
-

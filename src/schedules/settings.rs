@@ -33,7 +33,10 @@ impl Default for SchedulerSettings {
 
 impl SchedulerSettings {
     pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!((10..=60_000).contains(&self.interval_ms), "scheduler.interval_ms must be between 10 and 60000");
+        anyhow::ensure!(
+            (10..=60_000).contains(&self.interval_ms),
+            "scheduler.interval_ms must be between 10 and 60000"
+        );
         anyhow::ensure!((1..=10_000).contains(&self.batch), "scheduler.batch must be between 1 and 10000");
         anyhow::ensure!(self.settle_ms >= 100, "scheduler.settle_ms must be at least 100");
         Ok(())

@@ -253,7 +253,12 @@ fn parse_cron(expression: &str) -> Result<Cron, SpecError> {
     }
     if expression.starts_with('@') {
         return parser().parse(expression).map_err(|_| {
-            refuse("/cron", format!("unknown alias {expression:?}: @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly"))
+            refuse(
+                "/cron",
+                format!(
+                    "unknown alias {expression:?}: @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly"
+                ),
+            )
         });
     }
     let fields: Vec<&str> = expression.split_whitespace().collect();
@@ -329,14 +334,20 @@ mod tests {
         let spec = Spec::parse(Some("*/15 * * * * *"), None, None).unwrap();
         assert_eq!(ticks(&spec, "2026-01-01T00:00:01Z", 2), ["2026-01-01T00:00:15+00:00", "2026-01-01T00:00:30+00:00"]);
         let spec = Spec::parse(None, Some(60.0), None).unwrap();
-        assert_eq!(ticks(&spec, "2026-01-01T00:00:59.999Z", 2), ["2026-01-01T00:01:00+00:00", "2026-01-01T00:02:00+00:00"]);
+        assert_eq!(
+            ticks(&spec, "2026-01-01T00:00:59.999Z", 2),
+            ["2026-01-01T00:01:00+00:00", "2026-01-01T00:02:00+00:00"]
+        );
     }
 
     #[test]
     fn bad_specs_name_what_is_wrong() {
         let wrong = |cron: &str| Spec::parse(Some(cron), None, None).unwrap_err();
         assert_eq!(wrong("61 * * * *").detail, "the minute field \"61\" of the cron expression is not valid");
-        assert_eq!(wrong("0 2 * * FUNDAY").detail, "the day of week field \"FUNDAY\" of the cron expression is not valid");
+        assert_eq!(
+            wrong("0 2 * * FUNDAY").detail,
+            "the day of week field \"FUNDAY\" of the cron expression is not valid"
+        );
         assert_eq!(wrong("* * *").pointer, "/cron");
         assert!(wrong("* * *").detail.contains("not 3"), "{}", wrong("* * *").detail);
         assert!(wrong("@fortnightly").detail.starts_with("unknown alias"));
@@ -365,7 +376,10 @@ mod tests {
             hourly.step(due, now, &policy(CatchUp::Last, 10)),
             Step::Miss { count: 5, resume: at("2026-01-01T05:00:00Z") }
         );
-        assert_eq!(hourly.step(at("2026-01-01T05:00:00Z"), now, &policy(CatchUp::Last, 10)), Step::Fire(at("2026-01-01T05:00:00Z")));
+        assert_eq!(
+            hourly.step(at("2026-01-01T05:00:00Z"), now, &policy(CatchUp::Last, 10)),
+            Step::Fire(at("2026-01-01T05:00:00Z"))
+        );
         assert_eq!(hourly.step(due, now, &policy(CatchUp::All, 10)), Step::Fire(due));
         assert_eq!(
             hourly.step(due, now, &policy(CatchUp::All, 2)),
@@ -382,6 +396,9 @@ mod tests {
         }
         let every = Spec::parse(None, Some(1.0), None).unwrap();
         let day_later = due + TimeDelta::days(1);
-        assert_eq!(every.step(due, day_later, &policy(CatchUp::Last, 1)), Step::Miss { count: 86_400, resume: day_later });
+        assert_eq!(
+            every.step(due, day_later, &policy(CatchUp::Last, 1)),
+            Step::Miss { count: 86_400, resume: day_later }
+        );
     }
 }

@@ -142,7 +142,9 @@ impl ApplicationBuilder {
             remote: remote.clone(),
             settings: settings.scheduler.clone(),
         }));
-        crate::schedules::declared::apply(&schedules, &settings.schedules).await.context("the [schedules] of the configuration")?;
+        crate::schedules::declared::apply(&schedules, &settings.schedules)
+            .await
+            .context("the [schedules] of the configuration")?;
         let upkeep = start_upkeep(&settings, &store, &dispatcher, &db, &uploads, &remote, &schedules, self.api).await?;
         // Waiting clients (API) and script hosts are woken across processes by NOTIFY, and
         // workers hear of cancels made elsewhere: listening before the first claim, so no

@@ -184,6 +184,10 @@ pub struct TestOptions {
     pub jobs: Option<yardmaster::config::JobsSettings>,
     /// Whether the reaper runs (every 200 ms, `timeout_grace_ms` 200).
     pub reaper: bool,
+    /// Whether the scheduler runs.
+    pub scheduler: bool,
+    /// `[schedules.NAME]`: none unless a test declares some.
+    pub schedules: std::collections::BTreeMap<String, yardmaster::config::DeclaredSchedule>,
 }
 
 impl TestOptions {
@@ -224,6 +228,8 @@ impl Default for TestOptions {
             dispatch_interval_ms: 100,
             jobs: None,
             reaper: true,
+            scheduler: true,
+            schedules: Default::default(),
         }
     }
 }
@@ -310,6 +316,8 @@ impl TestApp {
             settings.uploads = uploads;
         }
         settings.dispatch.enabled = options.dispatch_sweep;
+        settings.scheduler.enabled = options.scheduler;
+        settings.schedules = options.schedules.clone();
         // Tests run the cleaner's passes themselves.
         settings.retention.enabled = false;
         let uploads = ScratchDir::new("uploads");
