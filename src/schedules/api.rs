@@ -389,6 +389,7 @@ pub async fn create(
     responses(
         (status = 200, description = "A page of schedules", body = SchedulePage),
         (status = 400, description = "`invalid_query`, `invalid_room_id`", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`room_forbidden`: the token has no grant for `room`", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn list(
@@ -401,9 +402,9 @@ pub async fn list(
     let rooms = match query.room.as_deref() {
         Some(room) => {
             let room = room_id(room)?;
-            // Another room's schedules are as absent as the room's jobs.
             if !caller.can_read(room.as_str()) {
-                return Ok(web::Json(SchedulePage { schedules: Vec::new(), next_cursor: None }));
+                let detail = format!("room {:?}: this token has no grant for it", room.as_str());
+                return Err(ApiError::new(Code::RoomForbidden, detail).at("/room"));
             }
             Some(vec![room.as_str().to_owned()])
         }

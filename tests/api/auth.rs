@@ -79,7 +79,7 @@ async fn member(app: &TestApp, user: &str, rooms: &[&str]) -> reqwest::Client {
 async fn send(client: &reqwest::Client, method: &Method, url: String) -> (u16, Value) {
     let streams = url.ends_with("/stream");
     let mut request = client.request(method.clone(), url);
-    if *method == Method::POST {
+    if *method == Method::POST || *method == Method::PATCH {
         request = request.json(&json!({}));
     }
     let response = request.send().await.unwrap();
@@ -196,21 +196,36 @@ async fn two_tenants_cannot_see_or_touch_each_others_jobs(backend: Backend) {
     let (status, child) = submit(&alice, &app, body).await;
     assert_eq!((status, child["room"].as_str()), (201, Some("a")), "{child}");
 
-    // Every route with a job id: another room's job is a 404, exactly as a missing one.
+    let body = json!({ "name": "hers", "cron": "@yearly", "job": { "operation": "ping", "queue": PARKED } });
+    let (status, schedule) = read(alice.post(app.url("/schedules")).json(&body).send().await.unwrap()).await;
+    assert_eq!((status, schedule["room"].as_str()), (201, Some("a")), "{schedule}");
+    let schedule_id = schedule["id"].as_str().unwrap().to_owned();
+
+    // Every route with a job's or a schedule's id: another room's is a 404, exactly as a
+    // missing one.
     for (method, pattern, access) in endpoints() {
         if access != Access::Member || !pattern.contains("{id}") {
             continue;
         }
-        let path = fill(pattern, &parent_id);
+        let of_schedule = pattern.starts_with("/schedules/");
+        let (id, not_found) = match of_schedule {
+            true => (&schedule_id, "schedule_not_found"),
+            false => (&parent_id, "job_not_found"),
+        };
+        let path = fill(pattern, id);
         let (status, body) = send(&bob, &method, app.url(&path)).await;
         if method == Method::HEAD {
             assert_eq!(status, 404, "{method} {path}");
             continue;
         }
-        assert_eq!((status, body["code"].as_str()), (404, Some("job_not_found")), "{method} {path}: {body}");
+        assert_eq!((status, body["code"].as_str()), (404, Some(not_found)), "{method} {path}: {body}");
         let missing = fill(pattern, &Uuid::now_v7().to_string());
         let (_, other) = send(&bob, &method, app.url(&missing)).await;
         assert_eq!(body["title"], other["title"], "a foreign job is told apart from a missing one");
+        if of_schedule && method != Method::GET {
+            // Changing her own schedule is the schedule tests' business (bodies, a delete).
+            continue;
+        }
         let (status, body) = send(&alice, &method, app.url(&path)).await;
         // The upload routes answer a job that was not uploaded with `not_an_upload`.
         assert!(status < 400 || body["code"] == "not_an_upload", "{path}: alice is refused her own job: {body}");

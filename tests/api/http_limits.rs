@@ -93,25 +93,28 @@ async fn an_unread_chunked_body_leaks_no_connection(backend: Backend) {
 
 async fn a_stalled_body_is_cut_off(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let (address, token) = (app.address.clone(), app.admin_token.clone());
-    let started = Instant::now();
-    let answer = actix_rt::task::spawn_blocking(move || {
-        let mut stream = connect(&address);
-        let head = format!(
-            "POST /jobs HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {token}\r\n\
-             content-type: application/json\r\ncontent-length: 1000\r\n\r\n"
-        );
-        stream.write_all(head.as_bytes()).unwrap();
-        stream.write_all(b"{\"operation\":").unwrap();
-        read_to_close(stream)
-    })
-    .await
-    .unwrap();
-    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:.300}");
-    assert!(answer.contains("request_timeout"), "{answer:.300}");
-    let waited = started.elapsed();
-    assert!(waited < Duration::from_secs(BODY_TIMEOUT_SECONDS + 5), "cut off after {waited:?}");
+    for path in ["/jobs", "/schedules"] {
+        let (address, token) = (app.address.clone(), app.admin_token.clone());
+        let started = Instant::now();
+        let answer = actix_rt::task::spawn_blocking(move || {
+            let mut stream = connect(&address);
+            let head = format!(
+                "POST {path} HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {token}\r\n\
+                 content-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            stream.write_all(b"{\"operation\":").unwrap();
+            read_to_close(stream)
+        })
+        .await
+        .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer:.300}");
+        assert!(answer.contains("request_timeout"), "{path}: {answer:.300}");
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_secs(BODY_TIMEOUT_SECONDS + 5), "{path}: cut off after {waited:?}");
+    }
     assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 0);
+    assert_eq!(app.count("SELECT COUNT(*) FROM schedule").await, 0);
 }
 
 /// A connection that was served one `/healthz` and stays open.

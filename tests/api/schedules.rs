@@ -332,6 +332,10 @@ async fn bad_schedules_are_refused(backend: Backend) {
             assert!(problem["detail"].as_str().unwrap().contains(field), "{problem}");
         }
     }
+    // A body past `server.max_body_bytes` (64 KiB here) is refused before it is read whole.
+    let huge = json!({ "name": "huge", "cron": "@daily", "job": { "operation": "ping", "payload": { "blob": "x".repeat(100_000) } } });
+    let (status, problem) = send(&app, reqwest::Method::POST, "/schedules", Some(huge)).await;
+    assert_eq!((status, problem["code"].as_str()), (413, Some("payload_too_large")), "{problem}");
     assert_eq!(app.count("SELECT COUNT(*) FROM schedule").await, 0);
     let s = create(&app, json!({ "name": "taken", "cron": "@daily", "job": ping })).await;
     let (status, problem) = send(
