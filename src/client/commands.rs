@@ -60,6 +60,9 @@ pub enum ClientCommand {
     /// Upload a directory holding run.sh as a job of a service; --wait, --out to fetch the
     /// result archive.
     Upload(UploadArgs),
+    /// Manage schedules: create, list, pause, resume, delete, run-now.
+    #[command(subcommand)]
+    Schedule(super::schedule::ScheduleCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
 }
@@ -205,6 +208,7 @@ pub async fn run(command: ClientCommand, cli: clap::Command) -> anyhow::Result<i
         }
         ClientCommand::Events(args) => events(args).await,
         ClientCommand::Upload(args) => upload(args).await,
+        ClientCommand::Schedule(command) => super::schedule::run(command).await,
         ClientCommand::Completions(args) => {
             let mut cli = cli;
             clap_complete::generate(args.shell, &mut cli, "yardmaster", &mut std::io::stdout());
@@ -213,7 +217,7 @@ pub async fn run(command: ClientCommand, cli: clap::Command) -> anyhow::Result<i
     }
 }
 
-fn connect(remote: &Remote) -> anyhow::Result<(Client, bool)> {
+pub(super) fn connect(remote: &Remote) -> anyhow::Result<(Client, bool)> {
     let target = config::resolve(remote.url.clone(), remote.token.clone())?;
     Ok((Client::new(&target.url, target.token.as_deref())?, remote.json))
 }
@@ -307,7 +311,7 @@ pub fn exit_code(job: &Value) -> i32 {
 }
 
 /// `--payload`: JSON text, `@FILE`, or `@-` (standard input).
-fn read_payload(text: &str) -> anyhow::Result<Value> {
+pub(super) fn read_payload(text: &str) -> anyhow::Result<Value> {
     let (what, text) = match text.strip_prefix('@') {
         Some("-") => ("standard input".to_owned(), std::io::read_to_string(std::io::stdin())?),
         Some(path) => {
@@ -460,7 +464,7 @@ fn files_under(dir: &Path) -> anyhow::Result<Vec<(PathBuf, String)>> {
 
 /// A job just made: its JSON, or its id alone on standard output (for
 /// `id=$(yardmaster submit …)`) and a line for people on standard error.
-fn print_created(job: &Value, json: bool) {
+pub(super) fn print_created(job: &Value, json: bool) {
     if json {
         print_json(job);
     } else {
@@ -477,7 +481,7 @@ fn print_doc(json: bool, doc: &Value, text: impl FnOnce() -> String) {
     }
 }
 
-fn print_json(doc: &Value) {
+pub(super) fn print_json(doc: &Value) {
     println!("{}", serde_json::to_string_pretty(doc).unwrap_or_default());
 }
 

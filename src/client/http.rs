@@ -171,6 +171,15 @@ impl Client {
         })
     }
 
+    /// A request with an optional JSON body, answered with JSON.
+    pub async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, ClientError> {
+        let mut request = self.request(method, path);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        self.json(request).await
+    }
+
     pub async fn submit(&self, body: &Value) -> Result<Value, ClientError> {
         self.json(self.request(Method::POST, "/jobs").json(body)).await
     }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod follow;
 pub mod http;
 pub mod progress;
+pub mod schedule;
 pub mod show;
 pub mod sse;
 pub mod when;

@@ -227,6 +227,59 @@ async fn times_reach_the_job(backend: Backend) {
     assert_eq!(jobs_in_store(&app).await, before);
 }
 
+async fn schedules_are_managed_by_name(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let token = app.admin_token.clone();
+    let args = [
+        "schedule",
+        "create",
+        "nightly",
+        "--cron",
+        "0 2 * * *",
+        "--timezone",
+        "Europe/Madrid",
+        "--operation",
+        "ping",
+        "--overlap",
+        "allow",
+        "--run-timeout",
+        "10m",
+        "--json",
+    ];
+    let created = json_of(&run(&app, &token, &args).await);
+    assert_eq!((created["cron"].as_str(), created["timezone"].as_str()), (Some("0 2 * * *"), Some("Europe/Madrid")));
+    assert_eq!(created["job"]["timeout_seconds"].as_f64(), Some(600.0), "{created}");
+    let listed = run(&app, &token, &["schedule", "list"]).await;
+    assert!(
+        text(&listed.stdout).contains("nightly") && text(&listed.stdout).contains("0 2 * * * Europe/Madrid"),
+        "{}",
+        text(&listed.stdout)
+    );
+    let paused = json_of(&run(&app, &token, &["schedule", "pause", "nightly", "--json"]).await);
+    assert!(paused["paused"] == true && paused["next_fire_at"].is_null(), "{paused}");
+    let resumed = json_of(&run(&app, &token, &["schedule", "resume", "nightly", "--json"]).await);
+    assert!(resumed["paused"] == false && resumed["next_fire_at"].is_string(), "{resumed}");
+    let job = json_of(&run(&app, &token, &["schedule", "run-now", "nightly", "--json"]).await);
+    app.wait_for_status(job["id"].as_str().unwrap(), "succeeded").await;
+    // A bad cron: the server's problem, naming the field; nothing made.
+    let bad =
+        run(&app, &token, &["schedule", "create", "bad", "--cron", "0 2 * * FUNDAY", "--operation", "ping"]).await;
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        text(&bad.stderr).contains("day of week") && text(&bad.stderr).contains("invalid_schedule"),
+        "{}",
+        text(&bad.stderr)
+    );
+    let missing = run(&app, &token, &["schedule", "pause", "nope"]).await;
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing.stderr).contains("no schedule named \"nope\""), "{}", text(&missing.stderr));
+    let neither = run(&app, &token, &["schedule", "create", "x", "--operation", "ping"]).await;
+    assert_eq!(neither.status.code(), Some(2), "{}", text(&neither.stderr));
+    let deleted = run(&app, &token, &["schedule", "delete", "nightly"]).await;
+    assert_eq!(deleted.status.code(), Some(0), "{}", text(&deleted.stderr));
+    assert_eq!(app.count("SELECT COUNT(*) FROM schedule").await, 0);
+}
+
 async fn errors_print_the_problem_and_change_nothing(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let token = app.admin_token.clone();
@@ -407,6 +460,7 @@ async fn wait_goes_on_across_a_server_restart() {
 
 on_both_backends!(
     times_reach_the_job,
+    schedules_are_managed_by_name,
     submit_wait_shows_events_and_the_final_bar,
     wait_exit_codes_tell_failed_from_cancelled,
     json_output_parses,
