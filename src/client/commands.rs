@@ -62,7 +62,7 @@ pub enum ClientCommand {
     Upload(UploadArgs),
     /// Manage schedules: create, list, pause, resume, delete, run-now.
     #[command(subcommand)]
-    Schedule(super::schedule::ScheduleCommand),
+    Schedule(Box<super::schedule::ScheduleCommand>),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
 }
@@ -208,7 +208,7 @@ pub async fn run(command: ClientCommand, cli: clap::Command) -> anyhow::Result<i
         }
         ClientCommand::Events(args) => events(args).await,
         ClientCommand::Upload(args) => upload(args).await,
-        ClientCommand::Schedule(command) => super::schedule::run(command).await,
+        ClientCommand::Schedule(command) => super::schedule::run(*command).await,
         ClientCommand::Completions(args) => {
             let mut cli = cli;
             clap_complete::generate(args.shell, &mut cli, "yardmaster", &mut std::io::stdout());

@@ -15,7 +15,7 @@ use super::http::Client;
 #[derive(Debug, Subcommand)]
 pub enum ScheduleCommand {
     /// Create a schedule: a job submitted on every tick of --cron or --every.
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// List schedules with their next fire time.
     List(ListArgs),
     /// Stop firing a schedule until it is resumed.
@@ -124,7 +124,7 @@ pub async fn run(command: ScheduleCommand) -> anyhow::Result<i32> {
     }
 }
 
-async fn create(args: CreateArgs) -> anyhow::Result<i32> {
+async fn create(args: Box<CreateArgs>) -> anyhow::Result<i32> {
     let (client, json) = connect(&args.remote)?;
     let mut job = json!({ "operation": args.operation });
     if let Some(payload) = &args.payload {

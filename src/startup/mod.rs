@@ -26,7 +26,7 @@ use crate::transport::Transport;
 use crate::worker::InFlight;
 
 use self::consumers::{start_consumers, Consumers};
-use self::parts::{build_transport, open_database, open_store, start_upkeep, Upkeep};
+use self::parts::{build_transport, open_database, open_store, start_upkeep, Kept, Upkeep};
 use self::server::{first_admin_token, serve_api, Capabilities};
 
 /// A running instance: the HTTP server (unless worker-only), the queue consumers when
@@ -145,7 +145,15 @@ impl ApplicationBuilder {
         crate::schedules::declared::apply(&schedules, &settings.schedules)
             .await
             .context("the [schedules] of the configuration")?;
-        let upkeep = start_upkeep(&settings, &store, &dispatcher, &db, &uploads, &remote, &schedules, self.api).await?;
+        let upkeep = start_upkeep(
+            &settings,
+            &store,
+            &dispatcher,
+            &db,
+            Kept { uploads: &uploads, remote: &remote, schedules: &schedules },
+            self.api,
+        )
+        .await?;
         // Waiting clients (API) and script hosts are woken across processes by NOTIFY, and
         // workers hear of cancels made elsewhere: listening before the first claim, so no
         // run starts before its cancel could reach it.

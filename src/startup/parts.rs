@@ -66,6 +66,13 @@ pub(super) struct Upkeep {
     pub(super) scheduler: Option<Addr<Periodic<crate::schedules::Scheduler>>>,
 }
 
+/// The capabilities whose passes run in the background.
+pub(super) struct Kept<'a> {
+    pub(super) uploads: &'a Arc<crate::uploads::Uploads>,
+    pub(super) remote: &'a Arc<crate::remote::Remote>,
+    pub(super) schedules: &'a Arc<crate::schedules::Schedules>,
+}
+
 /// Starts the dispatch sweep (after the start-up dispatch), the reaper, the cleaner, the
 /// remote sweeper and the scheduler, each where its settings ask for it.
 pub(super) async fn start_upkeep(
@@ -73,9 +80,7 @@ pub(super) async fn start_upkeep(
     store: &Arc<dyn JobStore>,
     dispatcher: &Dispatcher,
     db: &DatabaseConnection,
-    uploads: &Arc<crate::uploads::Uploads>,
-    remote: &Arc<crate::remote::Remote>,
-    schedules: &Arc<crate::schedules::Schedules>,
+    Kept { uploads, remote, schedules }: Kept<'_>,
     api: bool,
 ) -> anyhow::Result<Upkeep> {
     let sweeper = start_sweeper(settings, dispatcher).await?;
