@@ -35,11 +35,11 @@ const MAX_START_BACK_DAYS: i64 = 366;
     "job": {"operation": "sleep", "payload": {"seconds": 1}}}))]
 pub struct CreateSchedule {
     /// Unique in its room: 1-128 characters, no control characters.
-    #[schema(min_length = 1, max_length = 128, pattern = r"^[^\u0000-\u001f\u007f]+$")]
+    #[schema(min_length = 1, max_length = 128, pattern = r"^[^\u0000-\u001f\u007f-\u009f]+$")]
     pub name: String,
     /// Its room, and its jobs'; default: the caller's first room. `@global`: admins.
     #[serde(default)]
-    #[schema(pattern = r"^(@global|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$")]
+    #[schema(pattern = r"^(@global|@internal|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$")]
     pub room: Option<String>,
     /// A cron expression: 5 fields (minute hour day-of-month month day-of-week), 6 (seconds
     /// first) or an alias (`@hourly`, `@daily`, `@midnight`, `@weekly`, `@monthly`,
@@ -94,7 +94,7 @@ pub struct CreateSchedule {
 #[schema(example = json!({"paused": true}))]
 pub struct PatchSchedule {
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 128, pattern = r"^[^\u0000-\u001f\u007f]+$")]
+    #[schema(min_length = 1, max_length = 128, pattern = r"^[^\u0000-\u001f\u007f-\u009f]+$")]
     pub name: Option<String>,
     #[serde(default)]
     #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
@@ -231,7 +231,7 @@ pub struct TickJobPage {
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Only this room's; default: every room the caller can see.
-    #[param(pattern = r"^(@global|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$")]
+    #[param(pattern = r"^(@global|@internal|[^@:\u0000-\u001f\u007f-\u009f]{1,64})$")]
     pub room: Option<String>,
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<u64>,
@@ -248,6 +248,23 @@ pub struct LogQuery {
     pub before: Option<DateTime<Utc>>,
     #[param(minimum = 1, maximum = 100)]
     pub limit: Option<u64>,
+}
+
+/// A body read as `T`, which must be a JSON object (serde would take an array for a struct).
+fn object<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::new(Code::InvalidRequest, "the body must be a JSON object"));
+    }
+    serde_json::from_value(body).map_err(|err| ApiError::new(Code::InvalidRequest, err.to_string()))
+}
+
+/// A page's `limit`: `default` when not given, refused outside 1-`max`.
+fn limit_of(asked: Option<u64>, default: u64, max: u64) -> Result<u64, ApiError> {
+    match asked {
+        None => Ok(default),
+        Some(limit) if (1..=max).contains(&limit) => Ok(limit),
+        Some(_) => Err(ApiError::new(Code::InvalidQuery, format!("limit must be between 1 and {max}"))),
+    }
 }
 
 fn invalid(err: SpecError) -> ApiError {
@@ -316,9 +333,9 @@ async fn find_writable(schedules: &Schedules, caller: &Caller, id: &str) -> Resu
 pub async fn create(
     schedules: web::Data<Schedules>,
     caller: Caller,
-    body: web::Json<CreateSchedule>,
+    body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = body.into_inner();
+    let body: CreateSchedule = object(body.into_inner())?;
     nul_in(&[
         ("/name", Some(&body.name)),
         ("/room", body.room.as_deref()),
@@ -382,7 +399,7 @@ pub async fn create(
     }
 }
 
-/// The schedules the caller can see, by room and name.
+/// The schedules the caller can see, oldest first.
 #[utoipa::path(
     get, path = "/schedules", tag = "schedules", operation_id = "list_schedules",
     params(ListQuery),
@@ -398,7 +415,7 @@ pub async fn list(
     query: web::Query<ListQuery>,
 ) -> Result<web::Json<SchedulePage>, ApiError> {
     let query = query.into_inner();
-    let limit = query.limit.unwrap_or(50).clamp(1, 200);
+    let limit = limit_of(query.limit, 50, 200)?;
     let rooms = match query.room.as_deref() {
         Some(room) => {
             let room = room_id(room)?;
@@ -410,15 +427,8 @@ pub async fn list(
         }
         None => caller.visible_rooms(),
     };
-    let after = match query.cursor {
-        Some(cursor) => match schedules.book.get(cursor).await.map_err(crate::store::StoreError::from)? {
-            Some(s) => Some((s.room, s.name)),
-            None => return Err(ApiError::new(Code::InvalidQuery, "cursor names no schedule (deleted since?)")),
-        },
-        None => None,
-    };
     let mut page =
-        schedules.book.list(rooms.as_deref(), after, limit + 1).await.map_err(crate::store::StoreError::from)?;
+        schedules.book.list(rooms.as_deref(), query.cursor, limit + 1).await.map_err(crate::store::StoreError::from)?;
     let more = page.len() as u64 > limit;
     page.truncate(limit as usize);
     let next_cursor = more.then(|| page.last().map(|s| s.id)).flatten();
@@ -461,9 +471,9 @@ pub async fn update(
     schedules: web::Data<Schedules>,
     caller: Caller,
     id: web::Path<String>,
-    body: web::Json<PatchSchedule>,
+    body: web::Json<Value>,
 ) -> Result<web::Json<ScheduleView>, ApiError> {
-    let patch = body.into_inner();
+    let patch: PatchSchedule = object(body.into_inner())?;
     nul_in(&[
         ("/name", patch.name.as_deref()),
         ("/cron", patch.cron.as_deref()),
@@ -598,15 +608,10 @@ pub async fn run_now(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let s = find_writable(&schedules, &caller, &id).await?;
-    let room = RoomId::parse(&s.room).map_err(|err| ApiError::new(Code::Internal, err))?;
-    let at = clock::now();
-    let key = format!("schedule:{}:run:{}", s.id, Uuid::now_v7());
-    let new = schedules.tick_job(&s.name, &s.job, &room, key).await?;
-    let submission = schedules.dispatcher.submit(new).await?;
-    schedules.book.ran_now(s.id, at, submission.job.id).await.map_err(crate::store::StoreError::from)?;
-    tracing::info!(schedule = %s.id, job_id = %submission.job.id, user = %caller.identity().user, "schedule run now");
-    let location = format!("/jobs/{}", submission.job.id);
-    Ok(HttpResponse::Created().insert_header((header::LOCATION, location)).json(submission.job))
+    let job = schedules.run_now(&s).await?;
+    tracing::info!(schedule = %s.id, job_id = %job.id, user = %caller.identity().user, "schedule run now");
+    let location = format!("/jobs/{}", job.id);
+    Ok(HttpResponse::Created().insert_header((header::LOCATION, location)).json(job))
 }
 
 /// A schedule's log, newest first: every decided tick.
@@ -626,7 +631,7 @@ pub async fn ticks(
     query: web::Query<LogQuery>,
 ) -> Result<web::Json<TickPage>, ApiError> {
     let s = find(&schedules, &caller, &id).await?;
-    let limit = query.limit.unwrap_or(50).clamp(1, 100);
+    let limit = limit_of(query.limit, 50, 100)?;
     let ticks = schedules.book.ticks(s.id, query.before, false, limit).await.map_err(crate::store::StoreError::from)?;
     let next_before = (ticks.len() as u64 == limit).then(|| ticks.last().map(|tick| tick.tick_at)).flatten();
     Ok(web::Json(TickPage { ticks: ticks.into_iter().map(TickView::from).collect(), next_before }))
@@ -650,7 +655,7 @@ pub async fn jobs(
     query: web::Query<LogQuery>,
 ) -> Result<web::Json<TickJobPage>, ApiError> {
     let s = find(&schedules, &caller, &id).await?;
-    let limit = query.limit.unwrap_or(20).clamp(1, 100);
+    let limit = limit_of(query.limit, 20, 100)?;
     let ticks = schedules.book.ticks(s.id, query.before, true, limit).await.map_err(crate::store::StoreError::from)?;
     let next_before = (ticks.len() as u64 == limit).then(|| ticks.last().map(|tick| tick.tick_at)).flatten();
     let mut jobs = Vec::with_capacity(ticks.len());

@@ -72,29 +72,22 @@ impl ScheduleBook {
         schedule::Entity::find().filter(named).one(&self.db).await
     }
 
-    /// Schedules by room and name, after `after` (a room and name), of `rooms` only when given.
+    /// Schedules oldest first (ids are UUIDv7) after the id `after`, which need not exist
+    /// any more; of `rooms` only when given.
     pub async fn list(
         &self,
         rooms: Option<&[String]>,
-        after: Option<(String, String)>,
+        after: Option<Uuid>,
         limit: u64,
     ) -> Result<Vec<schedule::Model>, DbErr> {
         let mut query = schedule::Entity::find();
         if let Some(rooms) = rooms {
             query = query.filter(schedule::Column::Room.is_in(rooms.iter().cloned()));
         }
-        if let Some((room, name)) = after {
-            let later = Condition::any()
-                .add(schedule::Column::Room.gt(room.clone()))
-                .add(Condition::all().add(schedule::Column::Room.eq(room)).add(schedule::Column::Name.gt(name)));
-            query = query.filter(later);
+        if let Some(after) = after {
+            query = query.filter(schedule::Column::Id.gt(after));
         }
-        query
-            .order_by(schedule::Column::Room, Order::Asc)
-            .order_by(schedule::Column::Name, Order::Asc)
-            .limit(limit)
-            .all(&self.db)
-            .await
+        query.order_by(schedule::Column::Id, Order::Asc).limit(limit).all(&self.db).await
     }
 
     /// Writes `changed` over the row if nobody changed it since it was read (same
@@ -288,6 +281,16 @@ impl ScheduleBook {
             .exec(&txn)
             .await?;
         txn.commit().await
+    }
+
+    /// Removes decided ticks recorded before `before` (never one still firing); how many.
+    pub async fn prune_ticks(&self, before: DateTime<Utc>) -> Result<u64, DbErr> {
+        let old = schedule_tick::Entity::delete_many()
+            .filter(schedule_tick::Column::RecordedAt.lt(before))
+            .filter(schedule_tick::Column::Outcome.ne(FIRING))
+            .exec(&self.db)
+            .await?;
+        Ok(old.rows_affected)
     }
 
     /// A schedule's log, newest first, before `before`; only ticks with a job when `jobs`.

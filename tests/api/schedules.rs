@@ -356,6 +356,24 @@ async fn bad_schedules_are_refused(backend: Backend) {
         (422, Some("invalid_schedule"), Some("/cron")),
         "{problem}"
     );
+    // An array is not an object, though serde would read one as a struct.
+    let (status, problem) =
+        send(&app, reqwest::Method::PATCH, &format!("/schedules/{id}"), Some(json!([null, null]))).await;
+    assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_request")), "{problem}");
+    let (status, problem) =
+        send(&app, reqwest::Method::POST, "/schedules", Some(json!(["a", "@daily", { "operation": "ping" }]))).await;
+    assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_request")), "{problem}");
+    for path in [
+        "/schedules?limit=0".to_owned(),
+        format!("/schedules/{id}/ticks?limit=101"),
+        format!("/schedules/{id}/jobs?limit=0"),
+    ] {
+        let (status, problem) = app.get(&path).await;
+        assert_eq!((status, problem["code"].as_str()), (400, Some("invalid_query")), "{path}: {problem}");
+    }
+    // A cursor is a place in the order, not a schedule that must still exist.
+    let (status, page) = app.get(&format!("/schedules?cursor={}", uuid::Uuid::now_v7())).await;
+    assert_eq!((status, page["schedules"].as_array().map(Vec::len)), (200, Some(0)), "{page}");
     let (status, problem) =
         send(&app, reqwest::Method::PATCH, &format!("/schedules/{id}"), Some(json!({ "paused": "yes" }))).await;
     assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_request")), "{problem}");
