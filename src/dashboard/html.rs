@@ -112,6 +112,7 @@ pub fn page_with(viewer: Option<&Viewer>, title: &str, body: Markup, head: Marku
                             a class="brand" href="/ui" { "yardmaster" }
                             a href="/ui" { "Queues" }
                             a href="/ui/jobs" { "Jobs" }
+                            a href="/ui/schedules" { "Schedules" }
                             @if viewer.caller().is_admin() {
                                 a href="/ui/dead-letters" { "Dead letters" }
                             }

@@ -5,7 +5,7 @@
 //! token's rooms only; a read-only token sees no buttons.
 //!
 //! - [`session`]: the login cookie, CSRF, and the guard around every page.
-//! - [`overview`], [`jobs`], [`job`], [`dead_letters`], [`login`]: the pages.
+//! - [`overview`], [`jobs`], [`job`], [`schedules`], [`dead_letters`], [`login`]: the pages.
 //! - [`html`]: escaping and the layout.
 
 // A refusal is the page that says so: an `HttpResponse` in `Err`, on paths that are rare.
@@ -17,6 +17,7 @@ pub mod job;
 pub mod jobs;
 pub mod login;
 pub mod overview;
+pub mod schedules;
 pub mod session;
 
 use actix_web::http::header;
@@ -48,6 +49,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/jobs/{id}/cancel", web::post().to(job::cancel))
             .route("/jobs/{id}/retry", web::post().to(job::retry))
             .route("/jobs/{id}/stream", web::get().to(crate::jobs::stream::job_events))
+            .route("/schedules", web::get().to(schedules::page))
+            .route("/schedules/{id}", web::post().to(schedules::act))
             .route("/dead-letters", web::get().to(dead_letters::page))
             .route("/dead-letters", web::post().to(dead_letters::settle))
             .route("/assets/{name}", web::get().to(asset))

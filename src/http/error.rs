@@ -112,6 +112,10 @@ impl Code {
     pub fn status(self) -> StatusCode {
         self.describe().1
     }
+
+    pub fn title(self) -> &'static str {
+        self.describe().2
+    }
 }
 
 /// `Retry-After` of a 503 for an unreachable store.

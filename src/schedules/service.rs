@@ -108,6 +108,35 @@ impl Schedules {
         admit_type(&self.remote, new, Some(true)).await.map_err(|err| err.at("/job"))
     }
 
+    /// Submits `s`'s job now, outside its ticks (no overlap rule asked), as its last job.
+    pub async fn run_now(&self, s: &schedule::Model) -> Result<crate::domain::Job, ApiError> {
+        let room = RoomId::parse(&s.room).map_err(|err| ApiError::new(Code::Internal, err))?;
+        let at = crate::store::clock::now();
+        let key = format!("schedule:{}:run:{}", s.id, uuid::Uuid::now_v7());
+        let new = self.tick_job(&s.name, &s.job, &room, key).await?;
+        let submission = self.dispatcher.submit(new).await?;
+        self.book.ran_now(s.id, at, submission.job.id).await.map_err(crate::store::StoreError::from)?;
+        Ok(submission.job)
+    }
+
+    /// Pauses or resumes `s` (a resume fires from the first tick after now); the schedule
+    /// as written, or `None` when it changed meanwhile.
+    pub async fn set_paused(&self, s: &schedule::Model, paused: bool) -> Result<Option<schedule::Model>, ApiError> {
+        let mut changed = s.clone();
+        if s.paused && !paused {
+            let spec = spec_of(s).map_err(|err| ApiError::new(Code::InvalidSchedule, err.detail))?;
+            changed.next_fire_at = spec
+                .next_after(crate::store::clock::now())
+                .ok_or_else(|| ApiError::new(Code::InvalidSchedule, "this schedule never fires again"))?;
+        }
+        changed.paused = paused;
+        let written = self.book.update(changed).await.map_err(crate::store::StoreError::from)?;
+        if written.is_some() {
+            self.bell.notify_one();
+        }
+        Ok(written)
+    }
+
     /// The catch-up rules of `s`.
     pub fn policy(&self, s: &schedule::Model) -> Policy {
         Policy {

@@ -343,7 +343,55 @@ async fn a_waiting_job_says_until_when(backend: Backend) {
     assert!(!row(&ready["id"]).contains("class=\"waits\""), "{}", row(&ready["id"]));
 }
 
+async fn schedules_are_listed_paused_and_run_from_their_page(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let body = json!({ "name": "<b>nightly</b>", "cron": "0 2 * * *", "timezone": "Europe/Madrid", "job": { "operation": "ping" } });
+    let (status, created) = read(app.client.post(app.url("/schedules")).json(&body).send().await.unwrap()).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let page = get(&app, Some(&app.admin_token), "/ui/schedules").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("&lt;b&gt;nightly&lt;/b&gt;") && !page.body.contains("<b>nightly"),
+        "escaped: {}",
+        page.body
+    );
+    assert!(page.body.contains("0 2 * * * (Europe/Madrid)"), "{}", page.body);
+    let csrf = page.csrf();
+    let paused =
+        post(&app, &app.admin_token, &format!("/ui/schedules/{id}"), &[("csrf", &csrf), ("action", "pause")]).await;
+    assert_eq!(
+        (paused.status, paused.location().starts_with("/ui/schedules?done=paused")),
+        (303, true),
+        "{}",
+        paused.body
+    );
+    assert_eq!(app.get(&format!("/schedules/{id}")).await.1["paused"], true);
+    let page = get(&app, Some(&app.admin_token), "/ui/schedules").await;
+    assert!(page.body.contains("Resume"), "{}", page.body);
+    let ran = post(&app, &app.admin_token, &format!("/ui/schedules/{id}"), &[("csrf", &csrf), ("action", "run")]).await;
+    assert!(ran.status == 303 && ran.location().starts_with("/ui/jobs/"), "{}", ran.body);
+    app.wait_for_status(ran.location().trim_start_matches("/ui/jobs/"), "succeeded").await;
+    // Without the session's CSRF token nothing changes; another room's viewer sees nothing.
+    let forged = post(
+        &app,
+        &app.admin_token,
+        &format!("/ui/schedules/{id}"),
+        &[("csrf", "0123456789abcdef0123456789abcdef"), ("action", "resume")],
+    )
+    .await;
+    assert_eq!(forged.status, 403);
+    assert_eq!(app.get(&format!("/schedules/{id}")).await.1["paused"], true);
+    let eve = token(&app, json!({ "user": "eve", "role": "member", "rooms": ["elsewhere"] })).await;
+    let theirs = get(&app, Some(&eve), "/ui/schedules").await;
+    assert!(!theirs.body.contains("nightly"), "{}", theirs.body);
+    let eve_csrf = get(&app, Some(&eve), "/ui").await.csrf();
+    let refused = post(&app, &eve, &format!("/ui/schedules/{id}"), &[("csrf", &eve_csrf), ("action", "resume")]).await;
+    assert_eq!(refused.status, 404, "{}", refused.body);
+}
+
 on_both_backends!(
+    schedules_are_listed_paused_and_run_from_their_page,
     a_waiting_job_says_until_when,
     login_sets_a_strict_http_only_cookie_and_refuses_bad_tokens,
     a_viewer_sees_only_its_rooms,
