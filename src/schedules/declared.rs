@@ -17,7 +17,8 @@ use crate::domain::RoomId;
 use crate::store::clock;
 
 /// Creates or updates every declared schedule; a schedule the file no longer names is left
-/// as it is (delete it over the API).
+/// as it is (delete it over the API). The file's fields win over changes made over the API,
+/// but `paused` only when the file sets it.
 pub async fn apply(schedules: &Schedules, declared: &BTreeMap<String, DeclaredSchedule>) -> anyhow::Result<()> {
     for (name, wanted) in declared {
         apply_one(schedules, name, wanted).await.with_context(|| format!("schedules.{name}"))?;
@@ -70,7 +71,10 @@ async fn apply_one(schedules: &Schedules, name: &str, wanted: &DeclaredSchedule)
         changed.overlap = wanted.overlap.unwrap_or_default().as_str().to_owned();
         changed.catch_up = wanted.catch_up.unwrap_or_default().as_str().to_owned();
         changed.max_catch_up = max_catch_up as i32;
-        changed.paused = wanted.paused.unwrap_or(false);
+        // A pause made over the API (an incident, say) outlives a restart unless the file says.
+        if let Some(paused) = wanted.paused {
+            changed.paused = paused;
+        }
         changed.source = "config".to_owned();
         let times =
             (&changed.cron, changed.every_seconds, &changed.timezone) != (&s.cron, s.every_seconds, &s.timezone);
