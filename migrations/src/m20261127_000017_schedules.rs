@@ -3,7 +3,8 @@
 //! policies) with its next fire time, read by every scheduler from a partial index of the
 //! schedules that are not paused. `schedule_tick` is a schedule's log: one row per tick
 //! time, written in the transaction that advances the schedule, so however many schedulers
-//! run, a tick is decided once; a fired tick names its job. Every statement may run twice
+//! run, a tick is decided once; a fired tick names its job. Ticks older than
+//! `scheduler.keep_ticks_days` are removed by time, through their own index. Every statement may run twice
 //! (two processes migrating one store at once).
 
 use sea_orm_migration::prelude::*;
@@ -21,6 +22,7 @@ impl MigrationTrait for Migration {
             "CREATE UNIQUE INDEX IF NOT EXISTS ux_schedule_name ON schedule (room, name)",
             "CREATE INDEX IF NOT EXISTS ix_schedule_due ON schedule (next_fire_at) WHERE paused = false",
             "CREATE INDEX IF NOT EXISTS ix_schedule_tick_firing ON schedule_tick (recorded_at) WHERE outcome = 'firing'",
+            "CREATE INDEX IF NOT EXISTS ix_schedule_tick_recorded ON schedule_tick (recorded_at)",
         ] {
             db.execute_unprepared(sql).await?;
         }

@@ -1,12 +1,14 @@
 //! `Scheduler`, a [`Pass`] run by `Periodic` in every process that runs upkeep: finishes
 //! ticks a dead scheduler left half done, decides the due ticks of the schedules read from
 //! the index by next fire time, and sleeps until the next one (or `interval_ms`, or its
-//! bell: a schedule made or changed here).
+//! bell: a schedule made or changed here). Once a minute it removes ticks past
+//! `scheduler.keep_ticks_days`.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -15,13 +17,27 @@ use super::service::Schedules;
 use crate::actors::Pass;
 use crate::store::clock;
 
+/// How often a scheduler removes old ticks.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
 pub struct Scheduler {
     schedules: Arc<Schedules>,
+    /// When this scheduler last removed old ticks.
+    pruned: Cell<Option<Instant>>,
 }
 
 impl Scheduler {
     pub fn new(schedules: Arc<Schedules>) -> Self {
-        Scheduler { schedules }
+        Scheduler { schedules, pruned: Cell::new(None) }
+    }
+
+    /// Whether this pass removes old ticks: the first, then one a minute.
+    fn prunes(&self) -> bool {
+        let due = self.pruned.get().is_none_or(|at| at.elapsed() >= PRUNE_EVERY);
+        if due {
+            self.pruned.set(Some(Instant::now()));
+        }
+        due
     }
 }
 
@@ -41,9 +57,13 @@ impl Pass for Scheduler {
     }
 
     fn run(&self) -> Pin<Box<dyn Future<Output = anyhow::Result<Ticked>>>> {
-        let schedules = self.schedules.clone();
+        let (schedules, prunes) = (self.schedules.clone(), self.prunes());
         Box::pin(async move {
             let now = clock::now();
+            if prunes {
+                let kept = chrono::TimeDelta::days(schedules.settings.keep_ticks_days as i64);
+                schedules.book.prune_ticks(now - kept).await?;
+            }
             let mut fired = schedules.finish_stranded(now).await?;
             let due = schedules.book.due(now, schedules.settings.batch).await?;
             let full = due.len() as u64 >= schedules.settings.batch;

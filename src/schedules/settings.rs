@@ -23,11 +23,20 @@ pub struct SchedulerSettings {
     /// A tick decided to fire whose job is still unrecorded after this many ms (its
     /// scheduler died in between) is finished by any scheduler: the same job, by its key.
     pub settle_ms: u64,
+    /// A schedule's log keeps ticks this many days (its jobs go by `[retention]`).
+    pub keep_ticks_days: u64,
 }
 
 impl Default for SchedulerSettings {
     fn default() -> Self {
-        SchedulerSettings { enabled: true, interval_ms: 1000, batch: 100, misfire_grace_ms: 60_000, settle_ms: 5000 }
+        SchedulerSettings {
+            enabled: true,
+            interval_ms: 1000,
+            batch: 100,
+            misfire_grace_ms: 60_000,
+            settle_ms: 5000,
+            keep_ticks_days: 30,
+        }
     }
 }
 
@@ -39,6 +48,7 @@ impl SchedulerSettings {
         );
         anyhow::ensure!((1..=10_000).contains(&self.batch), "scheduler.batch must be between 1 and 10000");
         anyhow::ensure!(self.settle_ms >= 100, "scheduler.settle_ms must be at least 100");
+        anyhow::ensure!((1..=36_500).contains(&self.keep_ticks_days), "scheduler.keep_ticks_days must be 1-36500");
         Ok(())
     }
 }
