@@ -34,6 +34,7 @@ mod otel;
 mod queues;
 mod remote;
 mod retention;
+mod schedule_processes;
 mod schedules;
 mod stale_runs;
 mod systemd;
