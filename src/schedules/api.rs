@@ -365,26 +365,21 @@ pub async fn create(
         return Err(ApiError::new(Code::InvalidSchedule, "this schedule never fires after start_at").at("/cron"));
     };
     let name = body.name.clone();
-    let row = schedule::Model {
-        id: Uuid::now_v7(),
+    let made = schedule::Made {
         room: room.as_str().to_owned(),
         name: body.name,
         cron: body.cron.map(|cron| cron.trim().to_owned()),
         every_seconds: body.every_seconds,
         timezone: spec.zone().name().to_owned(),
         job: body.job,
-        overlap: body.overlap.unwrap_or_default().as_str().to_owned(),
-        catch_up: body.catch_up.unwrap_or_default().as_str().to_owned(),
-        max_catch_up: max_catch_up as i32,
+        overlap: body.overlap.unwrap_or_default(),
+        catch_up: body.catch_up.unwrap_or_default(),
+        max_catch_up,
         paused: body.paused.unwrap_or(false),
-        next_fire_at: first,
-        last_tick_at: None,
-        last_job_id: None,
-        source: "api".to_owned(),
-        version: 1,
-        created_at: now,
-        updated_at: now,
+        first,
+        source: "api",
     };
+    let row = schedule::Model::made(made, now);
     match schedules.book.insert(row).await.map_err(crate::store::StoreError::from)? {
         Ok(row) => {
             schedules.bell.notify_one();

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context as _;
-use uuid::Uuid;
 
 use super::book::NameTaken;
 use super::entity::schedule;
@@ -38,26 +37,21 @@ async fn apply_one(schedules: &Schedules, name: &str, wanted: &DeclaredSchedule)
     for _ in 0..3 {
         let now = clock::now();
         let Some(s) = schedules.book.find(room.as_str(), name).await? else {
-            let row = schedule::Model {
-                id: Uuid::now_v7(),
+            let made = schedule::Made {
                 room: room.as_str().to_owned(),
                 name: name.to_owned(),
                 cron: wanted.cron.clone(),
                 every_seconds: wanted.every_seconds,
                 timezone: spec.zone().name().to_owned(),
                 job: wanted.job.clone(),
-                overlap: wanted.overlap.unwrap_or_default().as_str().to_owned(),
-                catch_up: wanted.catch_up.unwrap_or_default().as_str().to_owned(),
-                max_catch_up: max_catch_up as i32,
+                overlap: wanted.overlap.unwrap_or_default(),
+                catch_up: wanted.catch_up.unwrap_or_default(),
+                max_catch_up,
                 paused: wanted.paused.unwrap_or(false),
-                next_fire_at: spec.next_after(now).context("it never fires")?,
-                last_tick_at: None,
-                last_job_id: None,
-                source: "config".to_owned(),
-                version: 1,
-                created_at: now,
-                updated_at: now,
+                first: spec.next_after(now).context("it never fires")?,
+                source: "config",
             };
+            let row = schedule::Model::made(made, now);
             match schedules.book.insert(row).await? {
                 Ok(_) => return Ok(()),
                 Err(NameTaken) => continue,

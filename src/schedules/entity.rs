@@ -40,6 +40,50 @@ pub mod schedule {
     pub enum Relation {}
 
     impl ActiveModelBehavior for ActiveModel {}
+
+    /// What a new schedule is made of; its id, log and version start fresh.
+    pub struct Made {
+        pub room: String,
+        pub name: String,
+        pub cron: Option<String>,
+        pub every_seconds: Option<f64>,
+        pub timezone: String,
+        pub job: Json,
+        pub overlap: crate::schedules::spec::Overlap,
+        pub catch_up: crate::schedules::spec::CatchUp,
+        pub max_catch_up: u32,
+        pub paused: bool,
+        /// Its first tick.
+        pub first: ChronoDateTimeUtc,
+        /// `api` or `config`.
+        pub source: &'static str,
+    }
+
+    impl Model {
+        /// A schedule made at `now`.
+        pub fn made(made: Made, now: ChronoDateTimeUtc) -> Model {
+            Model {
+                id: Uuid::now_v7(),
+                room: made.room,
+                name: made.name,
+                cron: made.cron,
+                every_seconds: made.every_seconds,
+                timezone: made.timezone,
+                job: made.job,
+                overlap: made.overlap.as_str().to_owned(),
+                catch_up: made.catch_up.as_str().to_owned(),
+                max_catch_up: made.max_catch_up as i32,
+                paused: made.paused,
+                next_fire_at: made.first,
+                last_tick_at: None,
+                last_job_id: None,
+                source: made.source.to_owned(),
+                version: 1,
+                created_at: now,
+                updated_at: now,
+            }
+        }
+    }
 }
 
 /// `schedule_tick`: one row per decided tick (fired, skipped, missed, failed) and per
