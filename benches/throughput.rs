@@ -21,6 +21,8 @@ mod cpu;
 mod inference;
 #[path = "support/lateness.rs"]
 mod lateness;
+#[path = "support/scheduler.rs"]
+mod scheduler;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -258,9 +260,16 @@ async fn run(sizes: Sizes) {
         true => lateness::figures().await,
         false => Vec::new(),
     };
+    let scheduled = match wanted("scheduler") {
+        true => scheduler::figures(jobs).await,
+        false => Vec::new(),
+    };
     report(&figures, &latencies, &history, &memory, sizes.latency_jobs);
     for figure in &late {
         figure.print();
+    }
+    for line in &scheduled {
+        line.print();
     }
 }
 

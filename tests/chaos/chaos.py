@@ -13,6 +13,9 @@ minutes ahead. Then it waits for every job to end and checks, from the database:
   unexplained double runs 0 a job ran more than once only after a requeue said why
   double terminal events 0  a job ended once
   wrong outcomes 0          every job succeeded with the operation's result
+  ticks not fired once 0    an every-second schedule, declared in every process (each runs
+                            the scheduler, none leads): every tick from its first to its
+                            last has exactly one job, none missed, none doubled, all ended
 
 Usage: chaos.py --bin-dir TARGET/debug [--profile short|long] [--seed N]
 Exits 1 when any count above is not 0. Needs root (PostgreSQL runs as `postgres`,
@@ -245,6 +248,13 @@ class Fleet:
             "YARDMASTER__DISPATCH__GRACE_MS": "1000",
             "YARDMASTER__QUEUES__DEFAULT__CONCURRENCY": "8",
             "YARDMASTER__AUTH__BOOTSTRAP_TOKEN": self.token,
+            # Every process declares it and runs the scheduler: ticks go on through every fault.
+            "YARDMASTER__SCHEDULES__CHAOS__EVERY_SECONDS": "1.0",
+            "YARDMASTER__SCHEDULES__CHAOS__OVERLAP": "allow",
+            "YARDMASTER__SCHEDULES__CHAOS__CATCH_UP": "all",
+            "YARDMASTER__SCHEDULES__CHAOS__MAX_CATCH_UP": "1000",
+            "YARDMASTER__SCHEDULES__CHAOS__JOB__OPERATION": "ping",
+            "YARDMASTER__SCHEDULER__SETTLE_MS": "1000",
             "RUST_LOG": "warn",
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         }
@@ -419,6 +429,29 @@ def check(pg, accepted, keys):
     }
 
 
+def check_ticks(pg):
+    """The ticks of the schedule every process declared: paused by hand (a client's change),
+    then, once no tick is left half done, one job per tick from the first to the last."""
+    pg.psql("UPDATE schedule SET paused = true, version = version + 1 WHERE name = 'chaos'")
+    deadline = time.time() + 60
+    unsettled = ("SELECT (SELECT COUNT(*) FROM schedule_tick WHERE outcome = 'firing') + (SELECT COUNT(*) FROM job "
+                 "WHERE idempotency_key LIKE 'schedule:%' AND status NOT IN ('succeeded', 'failed', 'cancelled'))")
+    while int(pg.psql(unsettled)) > 0 and time.time() < deadline:
+        time.sleep(0.5)
+    fired, span, other, jobs, ended = pg.psql(
+        "SELECT (SELECT COUNT(*) FROM schedule_tick WHERE outcome = 'fired'), "
+        "(SELECT COALESCE(EXTRACT(EPOCH FROM MAX(tick_at) - MIN(tick_at))::bigint + 1, 0) FROM schedule_tick), "
+        "(SELECT COUNT(*) FROM schedule_tick WHERE outcome <> 'fired'), "
+        "(SELECT COUNT(DISTINCT j.id) FROM job j WHERE j.idempotency_key LIKE 'schedule:%'), "
+        "(SELECT COUNT(*) FROM job j WHERE j.idempotency_key LIKE 'schedule:%' AND j.status = 'succeeded')"
+    ).split("|")
+    fired, span, other, jobs, ended = int(fired), int(span), int(other), int(jobs), int(ended)
+    log(f"schedule: {fired} ticks fired over {span} s, {other} otherwise, {jobs} jobs, {ended} succeeded")
+    # Each tick second fired once, each with its own job, each job ran.
+    bad = abs(span - fired) + other + abs(jobs - fired)
+    return fired, bad + max(0, jobs - ended)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin-dir", required=True)
@@ -477,6 +510,7 @@ def main():
             gone = next(iter(accepted.values()))
             pg.psql(f"DELETE FROM job_event WHERE job_id = '{gone}'; DELETE FROM job WHERE id = '{gone}'")
         counts = check(pg, accepted, keys)
+        ticks, counts["ticks not fired once"] = check_ticks(pg)
         fleet.stop()
         fleet_term_exits = fleet.term_exits
         fleet = None
@@ -488,10 +522,11 @@ def main():
         for name, value in counts.items():
             print(f"{name}: {value}")
         print(f"drain time: {drain:.1f} s")
+        print(f"schedule ticks fired: {ticks}")
         unclean = [code for code in fleet_term_exits if code != 143]
         print(f"SIGTERM exits: {len(fleet_term_exits)}, not 143: {len(unclean)} {unclean if unclean else ''}")
         failed = [name for name in ("lost", "stuck", "unexplained double runs", "double terminal events",
-                                    "wrong outcomes") if counts[name] != 0]
+                                    "wrong outcomes", "ticks not fired once") if counts[name] != 0]
         if unclean:
             failed.append("SIGTERM exits not 143")
         if len(accepted) < len(keys):
