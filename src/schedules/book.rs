@@ -8,13 +8,13 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, DbErr, EntityTrait,
-    IntoActiveModel, Order, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    IntoActiveModel, Order, QueryFilter, QueryOrder, QuerySelect,
 };
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::entity::{schedule, schedule_tick};
-use crate::store::clock;
+use crate::store::{clock, WriteGate, WriteTxn};
 
 /// What a decided tick was.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,18 +45,27 @@ pub struct NameTaken;
 
 pub struct ScheduleBook {
     db: DatabaseConnection,
+    /// The store's write gate: on SQLite, a schedule's write waits its turn with the
+    /// store's writers (in arrival order) instead of in SQLite's busy handler.
+    gate: WriteGate,
 }
 
 impl ScheduleBook {
-    pub fn new(db: DatabaseConnection) -> Self {
-        ScheduleBook { db }
+    pub fn new(db: DatabaseConnection, gate: WriteGate) -> Self {
+        ScheduleBook { db, gate }
+    }
+
+    async fn write(&self) -> Result<WriteTxn, DbErr> {
+        self.gate.begin(&self.db).await
     }
 
     pub async fn insert(&self, row: schedule::Model) -> Result<Result<schedule::Model, NameTaken>, DbErr> {
+        let txn = self.write().await?;
         let inserted = schedule::Entity::insert(row.clone().into_active_model())
             .on_conflict(OnConflict::columns([schedule::Column::Room, schedule::Column::Name]).do_nothing().to_owned())
-            .exec_without_returning(&self.db)
+            .exec_without_returning(&txn)
             .await?;
+        txn.commit().await?;
         Ok(match inserted {
             1 => Ok(row),
             _ => Err(NameTaken),
@@ -99,18 +108,20 @@ impl ScheduleBook {
         changed.updated_at = clock::now();
         let mut active = changed.clone().into_active_model().reset_all();
         active.id = sea_orm::ActiveValue::Unchanged(changed.id);
+        let txn = self.write().await?;
         let written = schedule::Entity::update_many()
             .set(active)
             .filter(schedule::Column::Id.eq(changed.id))
             .filter(schedule::Column::Version.eq(read))
-            .exec(&self.db)
+            .exec(&txn)
             .await?;
+        txn.commit().await?;
         Ok((written.rows_affected == 1).then_some(changed))
     }
 
     /// Deletes a schedule and its log; false when it was not there.
     pub async fn delete(&self, id: Uuid) -> Result<bool, DbErr> {
-        let txn = self.db.begin().await?;
+        let txn = self.write().await?;
         let gone = schedule::Entity::delete_by_id(id).exec(&txn).await?.rows_affected == 1;
         schedule_tick::Entity::delete_many().filter(schedule_tick::Column::ScheduleId.eq(id)).exec(&txn).await?;
         txn.commit().await?;
@@ -153,7 +164,7 @@ impl ScheduleBook {
     ) -> Result<Option<schedule::Model>, DbErr> {
         let now = clock::now();
         let tick_at = s.next_fire_at;
-        let txn = self.db.begin().await?;
+        let txn = self.write().await?;
         let mut update = schedule::Entity::update_many()
             .col_expr(schedule::Column::NextFireAt, Expr::value(next))
             .filter(schedule::Column::Id.eq(s.id))
@@ -224,7 +235,7 @@ impl ScheduleBook {
         tick_at: DateTime<Utc>,
         job: Result<Uuid, String>,
     ) -> Result<bool, DbErr> {
-        let txn = self.db.begin().await?;
+        let txn = self.write().await?;
         let (outcome, job_id, detail) = match &job {
             Ok(job) => ("fired", Some(*job), None),
             Err(why) => ("failed", None, Some(why.clone())),
@@ -255,7 +266,7 @@ impl ScheduleBook {
 
     /// Records a job submitted by hand (run-now) as the schedule's last.
     pub async fn ran_now(&self, schedule_id: Uuid, at: DateTime<Utc>, job: Uuid) -> Result<(), DbErr> {
-        let txn = self.db.begin().await?;
+        let txn = self.write().await?;
         let tick = schedule_tick::ActiveModel {
             schedule_id: Set(schedule_id),
             tick_at: Set(at),
@@ -285,11 +296,13 @@ impl ScheduleBook {
 
     /// Removes decided ticks recorded before `before` (never one still firing); how many.
     pub async fn prune_ticks(&self, before: DateTime<Utc>) -> Result<u64, DbErr> {
+        let txn = self.write().await?;
         let old = schedule_tick::Entity::delete_many()
             .filter(schedule_tick::Column::RecordedAt.lt(before))
             .filter(schedule_tick::Column::Outcome.ne(FIRING))
-            .exec(&self.db)
+            .exec(&txn)
             .await?;
+        txn.commit().await?;
         Ok(old.rows_affected)
     }
 

@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::stream::{self, StreamExt as _};
 use tokio::sync::Notify;
 
 use super::fire::Fired;
@@ -67,9 +68,14 @@ impl Pass for Scheduler {
             let mut fired = schedules.finish_stranded(now).await?;
             let due = schedules.book.due(now, schedules.settings.batch).await?;
             let full = due.len() as u64 >= schedules.settings.batch;
-            for s in due {
-                let id = s.id;
-                match schedules.advance(s, now).await {
+            let mut advanced = stream::iter(due)
+                .map(|s| {
+                    let schedules = schedules.clone();
+                    async move { (s.id, schedules.advance(s, now).await) }
+                })
+                .buffer_unordered(schedules.settings.concurrency.max(1));
+            while let Some((id, result)) = advanced.next().await {
+                match result {
                     Ok(done) => fired.add(done),
                     Err(err) => {
                         tracing::warn!(schedule = %id, error = %err, "a schedule's tick is left for the next pass")

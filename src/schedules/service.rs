@@ -48,6 +48,8 @@ pub struct Schedules {
 /// What `Schedules` is built from.
 pub struct Parts {
     pub db: sea_orm::DatabaseConnection,
+    /// The store's write gate: the schedules' writes take turns with the store's.
+    pub gate: crate::store::WriteGate,
     pub dispatcher: Dispatcher,
     pub store: Arc<dyn JobStore>,
     pub registry: Arc<OperationRegistry>,
@@ -60,7 +62,7 @@ pub struct Parts {
 impl Schedules {
     pub fn new(parts: Parts) -> Self {
         Schedules {
-            book: ScheduleBook::new(parts.db),
+            book: ScheduleBook::new(parts.db, parts.gate),
             dispatcher: parts.dispatcher,
             store: parts.store,
             registry: parts.registry,

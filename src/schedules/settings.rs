@@ -18,6 +18,8 @@ pub struct SchedulerSettings {
     pub interval_ms: u64,
     /// Most schedules decided in one pass (another follows at once when it was full).
     pub batch: u64,
+    /// Schedules a pass works on at once (each schedule's ticks stay in order).
+    pub concurrency: usize,
     /// How late a tick may be and still fire under `catch_up = "none"`, in ms.
     pub misfire_grace_ms: u64,
     /// A tick decided to fire whose job is still unrecorded after this many ms (its
@@ -33,6 +35,7 @@ impl Default for SchedulerSettings {
             enabled: true,
             interval_ms: 1000,
             batch: 100,
+            concurrency: 8,
             misfire_grace_ms: 60_000,
             settle_ms: 5000,
             keep_ticks_days: 30,
@@ -47,6 +50,7 @@ impl SchedulerSettings {
             "scheduler.interval_ms must be between 10 and 60000"
         );
         anyhow::ensure!((1..=10_000).contains(&self.batch), "scheduler.batch must be between 1 and 10000");
+        anyhow::ensure!((1..=256).contains(&self.concurrency), "scheduler.concurrency must be between 1 and 256");
         anyhow::ensure!(self.settle_ms >= 100, "scheduler.settle_ms must be at least 100");
         anyhow::ensure!((1..=36_500).contains(&self.keep_ticks_days), "scheduler.keep_ticks_days must be 1-36500");
         Ok(())

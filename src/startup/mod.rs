@@ -114,7 +114,7 @@ impl ApplicationBuilder {
         crate::telemetry::metrics::handle();
         let (db, offset_ms, clock) = open_database(&settings).await?;
         let live = Live::new();
-        let store = open_store(&settings, &db, &live, self.hook).await?;
+        let (store, gate) = open_store(&settings, &db, &live, self.hook).await?;
         let transport = match self.transport {
             Some(transport) => transport,
             None => build_transport(&settings)?,
@@ -134,6 +134,7 @@ impl ApplicationBuilder {
         ));
         let schedules = Arc::new(crate::schedules::Schedules::new(crate::schedules::Parts {
             db: db.clone(),
+            gate,
             dispatcher: dispatcher.clone(),
             store: store.clone(),
             registry: registry.clone(),

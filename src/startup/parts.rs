@@ -13,7 +13,7 @@ use crate::actors::{ClockSync, DispatchSweeper, Periodic, Reaper, CLOCK_SYNC_INT
 use crate::config::{Settings, StoreSettings, TransportKind};
 use crate::dispatch::Dispatcher;
 use crate::live::Notifier;
-use crate::store::{self, JobStore, SeaStore};
+use crate::store::{self, JobStore, SeaStore, WriteGate};
 use crate::transport::{AmqpTransport, InProcessTransport, Transport};
 
 use super::Live;
@@ -34,13 +34,13 @@ pub(super) async fn open_database(settings: &Settings) -> anyhow::Result<(Databa
 }
 
 /// The store, with group commit as configured; every commit is counted, then wakes
-/// whatever waits for the jobs it changed.
+/// whatever waits for the jobs it changed. With it, the gate its writers take turns at.
 pub(super) async fn open_store(
     settings: &Settings,
     db: &DatabaseConnection,
     live: &Live,
     hook: Option<Arc<dyn crate::store::Hook>>,
-) -> anyhow::Result<Arc<dyn JobStore>> {
+) -> anyhow::Result<(Arc<dyn JobStore>, WriteGate)> {
     let notifier = Notifier::new(live.waiters.clone(), live.claimers.clone()).with_stop_runs(live.stop_runs.clone());
     let mut sea = match settings.store.group_commit() {
         1 => SeaStore::new(db.clone()),
@@ -54,7 +54,8 @@ pub(super) async fn open_store(
     if let Some(hook) = hook {
         sea = sea.with_hook(hook);
     }
-    Ok(Arc::new(sea))
+    let gate = sea.write_gate();
+    Ok((Arc::new(sea), gate))
 }
 
 /// The background passes this process runs.

@@ -25,6 +25,7 @@ use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, JobStatus, NewEvent
 pub use connect::{connect, migrate, Backend};
 pub use observe::{Call, Change, Hook, Observer};
 pub use overview::QueueFigures;
+pub use sea::write_gate::{WriteGate, WriteTxn};
 pub use sea::{startable, SeaStore};
 pub use types::{
     after_failure, BatchRecorded, BatchRows, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, Page, Pruned,

@@ -18,7 +18,7 @@ mod rows;
 pub use rows::startable;
 mod run_sql;
 mod runs;
-mod write_gate;
+pub(super) mod write_gate;
 
 use crate::store::clock;
 use std::sync::Arc;
@@ -85,6 +85,13 @@ impl SeaStore {
     pub fn with_hook(mut self, hook: Arc<dyn Hook>) -> Self {
         self.hook = Some(hook);
         self
+    }
+
+    /// The gate this store's writers take turns at: a capability with tables of its own on
+    /// the same database writes in turn with the store through it (on SQLite; on PostgreSQL
+    /// it is open).
+    pub fn write_gate(&self) -> WriteGate {
+        self.gate.clone()
     }
 
     /// Takes write transactions in turn with `gate` (the group-commit writer's store).
