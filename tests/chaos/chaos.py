@@ -429,7 +429,7 @@ def check(pg, accepted, keys):
     }
 
 
-def check_ticks(pg):
+def check_ticks(pg, lose_one=False):
     """The ticks of the schedule every process declared: paused by hand (a client's change),
     then, once no tick is left half done, one job per tick from the first to the last."""
     pg.psql("UPDATE schedule SET paused = true, version = version + 1 WHERE name = 'chaos'")
@@ -438,6 +438,8 @@ def check_ticks(pg):
                  "WHERE idempotency_key LIKE 'schedule:%' AND status NOT IN ('succeeded', 'failed', 'cancelled'))")
     while int(pg.psql(unsettled)) > 0 and time.time() < deadline:
         time.sleep(0.5)
+    if lose_one:
+        pg.psql("DELETE FROM job WHERE id = (SELECT id FROM job WHERE idempotency_key LIKE 'schedule:%' LIMIT 1)")
     fired, span, other, jobs, ended = pg.psql(
         "SELECT (SELECT COUNT(*) FROM schedule_tick WHERE outcome = 'fired'), "
         "(SELECT COALESCE(EXTRACT(EPOCH FROM MAX(tick_at) - MIN(tick_at))::bigint + 1, 0) FROM schedule_tick), "
@@ -459,7 +461,7 @@ def main():
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--keep", action="store_true", help="keep the private servers' files")
     parser.add_argument("--self-test-lose-one", action="store_true",
-                        help="delete one answered job before the check, to see it counted lost")
+                        help="delete one answered job and one tick's job before the checks, to see them counted")
     args = parser.parse_args()
     # A SIGTERM (a timeout, an impatient operator) still stops the private servers.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -510,7 +512,7 @@ def main():
             gone = next(iter(accepted.values()))
             pg.psql(f"DELETE FROM job_event WHERE job_id = '{gone}'; DELETE FROM job WHERE id = '{gone}'")
         counts = check(pg, accepted, keys)
-        ticks, counts["ticks not fired once"] = check_ticks(pg)
+        ticks, counts["ticks not fired once"] = check_ticks(pg, args.self_test_lose_one)
         fleet.stop()
         fleet_term_exits = fleet.term_exits
         fleet = None
