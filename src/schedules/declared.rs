@@ -32,8 +32,8 @@ async fn apply_one(schedules: &Schedules, name: &str, wanted: &DeclaredSchedule)
     schedules.check_job(&wanted.job, &room).map_err(|err| {
         anyhow::anyhow!("job{}: {}", err.pointer.as_deref().unwrap_or("").trim_start_matches("/job"), err.detail)
     })?;
-    let max_catch_up = wanted.max_catch_up.unwrap_or(10);
-    anyhow::ensure!((1..=super::api::MAX_CATCH_UP).contains(&max_catch_up), "max_catch_up must be 1-1000");
+    let max_catch_up = wanted.max_catch_up.unwrap_or(super::bodies::DEFAULT_MAX_CATCH_UP);
+    anyhow::ensure!((1..=super::bodies::MAX_CATCH_UP).contains(&max_catch_up), "max_catch_up must be 1-1000");
     for _ in 0..3 {
         let now = clock::now();
         let Some(s) = schedules.book.find(room.as_str(), name).await? else {

@@ -1,10 +1,11 @@
-//! Schedules: recurring submissions (`/schedules`), fired by a scheduler in every process
+//! Schedules: recurring submissions (`/schedules`: `api`, its bodies in `bodies`), fired by a scheduler in every process
 //! with no leader: each tick is decided once in the store and its job keyed by (schedule,
 //! tick time). Cron expressions in a time zone or periods (`spec`), the table and its
 //! compare-and-sets (`book`), the decisions and firing (`fire`), the pass (`scheduler`),
 //! the schedules of `config.toml` (`declared`).
 
 mod api;
+mod bodies;
 mod book;
 pub mod declared;
 pub mod entity;
