@@ -75,11 +75,27 @@ pub struct Dispatcher {
     /// Rung when this process commits a job that waits for a time: the dispatch sweep
     /// learns at once when to wake, not at its next tick.
     waiting: Arc<Notify>,
+    /// A QUEUED job of a level above 0 rises one level per this much waiting; `None`: never.
+    aging: Option<Duration>,
 }
 
 impl Dispatcher {
     pub fn new(store: Arc<dyn JobStore>, transport: Arc<dyn Transport>) -> Self {
-        Dispatcher { store, transport, grouping: Arc::default(), waiting: Arc::default() }
+        Dispatcher { store, transport, grouping: Arc::default(), waiting: Arc::default(), aging: None }
+    }
+
+    /// Raises a waiting job one level (toward 0) per `step` it waits, so a stream of
+    /// urgent work cannot starve it; `None` or zero: levels never change.
+    pub fn with_aging(mut self, step: Option<Duration>) -> Self {
+        self.aging = step.filter(|step| !step.is_zero());
+        self
+    }
+
+    /// When a job of `priority` submitted now first rises: a step after it may start.
+    fn first_rise(&self, job: &NewJob) -> Option<chrono::DateTime<chrono::Utc>> {
+        let step = self.aging.filter(|_| job.priority > 0)?;
+        let start = job.run_after.map_or_else(crate::store::clock::now, |at| at.max(crate::store::clock::now()));
+        Some(start + chrono::Duration::from_std(step).ok()?)
     }
 
     /// Sends up to `ids_per_message` jobs of a queue that are published together (a batch
@@ -106,6 +122,7 @@ impl Dispatcher {
 
     async fn commit_and_announce(&self, mut job: NewJob) -> Result<Submission, StoreError> {
         job.announced = !self.transport.is_durable() || job.queue.is_pulled();
+        job.ages_at = self.first_rise(&job);
         let submission = self.store.submit(job).await?;
         failpoint::hit("submit.after_commit");
         // A job that waits for its time is sent by the sweep when it is due.
@@ -113,9 +130,7 @@ impl Dispatcher {
             self.waiting.notify_one();
         }
         if submission.created && submission.job.run_after.is_none() {
-            let job = &submission.job;
-            let dispatch = Dispatch { id: job.id, queue: job.queue.clone(), attempts: job.attempts };
-            self.announce(std::slice::from_ref(&dispatch)).await;
+            self.announce(&[Dispatch::of(&submission.job)]).await;
         }
         Ok(submission)
     }
@@ -130,13 +145,16 @@ impl Dispatcher {
 
     async fn commit_and_announce_many(&self, mut jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
         let announced = !self.transport.is_durable();
-        jobs.iter_mut().for_each(|job| job.announced = announced || job.queue.is_pulled());
+        for job in &mut jobs {
+            job.announced = announced || job.queue.is_pulled();
+            job.ages_at = self.first_rise(job);
+        }
         let submissions = self.store.submit_many(jobs).await?;
         failpoint::hit("submit.after_commit");
         let created: Vec<Dispatch> = submissions
             .iter()
             .filter(|submission| submission.created && submission.job.run_after.is_none())
-            .map(|Submission { job, .. }| Dispatch { id: job.id, queue: job.queue.clone(), attempts: job.attempts })
+            .map(|Submission { job, .. }| Dispatch::of(job))
             .collect();
         if submissions.iter().any(|submission| submission.created && submission.job.run_after.is_some()) {
             self.waiting.notify_one();
@@ -167,7 +185,8 @@ impl Dispatcher {
         }
         for message in self.messages(jobs) {
             let ids: Vec<Uuid> = message.iter().map(|job| job.id).collect();
-            if let Err(err) = self.transport.publish(&message[0].queue, encode_job_ids(&ids)).await {
+            let (queue, priority) = (&message[0].queue, message[0].priority);
+            if let Err(err) = self.transport.publish_at(queue, encode_job_ids(&ids), priority).await {
                 warn!(job_id = %ids[0], jobs = ids.len(), error = %err, "publish failed; the sweep will resend");
                 for job in message {
                     if let Err(err) = self.store.forget_publication(job).await {
@@ -191,7 +210,7 @@ impl Dispatcher {
         let messages = self.messages(&jobs);
         let sends = messages.iter().map(|message| {
             let ids: Vec<Uuid> = message.iter().map(|job| job.id).collect();
-            self.transport.publish(&message[0].queue, encode_job_ids(&ids))
+            self.transport.publish_at(&message[0].queue, encode_job_ids(&ids), message[0].priority)
         });
         let results = join_all(sends).await;
         let mut confirmed = remote;
@@ -212,25 +231,31 @@ impl Dispatcher {
         confirmed.len() as u64
     }
 
-    /// The messages `jobs` go out as: by queue, in order, up to the queue's ids per message.
+    /// The messages `jobs` go out as: by queue and level, in order, up to the queue's ids
+    /// per message.
     fn messages<'a>(&self, jobs: &'a [Dispatch]) -> Vec<Vec<&'a Dispatch>> {
-        let mut by_queue: Vec<(&str, Vec<&Dispatch>)> = Vec::new();
+        let mut by_queue: Vec<((&str, u8), Vec<&Dispatch>)> = Vec::new();
         for job in jobs {
-            match by_queue.iter_mut().find(|(queue, _)| *queue == job.queue) {
+            let line = (job.queue.as_str(), job.priority);
+            match by_queue.iter_mut().find(|(of, _)| *of == line) {
                 Some((_, queued)) => queued.push(job),
-                None => by_queue.push((&job.queue, vec![job])),
+                None => by_queue.push((line, vec![job])),
             }
         }
         let mut messages = Vec::new();
-        for (queue, queued) in by_queue {
+        for ((queue, _), queued) in by_queue {
             messages.extend(queued.chunks(self.ids_per_message(queue)).map(<[&Dispatch]>::to_vec));
         }
         messages
     }
 
-    /// One sweep: sends up to `batch` jobs that are due and unpublished. Returns how many
+    /// One sweep: raises the jobs whose wait earned them a level (announcing each again at
+    /// it), then sends up to `batch` jobs that are due and unpublished. Returns how many
     /// were confirmed.
     pub async fn sweep_once(&self, grace: Duration, batch: u64) -> Result<u64, StoreError> {
+        if let Some(step) = self.aging {
+            self.raise_once(step, batch).await?;
+        }
         let due = self.store.due_for_dispatch(grace, batch).await?;
         if due.is_empty() {
             return Ok(0);
@@ -239,6 +264,25 @@ impl Dispatcher {
         info!(due = due.len(), sent, "dispatch sweep sent queued jobs");
         crate::telemetry::metrics::maintenance(crate::telemetry::metrics::Maintenance::DispatchSweep, "resent", sent);
         Ok(sent)
+    }
+
+    /// Raises up to `batch` waiting jobs a level and sends each again at it. The message at
+    /// the old level stays where it is: whichever comes first claims the job, and the other
+    /// finds it taken. A send that fails leaves the old message, so nothing waits unsent.
+    async fn raise_once(&self, step: Duration, batch: u64) -> Result<(), StoreError> {
+        let raised = self.store.raise_waiting(step, batch).await?;
+        let sent: Vec<Dispatch> = raised.into_iter().filter(|job| !QueueName::pulled(&job.queue)).collect();
+        if sent.is_empty() {
+            return Ok(());
+        }
+        let messages = self.messages(&sent);
+        let sends = messages.iter().map(|message| {
+            let ids: Vec<Uuid> = message.iter().map(|job| job.id).collect();
+            self.transport.publish_at(&message[0].queue, encode_job_ids(&ids), message[0].priority)
+        });
+        let failed = join_all(sends).await.into_iter().filter(Result::is_err).count();
+        info!(raised = sent.len(), failed, "waiting jobs raised a priority level");
+        Ok(())
     }
 
     /// The bell rung when this process commits a job that waits for a time.
@@ -287,7 +331,7 @@ impl Dispatcher {
 
     /// Publishes one QUEUED job now (a manual retry); the sweep covers a failure.
     pub async fn publish(&self, job: &crate::domain::Job) {
-        self.publish_all(&[Dispatch { id: job.id, queue: job.queue.clone(), attempts: job.attempts }]).await;
+        self.publish_all(&[Dispatch::of(job)]).await;
     }
 }
 

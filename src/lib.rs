@@ -34,6 +34,7 @@ pub mod dead_letters;
 pub mod dispatch;
 pub mod domain;
 pub mod failpoint;
+pub mod flow;
 pub mod http;
 pub mod inference;
 pub mod jobs;

@@ -22,6 +22,8 @@ mod m20261127_000014_retry_policy_filled;
 mod m20261127_000015_waiting_index;
 mod m20261127_000016_deadlines;
 mod m20261127_000017_schedules;
+mod m20261127_000018_priorities;
+mod m20261127_000019_queue_pauses;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -49,6 +51,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000015_waiting_index::Migration),
             Box::new(m20261127_000016_deadlines::Migration),
             Box::new(m20261127_000017_schedules::Migration),
+            Box::new(m20261127_000018_priorities::Migration),
+            Box::new(m20261127_000019_queue_pauses::Migration),
         ]
     }
 }

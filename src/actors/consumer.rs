@@ -5,23 +5,31 @@
 //!
 //! Two handlers exist: [`super::JobMessages`] (`QueueConsumer`: job ids, full lifecycle) and
 //! [`super::OperationMessages`] (`OperationConsumer`: ephemeral operation payloads).
+//!
+//! A consumer follows the paused queues ([`PausedQueues`]): while its queue is paused it
+//! holds no subscription, so the transport keeps every message (what was prefetched goes
+//! back), and the jobs it runs finish; it subscribes again when the queue resumes.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use async_trait::async_trait;
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
 
 use super::settings::QueueSettings;
 use crate::store::Maintenance;
-use crate::transport::{Acker, Delivery, Transport, TransportError};
+use crate::transport::{Acker, Delivery, Subscription, Transport, TransportError};
 
 /// Pause before a message is given back after an error; also the first pause before a
 /// failed subscription is tried again, doubling per failure up to `MAX_RESUBSCRIBE_PAUSE`.
 pub(crate) const RETRY_PAUSE: Duration = Duration::from_secs(1);
 const MAX_RESUBSCRIBE_PAUSE: Duration = Duration::from_secs(30);
+
+/// The names of the queues paused, as this process last read them (`flow::QueuePauses`).
+pub type PausedQueues = watch::Receiver<BTreeSet<String>>;
 
 /// What a consumer does with one delivery. It must settle the delivery (ack, requeue or
 /// dead-letter) itself.
@@ -84,12 +92,21 @@ pub struct Consumer<H: DeliveryHandler> {
     consuming: Option<SpawnHandle>,
     /// Intake stopped for good (shutdown): do not subscribe again.
     stopping: bool,
+    /// The paused queues: none unless [`Consumer::pausable`].
+    paused: PausedQueues,
 }
 
 impl<H: DeliveryHandler> Consumer<H> {
     pub fn new(queue: String, settings: QueueSettings, transport: Arc<dyn Transport>, handler: Arc<H>) -> Self {
         let slots = Arc::new(Semaphore::new(settings.concurrency.max(1)));
-        Consumer { queue, settings, transport, handler, slots, failures: 0, consuming: None, stopping: false }
+        let paused = watch::channel(BTreeSet::new()).1;
+        Consumer { queue, settings, transport, handler, slots, failures: 0, consuming: None, stopping: false, paused }
+    }
+
+    /// Takes nothing while `paused` names this consumer's queue.
+    pub fn pausable(mut self, paused: PausedQueues) -> Self {
+        self.paused = paused;
+        self
     }
 
     fn resubscribe_pause(&self) -> Duration {
@@ -114,8 +131,13 @@ impl<H: DeliveryHandler> Actor for Consumer<H> {
         }
         let (queue, settings) = (&self.queue, &self.settings);
         info!(queue = %queue, kind = self.handler.kind(), concurrency = settings.concurrency, prefetch = settings.prefetch, "consumer started");
-        let consume =
-            consume(queue.clone(), settings.window(), self.slots.clone(), self.transport.clone(), self.handler.clone());
+        let parts = Parts {
+            window: settings.window(),
+            slots: self.slots.clone(),
+            transport: self.transport.clone(),
+            handler: self.handler.clone(),
+        };
+        let consume = consume(queue.clone(), parts, self.paused.clone());
         let pause = self.resubscribe_pause();
         let consume = async move {
             tokio::time::sleep(pause).await;
@@ -162,24 +184,57 @@ impl<H: DeliveryHandler> Supervised for Consumer<H> {
     }
 }
 
-/// Takes a delivery only when a slot is free, and hands it to the handler, which settles it
-/// before giving the slot back. With the broker's window at `window` (never below
-/// `concurrency`), a delivery held in this process beyond its free slots exists only when
-/// `prefetch` was set above `concurrency` on purpose.
-async fn consume<H: DeliveryHandler>(
-    queue: String,
+/// What a consumer's subscriptions take deliveries with.
+struct Parts<H> {
     window: u16,
     slots: Arc<Semaphore>,
     transport: Arc<dyn Transport>,
     handler: Arc<H>,
+}
+
+/// Subscribes while the queue is not paused, and gives the subscription back (the transport
+/// keeps its messages) when it is: the deliveries being handled finish either way.
+async fn consume<H: DeliveryHandler>(
+    queue: String,
+    parts: Parts<H>,
+    mut paused: PausedQueues,
 ) -> Result<(), TransportError> {
-    let mut subscription = transport.subscribe(&queue, window).await?;
     loop {
-        let permit = slots.clone().acquire_owned().await.map_err(|_| TransportError::Closed)?;
+        if paused.borrow().contains(&queue) {
+            info!(queue = %queue, "queue paused: taking nothing until it resumes");
+        }
+        // A view nobody can change any more stays as it is.
+        if paused.wait_for(|paused| !paused.contains(&queue)).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        let mut subscription = parts.transport.subscribe(&queue, parts.window).await?;
+        let pause = async {
+            if paused.wait_for(|paused| paused.contains(&queue)).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            taken = take(&queue, subscription.as_mut(), &parts) => return taken,
+            () = pause => info!(queue = %queue, "queue paused: subscription given back; running jobs finish"),
+        }
+    }
+}
+
+/// Takes a delivery only when a slot is free, and hands it to the handler, which settles it
+/// before giving the slot back. With the broker's window at `window` (never below
+/// `concurrency`), a delivery held in this process beyond its free slots exists only when
+/// `prefetch` was set above `concurrency` on purpose.
+async fn take<H: DeliveryHandler>(
+    queue: &str,
+    subscription: &mut dyn Subscription,
+    parts: &Parts<H>,
+) -> Result<(), TransportError> {
+    loop {
+        let permit = parts.slots.clone().acquire_owned().await.map_err(|_| TransportError::Closed)?;
         let Some(delivery) = subscription.next().await else { return Ok(()) };
-        let (queue, transport, handler) = (queue.clone(), transport.clone(), handler.clone());
+        let (queue, transport, handler) = (queue.to_owned(), parts.transport.clone(), parts.handler.clone());
         let (taken, all_taken) = oneshot::channel();
-        let delivery_slots = Slots { first: Some(permit), all: slots.clone(), taken: Some(taken) };
+        let delivery_slots = Slots { first: Some(permit), all: parts.slots.clone(), taken: Some(taken) };
         actix::spawn(async move {
             handler.handle(&queue, transport.as_ref(), delivery, delivery_slots).await;
         });

@@ -13,7 +13,7 @@ mod shutdown_guard;
 mod write_consumer;
 
 pub use clock_sync::{ClockSync, SyncClock, CLOCK_SYNC_INTERVAL};
-pub use consumer::{Consumer, DeliveryHandler, Slots, StopIntake};
+pub use consumer::{Consumer, DeliveryHandler, PausedQueues, Slots, StopIntake};
 pub use dispatch_sweeper::DispatchSweeper;
 pub use heartbeat::{run_with_heartbeat, Heartbeat, StopHeartbeat};
 pub use operation_consumer::{OperationConsumer, OperationMessage, OperationMessages};

@@ -1,9 +1,8 @@
-//! Operator endpoints (admins only): the job queues' figures, the dead letters of a queue
-//! (summary, replay, purge) and the metrics in Prometheus text.
+//! Operator endpoints (admins only): the dead letters of a queue (summary, replay, purge)
+//! and the metrics in Prometheus text. The queues themselves are `flow`'s.
 
 mod dead_letters;
 pub mod metrics;
-mod queues;
 
 use actix_web::web;
 
@@ -13,7 +12,6 @@ pub use dead_letters::SummaryQuery;
 
 pub const ROUTES: &[Route] = &[
     Route { path: "/metrics", allow: READ, access: Access::Admin, handlers: |r| r.route(read().to(metrics::metrics)) },
-    Route { path: "/admin/queues", allow: READ, access: Access::Admin, handlers: |r| r.route(read().to(queues::list)) },
     Route {
         path: "/admin/dead-letters",
         allow: READ,
@@ -36,7 +34,7 @@ pub const ROUTES: &[Route] = &[
 
 #[derive(utoipa::OpenApi)]
 #[openapi(
-    paths(queues::list, dead_letters::summary, dead_letters::replay, dead_letters::purge, metrics::metrics),
+    paths(dead_letters::summary, dead_letters::replay, dead_letters::purge, metrics::metrics),
     tags(
         (name = "admin", description = "Dead letters and tokens: admins only"),
         (name = "operations", description = "Metrics in Prometheus text: admins only"),

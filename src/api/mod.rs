@@ -43,6 +43,7 @@ pub const SURFACES: &[Surface] = &[
     crate::inference::SURFACE,
     crate::remote::SURFACE,
     crate::admin::SURFACE,
+    crate::flow::SURFACE,
     crate::schedules::SURFACE,
     crate::auth::SURFACE,
 ];

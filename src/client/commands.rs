@@ -63,6 +63,9 @@ pub enum ClientCommand {
     /// Manage schedules: create, list, pause, resume, delete, run-now.
     #[command(subcommand)]
     Schedule(Box<super::schedule::ScheduleCommand>),
+    /// The queues (admins): ls, pause, resume.
+    #[command(subcommand)]
+    Queue(super::queue::QueueCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
 }
@@ -83,6 +86,9 @@ pub struct SubmitArgs {
     idempotency_key: Option<String>,
     #[arg(long, value_name = "N")]
     max_retries: Option<i32>,
+    /// 0 (first) to 9 (last); default: the operation's, then the queue's, else 0.
+    #[arg(long, value_name = "0-9", value_parser = clap::value_parser!(u8).range(0..=9))]
+    priority: Option<u8>,
     /// Start no earlier than TIME (RFC 3339, e.g. 2026-12-01T02:00:00+01:00).
     #[arg(long, value_name = "TIME", value_parser = super::when::instant, conflicts_with = "after")]
     at: Option<chrono::DateTime<chrono::FixedOffset>>,
@@ -209,6 +215,7 @@ pub async fn run(command: ClientCommand, cli: clap::Command) -> anyhow::Result<i
         ClientCommand::Events(args) => events(args).await,
         ClientCommand::Upload(args) => upload(args).await,
         ClientCommand::Schedule(command) => super::schedule::run(*command).await,
+        ClientCommand::Queue(command) => super::queue::run(command).await,
         ClientCommand::Completions(args) => {
             let mut cli = cli;
             clap_complete::generate(args.shell, &mut cli, "yardmaster", &mut std::io::stdout());
@@ -235,6 +242,9 @@ async fn submit(args: SubmitArgs) -> anyhow::Result<i32> {
     }
     if let Some(max_retries) = args.max_retries {
         body["max_retries"] = json!(max_retries);
+    }
+    if let Some(priority) = args.priority {
+        body["priority"] = json!(priority);
     }
     if let Some(at) = args.at {
         body["run_at"] = json!(at.to_rfc3339());

@@ -31,6 +31,15 @@ fn progress(job: &Value) -> String {
     }
 }
 
+/// The asked priority, and the level waiting raised it to when it differs.
+fn priority(job: &Value) -> String {
+    match (job["priority"].as_i64(), job["effective_priority"].as_i64()) {
+        (Some(asked), Some(now)) if now != asked => format!("{asked} (raised to {now} by waiting)"),
+        (Some(asked), _) => asked.to_string(),
+        _ => "-".to_owned(),
+    }
+}
+
 /// The line `submit` prints to standard error.
 pub fn submitted(job: &Value) -> String {
     let mut line = format!("job {} {} ({}", text(&job["id"]), text(&job["status"]), text(&job["operation"]));
@@ -53,6 +62,7 @@ pub fn job(job: &Value) -> String {
         ("room", text(&job["room"])),
         ("queue", text(&job["queue"])),
         ("position", text(&job["queue_position"])),
+        ("priority", priority(job)),
         ("progress", progress(job)),
         ("attempts", attempts),
         ("parent", text(&job["parent_job_id"])),

@@ -39,6 +39,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .app_data(web::FormConfig::default().limit(FORM_LIMIT))
             .wrap(middleware::from_fn(session::guard))
             .route("", web::get().to(overview::page))
+            .route("/queues/{name}", web::post().to(overview::act))
             .route("/login", web::get().to(login::page))
             .route("/login", web::post().to(login::submit))
             .route("/logout", web::post().to(login::logout))

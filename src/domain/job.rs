@@ -83,6 +83,17 @@ pub mod row {
         pub timeout_seconds: Option<f64>,
         /// A job not started by then is CANCELLED (`job.expired`).
         pub expires_at: Option<DateTime<Utc>>,
+        /// 0 (first) to 9 (last), as submitted or defaulted: within a queue, a runnable job
+        /// of a lower number starts before any of a higher one.
+        #[schema(minimum = 0, maximum = 9)]
+        pub priority: i16,
+        /// The level dispatch and claims use: `priority`, raised one level (toward 0) for
+        /// every `jobs.priority_aging_seconds` the job waits, so a low one is not starved.
+        #[schema(minimum = 0, maximum = 9)]
+        pub effective_priority: i16,
+        /// When this QUEUED job's `effective_priority` next rises; `None` at level 0 or
+        /// with aging off.
+        pub ages_at: Option<DateTime<Utc>>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -120,6 +131,8 @@ pub struct JobSummary {
     pub failures: i32,
     pub fan_out: Option<String>,
     pub deferred_at: Option<DateTime<Utc>>,
+    pub priority: i16,
+    pub effective_priority: i16,
 }
 
 impl JobSummary {
@@ -170,7 +183,14 @@ pub struct NewJob {
     pub timeout_seconds: Option<f64>,
     /// See [`Job::expires_at`].
     pub expires_at: Option<DateTime<Utc>>,
+    /// See [`Job::priority`]: 0 to [`LOWEST_PRIORITY`].
+    pub priority: u8,
+    /// See [`Job::ages_at`]: set by the dispatcher, which raises waiting jobs.
+    pub ages_at: Option<DateTime<Utc>>,
 }
+
+/// The last of the priorities: 0 starts first, this last.
+pub const LOWEST_PRIORITY: u8 = 9;
 
 impl NewJob {
     /// A submission of `operation` in the default room with an empty payload on the default
@@ -192,6 +212,8 @@ impl NewJob {
             run_after: None,
             timeout_seconds: None,
             expires_at: None,
+            priority: 0,
+            ages_at: None,
         }
     }
 
@@ -214,6 +236,7 @@ impl NewJob {
             max_retries: job.max_retries,
             retry_policy: &job.retry_policy,
             timeout_seconds: job.timeout_seconds,
+            priority: job.priority,
         };
         Asked::of_new(self) == asked
     }
@@ -232,6 +255,7 @@ struct Asked<'a> {
     /// Times that count from the submission (`run_at` from `delay_seconds`, `expires_at`
     /// from `queue_timeout_seconds`) differ between a request and its repeat: not compared.
     timeout_seconds: Option<f64>,
+    priority: i16,
 }
 
 impl<'a> Asked<'a> {
@@ -245,6 +269,7 @@ impl<'a> Asked<'a> {
             max_retries: new.max_retries,
             retry_policy: &new.retry_policy,
             timeout_seconds: new.timeout_seconds,
+            priority: i16::from(new.priority),
         }
     }
 }

@@ -15,7 +15,7 @@ mod text;
 
 pub use batch::{BatchAddress, BatchOutcome, BatchResult, FanOutForm};
 pub use event::{EventLevel, EventName, NewEvent};
-pub use job::{Job, JobEvent, JobSummary, NewJob, QueueName, RUN_SCRIPT};
+pub use job::{Job, JobEvent, JobSummary, NewJob, QueueName, LOWEST_PRIORITY, RUN_SCRIPT};
 pub use retry::{RetryPolicy, NEVER_RETRIED};
 pub use room::RoomId;
 pub use status::{InvalidTransition, JobStatus};

@@ -94,6 +94,8 @@ codes! {
     ScheduleNameTaken => ("schedule_name_taken", CONFLICT, "A schedule of this name exists in the room"),
     InvalidSchedule => ("invalid_schedule", UNPROCESSABLE_ENTITY, "The schedule's times cannot be used"),
     ScheduleChanged => ("schedule_changed", CONFLICT, "The schedule changed meanwhile; read it and try again"),
+    QueueNotFound => ("queue_not_found", NOT_FOUND, "No queue of this name"),
+    InvalidPriority => ("invalid_priority", UNPROCESSABLE_ENTITY, "Priority must be 0 (first) to 9 (last)"),
     MetricsUnavailable => ("metrics_unavailable", SERVICE_UNAVAILABLE, "This process records no metrics"),
     NotFound => ("not_found", NOT_FOUND, "No such endpoint"),
     MethodNotAllowed => ("method_not_allowed", METHOD_NOT_ALLOWED, "Method not allowed here"),

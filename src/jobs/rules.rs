@@ -12,7 +12,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::domain::{nul_pointer, Job, NewJob, QueueName, RetryPolicy, RoomId};
+use crate::domain::{nul_pointer, Job, NewJob, QueueName, RetryPolicy, RoomId, LOWEST_PRIORITY};
 use crate::http::{ApiError, AppState, Code};
 use crate::ops::OperationRegistry;
 use crate::remote::names::{is_type_reference, TypeReference};
@@ -91,6 +91,13 @@ pub struct SubmitRequest {
     #[serde(default)]
     #[schema(exclusive_minimum = 0)]
     pub queue_timeout_seconds: Option<f64>,
+    /// 0 (first) to 9 (last): within its queue (or a registered type's line), a runnable
+    /// job starts before any of a higher number. Default: `[jobs.operations.NAME]`, then
+    /// `[jobs.queues.NAME]`, else 0. A waiting job rises a level every
+    /// `jobs.priority_aging_seconds`, so none waits for good.
+    #[serde(default, deserialize_with = "crate::http::whole_number")]
+    #[schema(minimum = 0, maximum = 9)]
+    pub priority: Option<i32>,
 }
 
 /// A parent must exist for the caller (another room's job does not), and must not be a
@@ -270,6 +277,13 @@ pub fn validate_submission(
         Some(asked) => seconds(asked, MAX_TIMEOUT_SECONDS, "/timeout_seconds").map(|_| Some(asked))?,
         None => state.jobs.timeout_of(&body.operation, queue.as_str()),
     };
+    let priority = match body.priority {
+        Some(asked) => u8::try_from(asked).ok().filter(|level| *level <= LOWEST_PRIORITY).ok_or_else(|| {
+            let detail = format!("priority must be a whole number from 0 (first) to {LOWEST_PRIORITY} (last)");
+            ApiError::new(Code::InvalidPriority, detail).at("/priority")
+        })?,
+        None => state.jobs.priority_of(&body.operation, queue.as_str()),
+    };
     let idempotency_key = check_idempotency_key(body.idempotency_key.or(header_key))?;
     let max_retries = body.max_retries.unwrap_or(default_retries);
     if !(0..=MAX_RETRIES_LIMIT).contains(&max_retries) {
@@ -292,6 +306,8 @@ pub fn validate_submission(
         run_after,
         timeout_seconds,
         expires_at,
+        priority,
+        ages_at: None,
     })
 }
 

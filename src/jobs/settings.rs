@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::LOWEST_PRIORITY;
+
 /// The longest `timeout_seconds` a job may have: a year.
 pub const MAX_TIMEOUT_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
@@ -20,6 +22,10 @@ pub struct JobsSettings {
     pub operations: BTreeMap<String, JobDefaults>,
     /// Defaults of the jobs of a queue (`[jobs.queues.NAME]`).
     pub queues: BTreeMap<String, JobDefaults>,
+    /// A QUEUED job of a priority above 0 rises one level (toward 0) for every this many
+    /// seconds it waits, so a steady stream of urgent work cannot starve it for good; 0:
+    /// levels never change.
+    pub priority_aging_seconds: f64,
 }
 
 /// What a job gets when its submission does not say.
@@ -28,11 +34,18 @@ pub struct JobsSettings {
 pub struct JobDefaults {
     /// How long one run may take (see `timeout_seconds` on `POST /jobs`).
     pub timeout_seconds: Option<f64>,
+    /// The priority, 0 (first) to 9 (see `priority` on `POST /jobs`).
+    pub priority: Option<u8>,
 }
 
 impl Default for JobsSettings {
     fn default() -> Self {
-        JobsSettings { max_delay_days: 365, operations: BTreeMap::new(), queues: BTreeMap::new() }
+        JobsSettings {
+            max_delay_days: 365,
+            operations: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            priority_aging_seconds: 300.0,
+        }
     }
 }
 
@@ -48,8 +61,30 @@ impl JobsSettings {
                     "jobs.{kind}.{name}.timeout_seconds must be above 0 and at most {MAX_TIMEOUT_SECONDS}"
                 );
             }
+            if let Some(priority) = defaults.priority {
+                anyhow::ensure!(
+                    priority <= LOWEST_PRIORITY,
+                    "jobs.{kind}.{name}.priority must be 0 to {LOWEST_PRIORITY}"
+                );
+            }
         }
+        let aging = self.priority_aging_seconds;
+        anyhow::ensure!(
+            aging.is_finite() && (0.0..=MAX_TIMEOUT_SECONDS).contains(&aging),
+            "jobs.priority_aging_seconds must be between 0 (off) and {MAX_TIMEOUT_SECONDS}"
+        );
         Ok(())
+    }
+
+    /// How long a job waits per level it rises; `None`: levels never change.
+    pub fn aging(&self) -> Option<Duration> {
+        (self.priority_aging_seconds > 0.0).then(|| Duration::from_secs_f64(self.priority_aging_seconds))
+    }
+
+    /// The priority a job of `operation` on `queue` gets when it asks for none.
+    pub fn priority_of(&self, operation: &str, queue: &str) -> u8 {
+        let of = |defaults: Option<&JobDefaults>| defaults.and_then(|defaults| defaults.priority);
+        of(self.operations.get(operation)).or_else(|| of(self.queues.get(queue))).unwrap_or(0)
     }
 
     /// The furthest start a submission may ask for, from now.

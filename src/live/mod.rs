@@ -14,7 +14,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 pub use notifier::Notifier;
-pub use postgres::{listen, CHANNEL, STOPS_CHANNEL, TASKS_CHANNEL};
+pub use postgres::{listen, CHANNEL, QUEUES_CHANNEL, STOPS_CHANNEL, TASKS_CHANNEL};
 pub use waiters::{JobWaiters, TaskWaiters, Waiters, Watch, ANY_JOB};
 
 /// Stops this process's runs of a job (fires their cancellation tokens): called once a

@@ -3,8 +3,10 @@
 //! [`CHANNEL`] when it commits, whichever process wrote them, and a row trigger on `job`
 //! (migration 10) sends a registered type's name on [`TASKS_CHANNEL`] when one of its jobs
 //! becomes claimable, and another (migration 13) a job's id on [`STOPS_CHANNEL`] when a
-//! running job is cancelled; every API and worker process listens, wakes its waiters of
-//! those jobs and claimers of those types, and stops its runs of the cancelled jobs. A lost
+//! running job is cancelled, and one on `queue_state` (migration 19) a queue's name on
+//! [`QUEUES_CHANNEL`] when it is paused or resumed; every API and worker process listens,
+//! wakes its waiters of those jobs and claimers of those types, stops its runs of the
+//! cancelled jobs, and reads the paused queues again. A lost
 //! connection wakes every waiter (news may have been missed meanwhile) and the listener
 //! reconnects.
 //!
@@ -15,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::sqlx::postgres::PgListener;
+use tokio::sync::Notify;
 use tracing::{info, warn};
 use uuid::Uuid;
 
@@ -28,6 +31,9 @@ pub const TASKS_CHANNEL: &str = "yardmaster_tasks";
 
 /// The channel of stopped runs: the id of a job cancelled while it ran.
 pub const STOPS_CHANNEL: &str = "yardmaster_stops";
+
+/// The channel of queue states: a queue's name when it was paused or resumed (migration 19).
+pub const QUEUES_CHANNEL: &str = "yardmaster_queues";
 
 /// Pause before listening again after the listener could not connect.
 const PAUSE: Duration = Duration::from_secs(1);
@@ -44,6 +50,7 @@ pub async fn listen(
     waiters: Arc<JobWaiters>,
     tasks: Arc<TaskWaiters>,
     stop_runs: StopRuns,
+    queues: Arc<Notify>,
 ) -> std::io::Result<()> {
     if !store_url.starts_with("postgres") {
         return Ok(());
@@ -55,7 +62,7 @@ pub async fn listen(
             Ok(runtime) => runtime,
             Err(err) => return warn!(error = %err, "cannot start the listener's runtime"),
         };
-        runtime.block_on(run(url, waiters, tasks, stop_runs, ready));
+        runtime.block_on(run(url, Relayed { waiters, tasks, stop_runs, queues }, ready));
     })?;
     if tokio::time::timeout(READY_WITHIN, listening).await.is_err() {
         warn!("the listener is not listening yet; waiters may miss changes until it is");
@@ -66,31 +73,44 @@ pub async fn listen(
 /// How long start-up waits for the listener to listen.
 const READY_WITHIN: Duration = Duration::from_secs(5);
 
-async fn run(
-    url: String,
+/// What the listener wakes or stops.
+struct Relayed {
     waiters: Arc<JobWaiters>,
     tasks: Arc<TaskWaiters>,
     stop_runs: StopRuns,
-    ready: tokio::sync::oneshot::Sender<()>,
-) {
+    /// Rung when a queue was paused or resumed: its view is read again.
+    queues: Arc<Notify>,
+}
+
+impl Relayed {
+    /// News may have been missed: every waiter re-reads, and so does the queues' view.
+    fn wake_all(&self) {
+        self.waiters.wake_all();
+        self.tasks.wake_all();
+        self.queues.notify_one();
+    }
+}
+
+async fn run(url: String, relayed: Relayed, ready: tokio::sync::oneshot::Sender<()>) {
     let mut ready = Some(ready);
     // This thread's handle is the last one once the application is gone.
-    while Arc::strong_count(&waiters) > 1 {
+    while Arc::strong_count(&relayed.waiters) > 1 {
         match PgListener::connect(&url).await {
-            Ok(mut listener) => match listener.listen_all([CHANNEL, TASKS_CHANNEL, STOPS_CHANNEL]).await {
-                Ok(()) => {
-                    info!(channel = CHANNEL, "listening for job changes of other processes");
-                    if let Some(ready) = ready.take() {
-                        let _ = ready.send(());
+            Ok(mut listener) => {
+                match listener.listen_all([CHANNEL, TASKS_CHANNEL, STOPS_CHANNEL, QUEUES_CHANNEL]).await {
+                    Ok(()) => {
+                        info!(channel = CHANNEL, "listening for job changes of other processes");
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(());
+                        }
+                        relay(&mut listener, &relayed).await;
                     }
-                    relay(&mut listener, &waiters, &tasks, &stop_runs).await;
+                    Err(err) => warn!(error = %err, "cannot listen for job changes; trying again"),
                 }
-                Err(err) => warn!(error = %err, "cannot listen for job changes; trying again"),
-            },
+            }
             Err(err) => warn!(error = %err, "cannot listen for job changes; trying again"),
         }
-        waiters.wake_all();
-        tasks.wake_all();
+        relayed.wake_all();
         tokio::time::sleep(PAUSE).await;
     }
 }
@@ -99,7 +119,8 @@ async fn run(
 /// the connection is lost or the application is gone (a cancel missed meanwhile reaches its
 /// run at the run's next heartbeat). (No timeout around the read: it is not documented as safe to
 /// cancel; a process that exits takes this thread with it.)
-async fn relay(listener: &mut PgListener, waiters: &Arc<JobWaiters>, tasks: &TaskWaiters, stop_runs: &StopRuns) {
+async fn relay(listener: &mut PgListener, relayed: &Relayed) {
+    let Relayed { waiters, tasks, stop_runs, queues } = relayed;
     while Arc::strong_count(waiters) > 1 {
         match listener.try_recv().await {
             Ok(Some(notification)) if notification.channel() == TASKS_CHANNEL => tasks.wake(notification.payload()),
@@ -108,6 +129,7 @@ async fn relay(listener: &mut PgListener, waiters: &Arc<JobWaiters>, tasks: &Tas
                     stop_runs(id);
                 }
             }
+            Ok(Some(notification)) if notification.channel() == QUEUES_CHANNEL => queues.notify_one(),
             Ok(Some(notification)) => {
                 for id in notification.payload().split(',').filter_map(|id| Uuid::try_parse(id).ok()) {
                     waiters.wake(&id);
@@ -115,10 +137,7 @@ async fn relay(listener: &mut PgListener, waiters: &Arc<JobWaiters>, tasks: &Tas
                 waiters.wake(&super::ANY_JOB);
             }
             // The connection was lost and is being re-established: news may be missing.
-            Ok(None) => {
-                waiters.wake_all();
-                tasks.wake_all();
-            }
+            Ok(None) => relayed.wake_all(),
             Err(err) => {
                 warn!(error = %err, "lost the listener's connection");
                 return;

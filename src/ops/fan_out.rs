@@ -120,7 +120,10 @@ impl JobContext {
             })
             .collect();
         for window in messages.chunks(PUBLISH_WINDOW) {
-            let sent = join_all(window.iter().map(|message| self.transport.publish(&queue, message.clone()))).await;
+            // A coordinator's batches travel at its level.
+            let priority = crate::store::level(job.effective_priority);
+            let send = |message: &Vec<u8>| self.transport.publish_at(&queue, message.clone(), priority);
+            let sent = join_all(window.iter().map(send)).await;
             if let Some(Err(err)) = sent.into_iter().find(Result::is_err) {
                 return Err(OperationError::new(FAN_OUT_FAILED, format!("sending batches to {queue}: {err}")));
             }
@@ -182,6 +185,8 @@ impl JobContext {
                 parent_job_id: Some(run.id),
                 idempotency_key: Some(format!("{}:child:{index}", run.id)),
                 submitted_by: job.submitted_by.clone(),
+                // A child runs at its parent's priority.
+                priority: crate::store::level(job.priority),
                 ..child
             })
             .collect();

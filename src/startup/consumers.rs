@@ -9,7 +9,8 @@ use anyhow::Context as _;
 use sea_orm::DatabaseConnection;
 
 use crate::actors::{
-    BatchWrites, JobMessages, OperationConsumer, OperationMessages, QueueConsumer, StopIntake, WriteConsumer,
+    BatchWrites, JobMessages, OperationConsumer, OperationMessages, PausedQueues, QueueConsumer, StopIntake,
+    WriteConsumer,
 };
 use crate::config::{QueueKind, Settings};
 use crate::dispatch::Dispatcher;
@@ -31,11 +32,12 @@ pub(super) fn start_consumers(
     live: &Live,
     dispatcher: &Dispatcher,
     uploads: &crate::uploads::Uploads,
+    paused: &PausedQueues,
 ) -> anyhow::Result<Consumers> {
     if !settings.worker.enabled {
         return Ok(Consumers::default());
     }
-    let mut consumers = start_workers(settings, store, transport, registry, db, &live.in_flight, dispatcher);
+    let mut consumers = start_workers(settings, store, transport, registry, db, &live.in_flight, dispatcher, paused);
     if settings.uploads.host_slots > 0 {
         let parts = crate::uploads::HostParts {
             executor: consumers.executor.clone().context("the executor")?,
@@ -78,7 +80,9 @@ impl Consumers {
     }
 }
 
-/// Starts a supervised consumer per configured queue, of the queue's kind.
+/// Starts a supervised consumer per configured queue, of the queue's kind; a job queue's
+/// takes nothing while `paused` names it.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn start_workers(
     settings: &Settings,
     store: &Arc<dyn JobStore>,
@@ -87,6 +91,7 @@ pub(super) fn start_workers(
     db: &DatabaseConnection,
     in_flight: &Arc<InFlight>,
     dispatcher: &Dispatcher,
+    paused: &PausedQueues,
 ) -> Consumers {
     let config = ExecutorConfig { owner: settings.worker_id(), lease: Duration::from_millis(settings.worker.lease_ms) };
     let services = Services {
@@ -108,7 +113,8 @@ pub(super) fn start_workers(
         let (queue, queue_settings, transport) = (queue.clone(), queue_settings.clone(), transport.clone());
         match queue_settings.kind {
             QueueKind::Jobs => {
-                let consumer = QueueConsumer::new(queue, queue_settings, transport, jobs.clone());
+                let consumer =
+                    QueueConsumer::new(queue, queue_settings, transport, jobs.clone()).pausable(paused.clone());
                 consumers.jobs.push(consumer.start_supervised());
             }
             QueueKind::Operations => {

@@ -48,6 +48,9 @@ pub struct Application {
     scheduler: Option<Addr<Periodic<crate::schedules::Scheduler>>>,
     /// Keeps the database clock offset fresh.
     clock: Addr<ClockSync>,
+    /// The paused queues this process's consumers follow: held for the life of the
+    /// application (its view ends with it).
+    _pauses: Arc<crate::flow::QueuePauses>,
     /// Resolves with the exit code when the shutdown guard is done.
     stopped: Option<oneshot::Receiver<i32>>,
 }
@@ -125,13 +128,19 @@ impl ApplicationBuilder {
         );
         let registry = Arc::new(uploads.register(crate::inference::register(self.registry, &settings.inference)));
         let grouping = settings.queues.iter().map(|(name, queue)| (name.clone(), queue.ids_per_message)).collect();
-        let dispatcher = Dispatcher::new(store.clone(), transport.clone()).with_grouping(grouping);
+        let dispatcher =
+            Dispatcher::new(store.clone(), transport.clone()).with_grouping(grouping).with_aging(settings.jobs.aging());
         let remote = Arc::new(crate::remote::Remote::new(
             db.clone(),
             &settings.remote,
             live.claimers.clone(),
             settings.uploads.services.keys().cloned().collect(),
         ));
+        let pauses =
+            crate::flow::QueuePauses::open(db.clone(), gate.clone(), &settings.job_queues(), dispatcher.waiting_bell())
+                .await
+                .context("reading the paused queues")?;
+        pauses.follow(live.queues.clone());
         let schedules = Arc::new(crate::schedules::Schedules::new(crate::schedules::Parts {
             db: db.clone(),
             gate,
@@ -159,11 +168,14 @@ impl ApplicationBuilder {
         // workers hear of cancels made elsewhere: listening before the first claim, so no
         // run starts before its cancel could reach it.
         if self.api || settings.worker.enabled {
-            live::listen(&settings.store.url, live.waiters.clone(), live.claimers.clone(), live.stop_runs.clone())
+            let (waiters, claimers, stop_runs) = (live.waiters.clone(), live.claimers.clone(), live.stop_runs.clone());
+            live::listen(&settings.store.url, waiters, claimers, stop_runs, live.queues.clone())
                 .await
                 .context("starting the listener")?;
         }
-        let consumers = start_consumers(&settings, &store, &transport, &registry, &db, &live, &dispatcher, &uploads)?;
+        let paused = pauses.watch();
+        let consumers =
+            start_consumers(&settings, &store, &transport, &registry, &db, &live, &dispatcher, &uploads, &paused)?;
         let closing = tokio_util::sync::CancellationToken::new();
         let (port, server) = match self.api {
             true => {
@@ -191,6 +203,7 @@ impl ApplicationBuilder {
                     remote: remote.into(),
                     uploads: uploads.clone().into(),
                     schedules: schedules.into(),
+                    pauses: pauses.clone().into(),
                 };
                 let (port, server) = serve_api(&settings, state, parts)?;
                 (Some(port), Some(server))
@@ -227,6 +240,7 @@ impl ApplicationBuilder {
             cleaner,
             scheduler,
             clock,
+            _pauses: pauses,
             stopped,
         })
     }
@@ -239,6 +253,8 @@ pub(super) struct Live {
     pub(super) claimers: Arc<TaskWaiters>,
     pub(super) in_flight: Arc<InFlight>,
     pub(super) stop_runs: live::StopRuns,
+    /// Rung when another process paused or resumed a queue: the paused queues are read again.
+    pub(super) queues: Arc<tokio::sync::Notify>,
 }
 
 impl Live {
@@ -248,7 +264,8 @@ impl Live {
             let in_flight = in_flight.clone();
             Arc::new(move |id| in_flight.stop_job(id))
         };
-        Live { waiters: JobWaiters::new(), claimers: TaskWaiters::new(), in_flight, stop_runs }
+        let queues = Arc::default();
+        Live { waiters: JobWaiters::new(), claimers: TaskWaiters::new(), in_flight, stop_runs, queues }
     }
 }
 

@@ -44,6 +44,7 @@ pub(super) struct Capabilities {
     pub(super) remote: web::Data<crate::remote::Remote>,
     pub(super) uploads: web::Data<crate::uploads::Uploads>,
     pub(super) schedules: web::Data<crate::schedules::Schedules>,
+    pub(super) pauses: web::Data<crate::flow::QueuePauses>,
 }
 
 pub(super) fn serve_api(settings: &Settings, state: AppState, parts: Capabilities) -> anyhow::Result<(u16, Server)> {
@@ -70,6 +71,7 @@ pub(super) fn serve_api(settings: &Settings, state: AppState, parts: Capabilitie
             .app_data(parts.remote.clone())
             .app_data(parts.uploads.clone())
             .app_data(parts.schedules.clone())
+            .app_data(parts.pauses.clone())
             .configure(|cfg| api::configure(cfg, max_body, document.clone()))
             .configure(crate::dashboard::configure)
             .default_service(web::to(api::not_found))

@@ -28,8 +28,8 @@ pub use overview::QueueFigures;
 pub use sea::write_gate::{WriteGate, WriteTxn};
 pub use sea::{startable, SeaStore};
 pub use types::{
-    after_failure, BatchRecorded, BatchRows, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, Page, Pruned,
-    Requeue, RunRef, StoreError, Submission,
+    after_failure, level, BatchRecorded, BatchRows, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, Page,
+    Pruned, Requeue, RunRef, StoreError, Submission,
 };
 
 /// What the API reads: jobs, pages of them, their events and places in line, and the
@@ -230,6 +230,12 @@ pub trait DispatchBook: Send + Sync + 'static {
     /// Marks every QUEUED job unpublished: a transport that keeps nothing across restarts
     /// (in-process) lost their messages.
     async fn forget_publications(&self) -> Result<u64, StoreError>;
+
+    /// Raises by one level up to `limit` QUEUED jobs whose `ages_at` has come, oldest due
+    /// first (each a compare-and-set on its `ages_at`), and sets the next rise `step` later
+    /// (none at level 0). Returns the published ones among them, at their new level, to be
+    /// announced again; the unpublished are sent by the sweep at their new level.
+    async fn raise_waiting(&self, step: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError>;
 }
 
 /// Everything the lifecycle needs from durable storage, as one object: every role. One

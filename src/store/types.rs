@@ -55,6 +55,26 @@ pub struct Dispatch {
     pub id: Uuid,
     pub queue: String,
     pub attempts: i32,
+    /// The level its message goes out at: the job's `effective_priority`, 0 first.
+    pub priority: u8,
+}
+
+impl Dispatch {
+    /// The publication of `job` as it is now.
+    pub fn of(job: &Job) -> Dispatch {
+        Dispatch {
+            id: job.id,
+            queue: job.queue.clone(),
+            attempts: job.attempts,
+            priority: level(job.effective_priority),
+        }
+    }
+}
+
+/// A stored priority as a level, 0 to [`crate::domain::LOWEST_PRIORITY`] (a row outside
+/// that range, written by hand, goes last).
+pub fn level(stored: i16) -> u8 {
+    u8::try_from(stored).unwrap_or(crate::domain::LOWEST_PRIORITY).min(crate::domain::LOWEST_PRIORITY)
 }
 
 /// The result of [`JobCommands::cancel`].

@@ -79,6 +79,7 @@ fn describe() {
         "yardmaster_claims_held",
         "Claims (remote tasks, scripts) held open with Prefer: wait, waiting for a task now"
     );
+    describe_gauge!("yardmaster_queue_paused", "1 while the queue is paused (it starts nothing), 0 once it resumes");
     describe_histogram!("yardmaster_group_commit_batch_size", "Writes committed together by the group-commit writer");
     describe_counter!("yardmaster_http_requests_total", "HTTP requests answered, by route pattern, method and status");
     describe_histogram!(
@@ -168,6 +169,11 @@ pub enum Maintenance {
 /// A message set aside.
 pub fn dead_lettered(queue: &str, reason: &str) {
     counter!("yardmaster_dead_letters_total", "queue" => queue.to_owned(), "reason" => reason.to_owned()).increment(1);
+}
+
+/// A queue paused (1) or resumed (0), as this process last read it.
+pub fn queue_paused(queue: &str, paused: bool) {
+    gauge!("yardmaster_queue_paused", "queue" => queue.to_owned()).set(if paused { 1.0 } else { 0.0 });
 }
 
 /// A queue consumer subscribes anew.

@@ -1,8 +1,13 @@
 //! The production transport: RabbitMQ through lapin.
 //!
 //! Queues are durable and messages persistent; every publish waits for the broker's confirm
-//! and is retried (reconnecting) until confirmed or out of attempts. Each job queue `Q` is
-//! declared as `PREFIX.Q` with a dead-letter queue `PREFIX.Q.dead`. lapin runs on a small
+//! and is retried (reconnecting) until confirmed or out of attempts. Each queue `Q` is
+//! declared as `PREFIX.Q.prio`, a priority queue (`x-max-priority` 10: a job's level 0 is
+//! the broker's priority 9), with a dead-letter queue `PREFIX.Q.dead` and a wait queue
+//! `PREFIX.Q.prio.wait`. `PREFIX.Q` and `PREFIX.Q.wait`, the queues of versions before
+//! priorities (a queue's arguments cannot change once declared), are consumed too where
+//! they exist while `drain_legacy_queues` is on, so their messages are not lost; once
+//! empty they can be deleted. lapin runs on a small
 //! runtime of its own, so the connection does not depend on whichever actix thread called.
 //! After a broker restart the next call reconnects; consumers whose subscription ended are
 //! restarted by their supervisor and subscribe again.
@@ -14,8 +19,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::StreamExt as _;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
+    BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
@@ -33,6 +38,11 @@ const PERSISTENT: u8 = 2;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
+/// The suffix of a queue's priority queue on the broker.
+const PRIORITY_SUFFIX: &str = ".prio";
+/// The broker's priorities per queue (`x-max-priority`): one per level.
+const BROKER_LEVELS: u8 = super::LAST_PRIORITY + 1;
+
 /// Message properties beyond the defaults.
 #[derive(Clone, Default)]
 struct Extra {
@@ -40,6 +50,8 @@ struct Extra {
     reason: Option<String>,
     /// Milliseconds until it expires (out of a wait queue, back into its queue).
     expiration: Option<String>,
+    /// The job's level, 0 first; the broker counts the other way (9 first).
+    priority: u8,
 }
 
 /// One connection with a confirming publisher channel, and the queues declared on it.
@@ -76,9 +88,9 @@ impl AmqpTransport {
         Ok(AmqpTransport { settings, runtime: Some(runtime), handle, link: Arc::new(Mutex::new(None)) })
     }
 
-    /// The broker's name for a job queue.
+    /// The broker's name for a queue: its priority queue.
     pub fn broker_queue(&self, queue: &str) -> String {
-        format!("{}{queue}", self.settings.queue_prefix)
+        format!("{}{queue}{PRIORITY_SUFFIX}", self.settings.queue_prefix)
     }
 
     /// The broker's name for a job queue's dead letters.
@@ -98,6 +110,7 @@ impl AmqpTransport {
         Connector {
             url: self.settings.url.clone(),
             prefix: self.settings.queue_prefix.clone(),
+            drain_legacy: self.settings.drain_legacy_queues,
             connect_timeout: Duration::from_secs(self.settings.connect_timeout_seconds),
             confirm_timeout: Duration::from_secs(self.settings.confirm_timeout_seconds),
             link: self.link.clone(),
@@ -147,6 +160,8 @@ impl Drop for AmqpTransport {
 struct Connector {
     url: String,
     prefix: String,
+    /// `drain_legacy_queues`.
+    drain_legacy: bool,
     connect_timeout: Duration,
     confirm_timeout: Duration,
     link: Arc<Mutex<Option<Link>>>,
@@ -183,14 +198,15 @@ impl Connector {
         }
     }
 
-    /// Declares `PREFIX.queue` (dead-lettering to `PREFIX.queue.dead`) and its wait queue
-    /// `PREFIX.queue.wait` (whose expired messages go to `PREFIX.queue`) once per connection.
+    /// Declares `PREFIX.queue.prio` (a priority queue, dead-lettering to `PREFIX.queue.dead`)
+    /// and its wait queue `PREFIX.queue.prio.wait` (whose expired messages go to the
+    /// priority queue) once per connection.
     async fn declare(&self, link: &Link, channel: &Channel, queue: &str) -> Result<(), TransportError> {
-        let main = format!("{}{queue}", self.prefix);
+        let main = format!("{}{queue}{PRIORITY_SUFFIX}", self.prefix);
         if link.declared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(&main) {
             return Ok(());
         }
-        let dead = format!("{main}.dead");
+        let dead = format!("{}{queue}.dead", self.prefix);
         channel
             .queue_declare(dead.as_str().into(), QueueDeclareOptions::durable(), FieldTable::default())
             .await
@@ -198,6 +214,7 @@ impl Connector {
         let mut arguments = FieldTable::default();
         arguments.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
         arguments.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(dead.as_str().into()));
+        arguments.insert("x-max-priority".into(), AMQPValue::ShortShortUInt(BROKER_LEVELS - 1));
         channel
             .queue_declare(main.as_str().into(), QueueDeclareOptions::durable(), arguments)
             .await
@@ -211,6 +228,16 @@ impl Connector {
         Ok(())
     }
 
+    /// Whether `name` exists on the broker: a passive declare, on a channel of its own (a
+    /// passive declare of a missing queue closes its channel).
+    async fn exists(&self, link: &Link, name: &str) -> Result<bool, TransportError> {
+        let channel = link.connection.create_channel().await.map_err(amqp_error)?;
+        let options = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+        let declared = channel.queue_declare(name.into(), options, FieldTable::default()).await;
+        let _ = channel.close(200, "looked".into()).await;
+        Ok(declared.is_ok())
+    }
+
     async fn publish_once(
         &self,
         queue: &str,
@@ -220,7 +247,8 @@ impl Connector {
     ) -> Result<(), TransportError> {
         let link = self.link().await?;
         self.declare(&link, &link.publisher, queue).await?;
-        let mut properties = BasicProperties::default().with_delivery_mode(PERSISTENT);
+        let broker_priority = BROKER_LEVELS - 1 - extra.priority.min(BROKER_LEVELS - 1);
+        let mut properties = BasicProperties::default().with_delivery_mode(PERSISTENT).with_priority(broker_priority);
         if let Some(expiration) = &extra.expiration {
             properties = properties.with_expiration(expiration.as_str().into());
         }
@@ -249,39 +277,55 @@ impl Connector {
         Ok(())
     }
 
-    async fn subscribe(
-        &self,
-        queue: &str,
-        prefetch: u16,
-    ) -> Result<mpsc::Receiver<lapin::message::Delivery>, TransportError> {
+    async fn subscribe(&self, queue: &str, prefetch: u16) -> Result<Subscribed, TransportError> {
         let link = self.link().await?;
         let channel = link.connection.create_channel().await.map_err(amqp_error)?;
         channel.basic_qos(prefetch.max(1), BasicQosOptions::default()).await.map_err(amqp_error)?;
         self.declare(&link, &channel, queue).await?;
-        let name = format!("{}{queue}", self.prefix);
-        let mut consumer = channel
-            .basic_consume(name.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
-            .await
-            .map_err(amqp_error)?;
         let (sender, receiver) = mpsc::channel(usize::from(prefetch.max(1)));
-        tokio::spawn(async move {
-            while let Some(delivery) = consumer.next().await {
-                match delivery {
-                    Ok(delivery) => {
-                        if sender.send(delivery).await.is_err() {
+        let name = format!("{}{queue}{PRIORITY_SUFFIX}", self.prefix);
+        let mut names = vec![name];
+        // The queue of a version before priorities, while it exists: drained, not lost.
+        let legacy = format!("{}{queue}", self.prefix);
+        if self.drain_legacy && self.exists(&link, &legacy).await? {
+            info!(queue = %legacy, "consuming a queue of an earlier version until it is deleted");
+            names.push(legacy);
+        }
+        let mut consumers = Vec::new();
+        for name in names {
+            let options = BasicConsumeOptions::default();
+            let consumer = channel
+                .basic_consume(name.as_str().into(), "".into(), options, FieldTable::default())
+                .await
+                .map_err(amqp_error)?;
+            consumers.push((name, consumer));
+        }
+        let tags = consumers.iter().map(|(_, consumer)| consumer.tag()).collect();
+        let forwarders = consumers.into_iter().map(|(name, mut consumer)| {
+            let sender = sender.clone();
+            async move {
+                while let Some(delivery) = consumer.next().await {
+                    match delivery {
+                        Ok(delivery) => {
+                            // Given up meanwhile: this one goes back to its queue.
+                            if let Err(mpsc::error::SendError(delivery)) = sender.send(delivery).await {
+                                let _ =
+                                    delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await;
+                            }
+                        }
+                        Err(err) => {
+                            warn!(queue = %name, error = %err, "consumer stream failed");
                             break;
                         }
                     }
-                    Err(err) => {
-                        warn!(queue = %name, error = %err, "consumer stream failed");
-                        break;
-                    }
                 }
             }
-            // Unacknowledged deliveries go back to the queue when the channel closes.
-            let _ = channel.close(200, "subscription closed".into()).await;
         });
-        Ok(receiver)
+        let forwarders: Vec<_> = forwarders.map(Box::pin).collect();
+        // The first stream to end (a failure, or the subscription given up) ends them all:
+        // the consumer's supervisor subscribes again if it still wants to.
+        tokio::spawn(futures_util::future::select_all(forwarders));
+        Ok(Subscribed { receiver, channel, tags })
     }
 
     /// The consumer count of `PREFIX.queue`, from a passive declare on a channel of its own
@@ -290,7 +334,7 @@ impl Connector {
         let link = self.link().await?;
         let channel = link.connection.create_channel().await.map_err(amqp_error)?;
         self.declare(&link, &channel, queue).await?;
-        let name = format!("{}{queue}", self.prefix);
+        let name = format!("{}{queue}{PRIORITY_SUFFIX}", self.prefix);
         let options = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
         let declared = channel.queue_declare(name.as_str().into(), options, FieldTable::default()).await;
         let _ = channel.close(200, "counted".into()).await;
@@ -320,8 +364,8 @@ impl Connector {
 
 #[async_trait]
 impl Transport for AmqpTransport {
-    async fn publish(&self, queue: &str, body: Vec<u8>) -> Result<(), TransportError> {
-        self.publish_confirmed(queue, self.broker_queue(queue), body, Extra::default()).await
+    async fn publish_at(&self, queue: &str, body: Vec<u8>, priority: u8) -> Result<(), TransportError> {
+        self.publish_confirmed(queue, self.broker_queue(queue), body, Extra { priority, ..Extra::default() }).await
     }
 
     async fn publish_after(&self, queue: &str, body: Vec<u8>, delay: Duration) -> Result<(), TransportError> {
@@ -333,8 +377,11 @@ impl Transport for AmqpTransport {
     async fn subscribe(&self, queue: &str, prefetch: u16) -> Result<Box<dyn Subscription>, TransportError> {
         let connector = self.connector();
         let queue = queue.to_owned();
-        let receiver = self.on_runtime(async move { connector.subscribe(&queue, prefetch).await }).await?;
-        Ok(Box::new(AmqpSubscription { receiver, handle: self.handle.clone() }))
+        let Subscribed { receiver, channel, tags } =
+            self.on_runtime(async move { connector.subscribe(&queue, prefetch).await }).await?;
+        let handle = self.handle.clone();
+        let guard = Arc::new(ChannelGuard { channel: Some(channel.clone()), handle: handle.clone() });
+        Ok(Box::new(AmqpSubscription { receiver, handle, guard, channel, tags }))
     }
 
     async fn dead_letter(&self, queue: &str, body: Vec<u8>, reason: &str) -> Result<(), TransportError> {
@@ -374,24 +421,58 @@ impl Transport for AmqpTransport {
     }
 }
 
+/// A subscription's deliveries as they come, its channel and its consumers' tags.
+struct Subscribed {
+    receiver: mpsc::Receiver<lapin::message::Delivery>,
+    channel: Channel,
+    tags: Vec<lapin::types::ShortString>,
+}
+
+/// Deliveries of one subscription. Given up (dropped: a paused queue, a shutdown), it
+/// cancels its consumers, so the broker sends it nothing more, and gives back what it was
+/// sent and had not handed out; its channel closes once the last delivery handed out is
+/// settled, so the runs still going ack as usual.
 struct AmqpSubscription {
     receiver: mpsc::Receiver<lapin::message::Delivery>,
     handle: tokio::runtime::Handle,
+    /// Held by every delivery handed out, too.
+    guard: Arc<ChannelGuard>,
+    channel: Channel,
+    tags: Vec<lapin::types::ShortString>,
 }
 
 #[async_trait]
 impl Subscription for AmqpSubscription {
     async fn next(&mut self) -> Option<Delivery> {
         let delivery = self.receiver.recv().await?;
-        let acker = AmqpAcker::new(delivery.acker, self.handle.clone(), None);
+        let acker = AmqpAcker::new(delivery.acker, self.handle.clone(), Some(self.guard.clone()));
         Some(Delivery { body: delivery.data, acker: Box::new(acker) })
+    }
+}
+
+impl Drop for AmqpSubscription {
+    fn drop(&mut self) {
+        self.receiver.close();
+        let mut unsent = Vec::new();
+        while let Ok(delivery) = self.receiver.try_recv() {
+            unsent.push(delivery);
+        }
+        let (channel, tags) = (self.channel.clone(), std::mem::take(&mut self.tags));
+        self.handle.spawn(async move {
+            for tag in tags {
+                let _ = channel.basic_cancel(tag, BasicCancelOptions::default()).await;
+            }
+            for delivery in unsent {
+                let _ = delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await;
+            }
+        });
     }
 }
 
 struct AmqpAcker {
     acker: lapin::Acker,
     handle: tokio::runtime::Handle,
-    /// Keeps a `basic_get` channel open until its messages are settled.
+    /// Keeps its channel open until its message is settled.
     _channel: Option<Arc<ChannelGuard>>,
     /// Set once `ack` or `requeue` ran; a delivery dropped unsettled (its handler panicked)
     /// is given back to the queue, or it would hold a place in the window for good.
@@ -434,7 +515,9 @@ impl Drop for AmqpAcker {
     }
 }
 
-/// Closes a channel once nothing refers to it (its unsettled messages return to the queue).
+/// Closes a channel once nothing refers to it (its unsettled messages return to the queue):
+/// a subscription's once it and every delivery it handed out are gone, a `basic_get`'s once
+/// its dead letters are settled.
 struct ChannelGuard {
     channel: Option<Channel>,
     handle: tokio::runtime::Handle,
@@ -444,7 +527,7 @@ impl Drop for ChannelGuard {
     fn drop(&mut self) {
         if let Some(channel) = self.channel.take() {
             self.handle.spawn(async move {
-                let _ = channel.close(200, "dead letters settled".into()).await;
+                let _ = channel.close(200, "settled".into()).await;
             });
         }
     }

@@ -1,24 +1,104 @@
-//! The embedded transport: one unbounded in-memory channel per queue, no broker.
+//! The embedded transport: one in-memory line per queue, no broker.
 //!
-//! Messages do not survive the process; at start-up every QUEUED job is marked unpublished
-//! and the dispatch sweep re-sends it, so nothing committed is lost. A delayed message
-//! waits on a timer task.
+//! A line hands out what waits at the first priority level first, and at one level in the
+//! order it came, as a RabbitMQ priority queue does. Messages do not survive the process;
+//! at start-up every QUEUED job is marked unpublished and the dispatch sweep re-sends it, so
+//! nothing committed is lost. A delayed message waits on a timer task.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::sync::Notify;
 
-use super::{Acker, DeadLetter, Delivery, Subscription, Transport, TransportError};
+use super::{Acker, DeadLetter, Delivery, Subscription, Transport, TransportError, LAST_PRIORITY};
 
-type Channel = (async_channel::Sender<Vec<u8>>, async_channel::Receiver<Vec<u8>>);
 type DeadLetters = Arc<Mutex<HashMap<String, Vec<(Vec<u8>, String)>>>>;
+
+/// A message waiting in a line: ordered by level, then by arrival.
+struct Waiting {
+    priority: u8,
+    arrival: u64,
+    body: Vec<u8>,
+}
+
+impl Waiting {
+    fn rank(&self) -> Reverse<(u8, u64)> {
+        Reverse((self.priority, self.arrival))
+    }
+}
+
+impl PartialEq for Waiting {
+    fn eq(&self, other: &Self) -> bool {
+        self.rank() == other.rank()
+    }
+}
+
+impl Eq for Waiting {}
+
+impl PartialOrd for Waiting {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Waiting {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank().cmp(&other.rank())
+    }
+}
+
+/// One queue's messages, and the bell its receivers wait on.
+#[derive(Default)]
+struct Line {
+    waiting: Mutex<(BinaryHeap<Waiting>, u64)>,
+    ready: Notify,
+}
+
+impl Line {
+    fn push(&self, body: Vec<u8>, priority: u8) {
+        {
+            let mut waiting = self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let arrival = waiting.1;
+            waiting.1 += 1;
+            waiting.0.push(Waiting { priority: priority.min(LAST_PRIORITY), arrival, body });
+        }
+        self.ready.notify_one();
+    }
+
+    fn pop(&self) -> Option<Waiting> {
+        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).0.pop()
+    }
+
+    fn len(&self) -> usize {
+        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).0.len()
+    }
+
+    /// The next message, waiting for one. A receiver woken but dropped before it took one
+    /// passes its wake-up on (tokio's `Notified`), so no message waits with a receiver idle.
+    async fn take(&self) -> Waiting {
+        loop {
+            let rung = self.ready.notified();
+            tokio::pin!(rung);
+            rung.as_mut().enable();
+            if let Some(next) = self.pop() {
+                // Others may wait while more is queued.
+                if self.len() > 0 {
+                    self.ready.notify_one();
+                }
+                return next;
+            }
+            rung.await;
+        }
+    }
+}
 
 /// Queues held in this process. Clones share the same queues.
 #[derive(Clone, Default)]
 pub struct InProcessTransport {
-    queues: Arc<Mutex<HashMap<String, Channel>>>,
+    queues: Arc<Mutex<HashMap<String, Arc<Line>>>>,
     dead: DeadLetters,
     /// Open subscriptions per queue.
     subscribers: Subscribers,
@@ -37,14 +117,14 @@ impl InProcessTransport {
         Self::default()
     }
 
-    fn channel(&self, queue: &str) -> Channel {
+    fn line(&self, queue: &str) -> Arc<Line> {
         let mut queues = self.queues.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        queues.entry(queue.to_owned()).or_insert_with(async_channel::unbounded).clone()
+        queues.entry(queue.to_owned()).or_default().clone()
     }
 
     /// Messages waiting in `queue`, for tests and diagnostics.
     pub fn depth(&self, queue: &str) -> usize {
-        self.channel(queue).1.len()
+        self.line(queue).len()
     }
 }
 
@@ -55,25 +135,25 @@ fn push_dead(dead: &DeadLetters, queue: &str, body: Vec<u8>, reason: String) {
 
 #[async_trait]
 impl Transport for InProcessTransport {
-    async fn publish(&self, queue: &str, body: Vec<u8>) -> Result<(), TransportError> {
-        let (sender, _) = self.channel(queue);
-        sender.send(body).await.map_err(|_| TransportError::Closed)
+    async fn publish_at(&self, queue: &str, body: Vec<u8>, priority: u8) -> Result<(), TransportError> {
+        self.line(queue).push(body, priority);
+        Ok(())
     }
 
     async fn publish_after(&self, queue: &str, body: Vec<u8>, delay: Duration) -> Result<(), TransportError> {
-        let (sender, _) = self.channel(queue);
+        let line = self.line(queue);
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let _ = sender.send(body).await;
+            line.push(body, 0);
         });
         Ok(())
     }
 
     async fn subscribe(&self, queue: &str, _prefetch: u16) -> Result<Box<dyn Subscription>, TransportError> {
-        let (sender, receiver) = self.channel(queue);
+        let line = self.line(queue);
         count_subscriber(&self.subscribers, queue, 1);
         let (subscribers, queue) = (self.subscribers.clone(), queue.to_owned());
-        Ok(Box::new(InProcessSubscription { sender, receiver, subscribers, queue }))
+        Ok(Box::new(InProcessSubscription { line, subscribers, queue }))
     }
 
     async fn dead_letter(&self, queue: &str, body: Vec<u8>, reason: &str) -> Result<(), TransportError> {
@@ -118,8 +198,7 @@ impl Transport for InProcessTransport {
 }
 
 struct InProcessSubscription {
-    sender: async_channel::Sender<Vec<u8>>,
-    receiver: async_channel::Receiver<Vec<u8>>,
+    line: Arc<Line>,
     subscribers: Subscribers,
     queue: String,
 }
@@ -133,16 +212,17 @@ impl Drop for InProcessSubscription {
 #[async_trait]
 impl Subscription for InProcessSubscription {
     async fn next(&mut self) -> Option<Delivery> {
-        let body = self.receiver.recv().await.ok()?;
-        let acker = Box::new(InProcessAcker { sender: self.sender.clone(), body: Some(body.clone()) });
+        let Waiting { priority, body, .. } = self.line.take().await;
+        let acker = Box::new(InProcessAcker { line: self.line.clone(), priority, body: Some(body.clone()) });
         Some(Delivery { body, acker })
     }
 }
 
-/// Ack forgets the message; requeue puts it at the back of the queue, and so does dropping
+/// Ack forgets the message; requeue puts it at the back of its level, and so does dropping
 /// it unsettled (its handler panicked), as a broker would.
 struct InProcessAcker {
-    sender: async_channel::Sender<Vec<u8>>,
+    line: Arc<Line>,
+    priority: u8,
     /// The message until it is settled.
     body: Option<Vec<u8>>,
 }
@@ -156,15 +236,15 @@ impl Acker for InProcessAcker {
 
     async fn requeue(mut self: Box<Self>) -> Result<(), TransportError> {
         let body = self.body.take().unwrap_or_default();
-        self.sender.send(body).await.map_err(|_| TransportError::Closed)
+        self.line.push(body, self.priority);
+        Ok(())
     }
 }
 
 impl Drop for InProcessAcker {
     fn drop(&mut self) {
         if let Some(body) = self.body.take() {
-            // The channel is unbounded: this never waits.
-            let _ = self.sender.try_send(body);
+            self.line.push(body, self.priority);
         }
     }
 }
@@ -217,6 +297,43 @@ mod tests {
         assert_eq!(again.body, b"one");
         again.acker.ack().await.ok().unwrap();
         assert_eq!(transport.depth("q"), 0);
+    }
+
+    #[actix_rt::test]
+    async fn a_line_hands_out_the_first_level_first_and_each_level_in_order() {
+        let transport = InProcessTransport::new();
+        for (body, priority) in [("low-1", 9), ("mid", 4), ("low-2", 9), ("high-1", 0), ("high-2", 0)] {
+            transport.publish_at("q", body.as_bytes().to_vec(), priority).await.ok().unwrap();
+        }
+        let mut subscription = transport.subscribe("q", 1).await.ok().unwrap();
+        let mut order = Vec::new();
+        for _ in 0..5 {
+            let delivery = subscription.next().await.unwrap();
+            order.push(String::from_utf8(delivery.body.clone()).unwrap());
+            if order.len() == 1 {
+                // Given back, it goes behind the others of its level.
+                delivery.acker.requeue().await.ok().unwrap();
+                order.pop();
+                let again = subscription.next().await.unwrap();
+                order.push(String::from_utf8(again.body.clone()).unwrap());
+                again.acker.ack().await.ok().unwrap();
+                continue;
+            }
+            delivery.acker.ack().await.ok().unwrap();
+        }
+        assert_eq!(order, ["high-2", "high-1", "mid", "low-1", "low-2"]);
+    }
+
+    #[actix_rt::test]
+    async fn a_waiting_receiver_is_woken_by_a_publish() {
+        let transport = InProcessTransport::new();
+        let mut subscription = transport.subscribe("q", 1).await.ok().unwrap();
+        let publisher = transport.clone();
+        let sent = tokio::spawn(async move { publisher.publish_at("q", b"late".to_vec(), 3).await.ok() });
+        let delivery = subscription.next().await.unwrap();
+        assert_eq!(delivery.body, b"late");
+        assert!(sent.await.unwrap().is_some());
+        delivery.acker.ack().await.ok().unwrap();
     }
 
     #[actix_rt::test]

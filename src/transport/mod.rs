@@ -12,6 +12,9 @@ use async_trait::async_trait;
 pub use amqp::AmqpTransport;
 pub use in_process::InProcessTransport;
 
+/// The last of a queue's priority levels; 0 is the first (a job's `effective_priority`).
+pub const LAST_PRIORITY: u8 = 9;
+
 /// Largest message a consumer accepts; anything bigger is dead-lettered unread. A job
 /// message is a UUID; operation messages carry payloads of up to this size.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
@@ -20,13 +23,21 @@ pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// claim is a compare-and-set, and a lost message is re-sent by the dispatch sweep.
 #[async_trait]
 pub trait Transport: Send + Sync + 'static {
-    /// Hands `body` to `queue`; returns once the transport has accepted it.
-    async fn publish(&self, queue: &str, body: Vec<u8>) -> Result<(), TransportError>;
+    /// Hands `body` to `queue` at `priority`; returns once the transport has accepted it.
+    /// A queue delivers what waits at a lower number first (0 to [`LAST_PRIORITY`]), and
+    /// what waits at one level in the order it came.
+    async fn publish_at(&self, queue: &str, body: Vec<u8>, priority: u8) -> Result<(), TransportError>;
+
+    /// [`Transport::publish_at`] the first level: for messages that are not jobs'
+    /// (batches, outcomes, replayed dead letters).
+    async fn publish(&self, queue: &str, body: Vec<u8>) -> Result<(), TransportError> {
+        self.publish_at(queue, body, 0).await
+    }
 
     /// Hands `body` to `queue` once `delay` has passed, with no consumer holding it
     /// meanwhile. RabbitMQ keeps it in `queue`'s wait queue, whose messages expire back into
     /// `queue` (a message waits behind the longer delays queued before it); in process, a
-    /// timer holds it.
+    /// timer holds it. It comes back at the first level.
     async fn publish_after(&self, queue: &str, body: Vec<u8>, delay: Duration) -> Result<(), TransportError>;
 
     /// Starts receiving from `queue`, with at most `prefetch` deliveries unacknowledged.

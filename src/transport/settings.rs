@@ -27,6 +27,12 @@ pub struct AmqpSettings {
     /// row and lease hold it from then on): keep it under the broker's `consumer_timeout`
     /// (30 minutes by default), which closes the channel of a delivery held longer.
     pub ack_running_after_ms: u64,
+    /// Also consume `PREFIX.Q`, the plain queue of versions before priorities, where it
+    /// exists, so the messages left there run (docs/flow.md: moving a RabbitMQ deployment
+    /// over). Off once those queues are deleted: looking for a missing queue closes a
+    /// channel, which the AMQP client logs as an error at every subscription.
+    #[serde(default)]
+    pub drain_legacy_queues: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +55,7 @@ impl Default for TransportSettings {
                 confirm_timeout_seconds: 10,
                 publish_attempts: 5,
                 ack_running_after_ms: 15 * 60 * 1000,
+                drain_legacy_queues: false,
             },
         }
     }

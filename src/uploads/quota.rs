@@ -187,6 +187,7 @@ async fn pick_and_claim(
             .filter(submitted_by)
             .filter(crate::store::startable(txn.get_database_backend()))
             .filter(in_scope())
+            .order_by_asc(job::Column::EffectivePriority)
             .order_by_asc(job::Column::Id)
             .limit(TRIES)
             .into_tuple()

@@ -113,8 +113,7 @@ impl Executor {
             Some(job) if job.status == JobStatus::Queued => {
                 // Not due yet (its delay is not over): the message is spent, so the sweep
                 // must send the job again once it is due.
-                let job = Dispatch { id, queue: job.queue, attempts: job.attempts };
-                self.services.store.forget_publication(&job).await?;
+                self.services.store.forget_publication(&Dispatch::of(&job)).await?;
                 debug!(job_id = %id, "not due yet; left to the dispatch sweep");
                 Ok(Claim::NotClaimable)
             }

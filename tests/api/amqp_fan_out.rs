@@ -59,7 +59,7 @@ impl FanOutDeployment {
 
     /// (ready, unacknowledged) messages of this deployment's `queue` at the broker.
     async fn broker_queue(&self, queue: &str) -> (i64, i64) {
-        let name = format!("{}{queue}", self.deployment.prefix);
+        let name = format!("{}{queue}.prio", self.deployment.prefix);
         let vhost = amqp_url().rsplit('/').next().unwrap().replace("%2f", "/").replace("%2F", "/");
         let output = actix_rt::task::spawn_blocking(move || {
             let columns = ["name", "messages_ready", "messages_unacknowledged"];

@@ -62,7 +62,7 @@ async fn timeouts_default_by_operation_then_queue(backend: Backend) {
 }
 
 fn defaults(timeout_seconds: f64) -> yardmaster::jobs::settings::JobDefaults {
-    yardmaster::jobs::settings::JobDefaults { timeout_seconds: Some(timeout_seconds) }
+    yardmaster::jobs::settings::JobDefaults { timeout_seconds: Some(timeout_seconds), ..Default::default() }
 }
 
 /// A run whose worker is gone (claimed here, never run): the reaper fails it at its timeout.

@@ -18,6 +18,7 @@ mod dead_letters;
 mod deadlines;
 mod errors;
 mod fan_out;
+mod flow_processes;
 mod hostile;
 mod http_limits;
 #[cfg(feature = "inference")]
@@ -31,6 +32,8 @@ mod migrations;
 mod openapi;
 #[cfg(feature = "otel")]
 mod otel;
+mod pauses;
+mod priorities;
 mod queues;
 mod remote;
 mod retention;

@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait};
 use uuid::Uuid;
 
 use chrono::Utc;
 
-use super::rows::{db_now, to_chrono};
+use super::rows::{db_now, to_chrono, NOT_PAUSED};
 use super::{group_commit, SeaStore};
 use crate::domain::JobStatus;
 use crate::store::entity::job;
+use crate::store::types::level;
 use crate::store::{clock, Call, Change, Dispatch, DispatchBook, StoreError};
 
 /// Unpublished QUEUED jobs that wait for a time (`run_after`: a delay, a `run_at`): the
@@ -23,6 +24,8 @@ const WAITING: &str = "status = 'queued' AND published_at IS NULL AND run_after 
 /// Unpublished QUEUED jobs that were never delayed: the predicate of `ix_job_undispatched`,
 /// on `created_at`.
 const FRESH: &str = "status = 'queued' AND published_at IS NULL AND run_after IS NULL";
+/// QUEUED jobs whose level rises with waiting: the predicate of `ix_job_aging`, on `ages_at`.
+const AGING: &str = "status = 'queued' AND ages_at IS NOT NULL";
 
 #[async_trait]
 impl DispatchBook for SeaStore {
@@ -49,6 +52,7 @@ impl DispatchBook for SeaStore {
                 .column(job::Column::Id)
                 .column(job::Column::Queue)
                 .column(job::Column::Attempts)
+                .column(job::Column::EffectivePriority)
         };
         // Each half is written as its partial index's predicate (literals), so both engines
         // read only the rows it holds: jobs waiting for a time by that time, fresh ones by age.
@@ -56,9 +60,10 @@ impl DispatchBook for SeaStore {
         let waited = pick()
             .filter(Expr::cust(WAITING))
             .filter(Expr::col(job::Column::RunAfter).lte(db_now(backend)))
+            .filter(Expr::cust(NOT_PAUSED))
             .order_by_asc(job::Column::RunAfter)
             .limit(limit)
-            .into_tuple::<(Uuid, String, i32)>()
+            .into_tuple::<(Uuid, String, i32, i16)>()
             .all(&self.db)
             .await?;
         // Fresh submissions get `grace` for their submitter to publish them.
@@ -69,15 +74,19 @@ impl DispatchBook for SeaStore {
                 pick()
                     .filter(Expr::cust(FRESH))
                     .filter(job::Column::CreatedAt.lte(clock::now() - to_chrono(grace)))
+                    // A paused queue's jobs wait unsent; the sweep after its resume sends them.
+                    .filter(Expr::cust(NOT_PAUSED))
                     .order_by_asc(job::Column::CreatedAt)
                     .limit(room)
-                    .into_tuple::<(Uuid, String, i32)>()
+                    .into_tuple::<(Uuid, String, i32, i16)>()
                     .all(&self.db)
                     .await?
             }
         };
         let rows = waited.into_iter().chain(fresh);
-        Ok(rows.map(|(id, queue, attempts)| Dispatch { id, queue, attempts }).collect())
+        Ok(rows
+            .map(|(id, queue, attempts, stored)| Dispatch { id, queue, attempts, priority: level(stored) })
+            .collect())
     }
 
     async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
@@ -117,6 +126,47 @@ impl DispatchBook for SeaStore {
             .exec(&self.db)
             .await?;
         Ok(result.rows_affected)
+    }
+
+    async fn raise_waiting(&self, step: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {
+        self.before(Call::Upkeep("raise_waiting")).await?;
+        let backend = self.db.get_database_backend();
+        type Due = (Uuid, String, i32, i16, chrono::DateTime<Utc>, Option<chrono::DateTime<Utc>>);
+        let due: Vec<Due> = job::Entity::find()
+            .select_only()
+            .columns([job::Column::Id, job::Column::Queue, job::Column::Attempts])
+            .columns([job::Column::EffectivePriority, job::Column::AgesAt, job::Column::PublishedAt])
+            // A literal, so both engines read the partial index of aging jobs.
+            .filter(Expr::cust(AGING))
+            .filter(Expr::col(job::Column::AgesAt).lte(db_now(backend)))
+            .order_by_asc(job::Column::AgesAt)
+            .limit(limit)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        let txn = self.db.begin().await?;
+        let mut raised = Vec::new();
+        for (id, queue, attempts, stored, ages_at, published_at) in due {
+            let priority = level(stored).saturating_sub(1);
+            let next = (priority > 0).then(|| ages_at + to_chrono(step));
+            let moved = job::Entity::update_many()
+                .col_expr(job::Column::EffectivePriority, Expr::value(i16::from(priority)))
+                .col_expr(job::Column::AgesAt, Expr::value(next))
+                .filter(job::Column::Id.eq(id))
+                .filter(Expr::cust("status = 'queued'"))
+                .filter(job::Column::AgesAt.eq(ages_at))
+                .exec(&txn)
+                .await?
+                .rows_affected;
+            if moved == 1 && published_at.is_some() {
+                raised.push(Dispatch { id, queue, attempts, priority });
+            }
+        }
+        txn.commit().await?;
+        Ok(raised)
     }
 }
 

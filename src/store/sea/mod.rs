@@ -254,9 +254,9 @@ async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent
     Ok(())
 }
 
-/// Rows per multi-row `INSERT`: keeps the bind parameters far below SQLite's and
-/// PostgreSQL's limits (32,766 and 65,535) for the widest row (the job's 26 columns).
-const INSERT_CHUNK: usize = 1000;
+/// Rows per multi-row `INSERT`: keeps the bind parameters below SQLite's and PostgreSQL's
+/// limits (32,766 and 65,535) for the widest row (the job's 33 columns: 16,500 at most).
+const INSERT_CHUNK: usize = 500;
 
 /// Appends many events in multi-row inserts, in order.
 async fn append_events(txn: &DatabaseTransaction, events: Vec<job_event::ActiveModel>) -> Result<(), DbErr> {

@@ -126,8 +126,9 @@ impl JobReads for SeaStore {
         Ok(figures)
     }
 
-    /// 1 + the runnable jobs ahead of `job` in its line: its type's for a registered type
-    /// (whatever their room: they wait for the same workers), its queue's otherwise.
+    /// 1 + the runnable jobs ahead of `job` in its line (of a better level, or of its level
+    /// and older): its type's for a registered type (whatever their room: they wait for the
+    /// same workers), its queue's otherwise.
     async fn queue_position(&self, of: &Job) -> Result<Option<i64>, StoreError> {
         self.before(Call::Read("queue_position", Some(of.id))).await?;
         // A job that waits for its time is in no line yet.
@@ -138,7 +139,14 @@ impl JobReads for SeaStore {
         let mut ahead = job::Entity::find()
             .filter(Expr::cust("status = 'queued'"))
             .filter(job::Column::Queue.eq(of.queue.as_str()))
-            .filter(job::Column::Id.lt(of.id))
+            // Ahead: a better level, or the same level and older.
+            .filter(
+                Expr::col(job::Column::EffectivePriority).lt(of.effective_priority).or(Expr::col(
+                    job::Column::EffectivePriority,
+                )
+                .eq(of.effective_priority)
+                .and(Expr::col(job::Column::Id).lt(of.id))),
+            )
             .filter(
                 Expr::col(job::Column::RunAfter).is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend))),
             );

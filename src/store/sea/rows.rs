@@ -28,14 +28,19 @@ pub(super) fn db_now_plus(backend: DbBackend, offset_ms: i64) -> Expr {
     }
 }
 
-/// A QUEUED job that may start now: not waiting out a delay or its `run_at`, and not past
-/// its `expires_at` (the reaper cancels it). Judged by [`db_now`]: the clock the dispatch
-/// sweep and the reaper use. Every claim filters with it, whatever stale message arrives.
+/// A QUEUED job that may start now: not waiting out a delay or its `run_at`, not past its
+/// `expires_at` (the reaper cancels it), and not of a paused queue. Judged by [`db_now`]:
+/// the clock the dispatch sweep and the reaper use. Every claim filters with it, whatever
+/// stale message arrives, so a pause holds from its commit on, in every process.
 pub fn startable(backend: DbBackend) -> sea_orm::sea_query::SimpleExpr {
     let due = Expr::col(job::Column::RunAfter).is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend)));
     let alive = Expr::col(job::Column::ExpiresAt).is_null().or(Expr::col(job::Column::ExpiresAt).gt(db_now(backend)));
-    due.and(alive)
+    due.and(alive).and(Expr::cust(NOT_PAUSED))
 }
+
+/// The job's queue is not paused (`queue_state`, migration 19).
+pub(super) const NOT_PAUSED: &str =
+    "NOT EXISTS (SELECT 1 FROM queue_state WHERE queue_state.name = job.queue AND queue_state.paused_at IS NOT NULL)";
 
 /// Longest delay or timeout the store computes with (a century): keeps date arithmetic far
 /// from overflow whatever a configuration or an operation asks for.
@@ -82,6 +87,9 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         cleaned_at: None,
         timeout_seconds: new.timeout_seconds,
         expires_at: new.expires_at,
+        priority: i16::from(new.priority),
+        effective_priority: i16::from(new.priority),
+        ages_at: new.ages_at.filter(|_| new.priority > 0),
     }
 }
 

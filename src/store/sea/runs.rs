@@ -337,7 +337,7 @@ impl RunWrites for SeaStore {
     }
 }
 
-/// Runnable QUEUED jobs of these registered types, oldest first.
+/// Runnable QUEUED jobs of these registered types, by level (0 first), then oldest first.
 fn claimable(backend: DbBackend, operations: &[String]) -> sea_orm::Select<job::Entity> {
     job::Entity::find()
         .select_only()
@@ -346,5 +346,6 @@ fn claimable(backend: DbBackend, operations: &[String]) -> sea_orm::Select<job::
         .filter(Expr::cust("status = 'queued' AND queue = '@remote'"))
         .filter(job::Column::Operation.is_in(operations.iter().map(String::as_str)))
         .filter(startable(backend))
+        .order_by_asc(job::Column::EffectivePriority)
         .order_by_asc(job::Column::Id)
 }
