@@ -78,6 +78,14 @@ test("an admin logs in, reads the queues and the jobs, and filters them", async 
   assert.equal(await page.evaluate(() => document.cookie), "", "the page's scripts cannot read the session");
   await page.locator('tr[data-queue="default"]').waitFor();
   await page.screenshot({ path: join(shots, "queues.png"), fullPage: true });
+  // An admin pauses a queue and resumes it from the page; the API sees each state.
+  await Promise.all([page.waitForURL(`${base}/ui`), page.click('tr[data-queue="default"] button:has-text("Pause")')]);
+  await page.locator('tr[data-queue="default"][data-state="paused"]').waitFor();
+  const queues = await (await fetch(`${base}/admin/queues`, { headers: { authorization: `Bearer ${admin}` } })).json();
+  assert.equal(queues.queues.find((q) => q.name === "default").state, "paused");
+  await page.screenshot({ path: join(shots, "queue-paused.png"), fullPage: true });
+  await Promise.all([page.waitForURL(`${base}/ui`), page.click('tr[data-queue="default"] button:has-text("Resume")')]);
+  await page.locator('tr[data-queue="default"][data-state="running"]').waitFor();
 
   await page.click("nav >> text=Jobs");
   await page.locator("table.jobs").waitFor();
