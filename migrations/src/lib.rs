@@ -24,6 +24,7 @@ mod m20261127_000016_deadlines;
 mod m20261127_000017_schedules;
 mod m20261127_000018_priorities;
 mod m20261127_000019_queue_pauses;
+mod m20261127_000020_limits;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -53,6 +54,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000017_schedules::Migration),
             Box::new(m20261127_000018_priorities::Migration),
             Box::new(m20261127_000019_queue_pauses::Migration),
+            Box::new(m20261127_000020_limits::Migration),
         ]
     }
 }

@@ -38,6 +38,9 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
     if let Some(queues) = queues {
         render_queues(&mut text, &queues);
     }
+    if let Ok(holding) = state.store.holding().await {
+        render_held(&mut text, &holding);
+    }
     Ok(HttpResponse::Ok().content_type(CONTENT_TYPE).body(text))
 }
 
@@ -72,6 +75,20 @@ fn render_queues(text: &mut String, queues: &BTreeMap<String, Queue>) {
         for (queue, figures) in queues {
             let _ = writeln!(text, "{name}{{queue=\"{}\"}} {}", escape(queue), value(figures));
         }
+    }
+}
+
+/// Jobs held QUEUED by each limit rule (its partitions summed: a tenant is no label).
+fn render_held(text: &mut String, holding: &[(String, i64)]) {
+    let mut by_rule: BTreeMap<&str, i64> = BTreeMap::new();
+    for (key, held) in holding {
+        *by_rule.entry(crate::domain::Limit::split(key).0).or_default() += held;
+    }
+    let name = "yardmaster_jobs_held";
+    let _ = writeln!(text, "# HELP {name} Jobs QUEUED that their limit holds (max_running or rate), by limit");
+    let _ = writeln!(text, "# TYPE {name} gauge");
+    for (rule, held) in by_rule {
+        let _ = writeln!(text, "{name}{{limit=\"{}\"}} {held}", escape(rule));
     }
 }
 

@@ -94,6 +94,13 @@ pub mod row {
         /// When this QUEUED job's `effective_priority` next rises; `None` at level 0 or
         /// with aging off.
         pub ages_at: Option<DateTime<Utc>>,
+        /// The limit it is counted under (its operation's or queue's `max_running` or
+        /// `rate`): the rule, then a unit separator (U+001F) and its concurrency key when
+        /// the limit is partitioned. `None`: no limit.
+        pub limit_key: Option<String>,
+        /// Since when the job is held QUEUED by its limit, neither sent nor claimable, until
+        /// the limit allows it; `None` once admitted (or never held).
+        pub held_since: Option<DateTime<Utc>>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -133,6 +140,8 @@ pub struct JobSummary {
     pub deferred_at: Option<DateTime<Utc>>,
     pub priority: i16,
     pub effective_priority: i16,
+    pub limit_key: Option<String>,
+    pub held_since: Option<DateTime<Utc>>,
 }
 
 impl JobSummary {
@@ -187,6 +196,8 @@ pub struct NewJob {
     pub priority: u8,
     /// See [`Job::ages_at`]: set by the dispatcher, which raises waiting jobs.
     pub ages_at: Option<DateTime<Utc>>,
+    /// The limit the job is counted under, if one applies (see [`Job::limit_key`]).
+    pub limit: Option<super::Limit>,
 }
 
 /// The last of the priorities: 0 starts first, this last.
@@ -214,6 +225,7 @@ impl NewJob {
             expires_at: None,
             priority: 0,
             ages_at: None,
+            limit: None,
         }
     }
 

@@ -95,6 +95,7 @@ codes! {
     InvalidSchedule => ("invalid_schedule", UNPROCESSABLE_ENTITY, "The schedule's times cannot be used"),
     ScheduleChanged => ("schedule_changed", CONFLICT, "The schedule changed meanwhile; read it and try again"),
     QueueNotFound => ("queue_not_found", NOT_FOUND, "No queue of this name"),
+    InvalidConcurrencyKey => ("invalid_concurrency_key", UNPROCESSABLE_ENTITY, "The job's concurrency key cannot be read"),
     InvalidPriority => ("invalid_priority", UNPROCESSABLE_ENTITY, "Priority must be 0 (first) to 9 (last)"),
     MetricsUnavailable => ("metrics_unavailable", SERVICE_UNAVAILABLE, "This process records no metrics"),
     NotFound => ("not_found", NOT_FOUND, "No such endpoint"),

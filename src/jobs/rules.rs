@@ -12,7 +12,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::domain::{nul_pointer, Job, NewJob, QueueName, RetryPolicy, RoomId, LOWEST_PRIORITY};
+use crate::domain::{nul_pointer, Job, Limit, NewJob, QueueName, RetryPolicy, RoomId, LOWEST_PRIORITY};
 use crate::http::{ApiError, AppState, Code};
 use crate::ops::OperationRegistry;
 use crate::remote::names::{is_type_reference, TypeReference};
@@ -98,6 +98,12 @@ pub struct SubmitRequest {
     #[serde(default, deserialize_with = "crate::http::whole_number")]
     #[schema(minimum = 0, maximum = 9)]
     pub priority: Option<i32>,
+    /// Which partition of its limit the job counts under (a tenant, a customer): each key
+    /// gets the limit's `max_running` and `rate` to itself. Default: the value at the
+    /// limit's `concurrency_key` pointer in the payload. Without a limit it changes nothing.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\u0000-\u001f\u007f]*$")]
+    pub concurrency_key: Option<String>,
 }
 
 /// A parent must exist for the caller (another room's job does not), and must not be a
@@ -175,6 +181,7 @@ pub(super) fn refuse_nul(body: &SubmitRequest, header_key: Option<&str>) -> Resu
         ("/operation", Some(body.operation.as_str())),
         ("/queue", body.queue.as_deref()),
         ("/room", body.room.as_deref()),
+        ("/concurrency_key", body.concurrency_key.as_deref()),
     ];
     let keys = [("/idempotency_key", body.idempotency_key.as_deref()), ("/idempotency_key", header_key)];
     for (pointer, text) in texts.into_iter().chain(keys) {
@@ -284,6 +291,7 @@ pub fn validate_submission(
         })?,
         None => state.jobs.priority_of(&body.operation, queue.as_str()),
     };
+    let limit = limit_of(state.jobs, &body.operation, queue.as_str(), &payload, body.concurrency_key.as_deref())?;
     let idempotency_key = check_idempotency_key(body.idempotency_key.or(header_key))?;
     let max_retries = body.max_retries.unwrap_or(default_retries);
     if !(0..=MAX_RETRIES_LIMIT).contains(&max_retries) {
@@ -308,7 +316,60 @@ pub fn validate_submission(
         expires_at,
         priority,
         ages_at: None,
+        limit,
     })
+}
+
+/// Longest concurrency key.
+const MAX_CONCURRENCY_KEY: usize = 200;
+
+/// The limit a job counts under, if its operation or queue has one: partitioned by the
+/// submission's `concurrency_key`, else by the payload's value at the limit's pointer,
+/// which must be there (a string, a number or a boolean).
+fn limit_of(
+    jobs: &JobsSettings,
+    operation: &str,
+    queue: &str,
+    payload: &Value,
+    asked: Option<&str>,
+) -> Result<Option<Limit>, ApiError> {
+    let refused = |detail: String, pointer: String| Err(ApiError::new(Code::InvalidConcurrencyKey, detail).at(pointer));
+    let check = |key: &str, pointer: &str| -> Result<(), ApiError> {
+        if key.is_empty() || key.chars().count() > MAX_CONCURRENCY_KEY || key.chars().any(char::is_control) {
+            let detail =
+                format!("a concurrency key is 1-{MAX_CONCURRENCY_KEY} characters, none of them control characters");
+            return refused(detail, pointer.to_owned());
+        }
+        Ok(())
+    };
+    if let Some(asked) = asked {
+        check(asked, "/concurrency_key")?;
+    }
+    let Some((rule, defaults)) = jobs.limit_rule(operation, queue) else { return Ok(None) };
+    let key = match (asked, defaults.concurrency_key.as_deref()) {
+        (Some(asked), _) => Some(asked.to_owned()),
+        (None, None) => None,
+        (None, Some(pointer)) => {
+            let at = format!("/payload{pointer}");
+            let key = match payload.pointer(pointer) {
+                Some(Value::String(text)) => text.clone(),
+                Some(value @ (Value::Number(_) | Value::Bool(_))) => value.to_string(),
+                Some(_) => {
+                    let detail =
+                        format!("{rule}'s concurrency key at {pointer} must be a string, a number or a boolean");
+                    return refused(detail, at).map(|()| None);
+                }
+                None => {
+                    let detail =
+                        format!("{rule} is partitioned by the payload's {pointer}, and this payload has nothing there");
+                    return refused(detail, at).map(|()| None);
+                }
+            };
+            check(&key, &at)?;
+            Some(key)
+        }
+    };
+    Ok(Some(defaults.limit(&rule, key.as_deref())))
 }
 
 /// The `Idempotency-Key` header, if sent.

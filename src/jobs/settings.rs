@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::LOWEST_PRIORITY;
+use crate::domain::{Limit, LimitRules, Rate, LOWEST_PRIORITY};
 
 /// The longest `timeout_seconds` a job may have: a year.
 pub const MAX_TIMEOUT_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
@@ -36,6 +36,55 @@ pub struct JobDefaults {
     pub timeout_seconds: Option<f64>,
     /// The priority, 0 (first) to 9 (see `priority` on `POST /jobs`).
     pub priority: Option<u8>,
+    /// At most this many of these jobs RUNNING at once, across every process and host
+    /// (per concurrency key, with `concurrency_key`). An operation's limit applies to its
+    /// jobs instead of their queue's.
+    pub max_running: Option<u32>,
+    /// At most this many starts of these jobs per `rate_period_seconds`.
+    pub rate: Option<u32>,
+    /// The period of `rate`, in seconds; default 1.
+    pub rate_period_seconds: Option<f64>,
+    /// A JSON pointer into the payload (`/tenant_id`) whose value partitions the limits:
+    /// each value gets its own `max_running` and `rate`. A submission's own
+    /// `concurrency_key` wins.
+    pub concurrency_key: Option<String>,
+}
+
+impl JobDefaults {
+    fn validate_limits(&self, kind: &str, name: &str) -> anyhow::Result<()> {
+        anyhow::ensure!(self.max_running != Some(0), "jobs.{kind}.{name}.max_running must be at least 1");
+        anyhow::ensure!(self.rate != Some(0), "jobs.{kind}.{name}.rate must be at least 1");
+        if let Some(period) = self.rate_period_seconds {
+            anyhow::ensure!(
+                period.is_finite() && period > 0.0 && period <= 86_400.0,
+                "jobs.{kind}.{name}.rate_period_seconds must be above 0 and at most 86400"
+            );
+            anyhow::ensure!(self.rate.is_some(), "jobs.{kind}.{name}.rate_period_seconds needs a rate");
+        }
+        if let Some(pointer) = &self.concurrency_key {
+            anyhow::ensure!(
+                pointer.starts_with('/'),
+                "jobs.{kind}.{name}.concurrency_key must be a JSON pointer into the payload, such as \"/tenant_id\""
+            );
+            anyhow::ensure!(self.limits(), "jobs.{kind}.{name}.concurrency_key needs max_running or rate");
+        }
+        Ok(())
+    }
+
+    /// Whether these defaults limit their jobs.
+    pub fn limits(&self) -> bool {
+        self.max_running.is_some() || self.rate.is_some()
+    }
+
+    /// The limit of `rule` (these defaults') over the jobs of `concurrency_key`.
+    pub fn limit(&self, rule: &str, concurrency_key: Option<&str>) -> Limit {
+        Limit { key: Limit::key_of(rule, concurrency_key), max_running: self.max_running, rate: self.rate() }
+    }
+
+    fn rate(&self) -> Option<Rate> {
+        let per = Duration::from_secs_f64(self.rate_period_seconds.unwrap_or(1.0));
+        self.rate.map(|starts| Rate { starts, per })
+    }
 }
 
 impl Default for JobsSettings {
@@ -67,6 +116,7 @@ impl JobsSettings {
                     "jobs.{kind}.{name}.priority must be 0 to {LOWEST_PRIORITY}"
                 );
             }
+            defaults.validate_limits(kind, name)?;
         }
         let aging = self.priority_aging_seconds;
         anyhow::ensure!(
@@ -79,6 +129,30 @@ impl JobsSettings {
     /// How long a job waits per level it rises; `None`: levels never change.
     pub fn aging(&self) -> Option<Duration> {
         (self.priority_aging_seconds > 0.0).then(|| Duration::from_secs_f64(self.priority_aging_seconds))
+    }
+
+    /// The limit rule over jobs of `operation` on `queue`: the operation's if it sets one,
+    /// else the queue's; with its name (`operation:NAME`, `queue:NAME`).
+    pub fn limit_rule(&self, operation: &str, queue: &str) -> Option<(String, &JobDefaults)> {
+        let of_operation = self.operations.get(operation).filter(|defaults| defaults.limits());
+        let of_queue = self.queues.get(queue).filter(|defaults| defaults.limits());
+        match (of_operation, of_queue) {
+            (Some(defaults), _) => Some((format!("operation:{operation}"), defaults)),
+            (None, Some(defaults)) => Some((format!("queue:{queue}"), defaults)),
+            (None, None) => None,
+        }
+    }
+
+    /// Every limit rule, for the releases.
+    pub fn limit_rules(&self) -> LimitRules {
+        let operations = self.operations.iter().map(|(name, defaults)| (format!("operation:{name}"), defaults));
+        let queues = self.queues.iter().map(|(name, defaults)| (format!("queue:{name}"), defaults));
+        operations
+            .chain(queues)
+            .filter(|(_, defaults)| defaults.limits())
+            .fold(LimitRules::default(), |rules, (rule, defaults)| {
+                rules.with(rule, defaults.max_running, defaults.rate())
+            })
     }
 
     /// The priority a job of `operation` on `queue` gets when it asks for none.

@@ -117,7 +117,8 @@ impl ApplicationBuilder {
         crate::telemetry::metrics::handle();
         let (db, offset_ms, clock) = open_database(&settings).await?;
         let live = Live::new();
-        let (store, gate) = open_store(&settings, &db, &live, self.hook).await?;
+        let (limit_watch, limit_keys) = crate::dispatch::LimitWatch::new();
+        let (store, gate) = open_store(&settings, &db, &live, self.hook, limit_watch).await?;
         let transport = match self.transport {
             Some(transport) => transport,
             None => build_transport(&settings)?,
@@ -136,6 +137,8 @@ impl ApplicationBuilder {
             live.claimers.clone(),
             settings.uploads.services.keys().cloned().collect(),
         ));
+        let recheck = Duration::from_millis(settings.reaper.interval_ms);
+        crate::dispatch::Releaser::new(dispatcher.clone(), settings.jobs.limit_rules(), recheck).start(limit_keys);
         let pauses =
             crate::flow::QueuePauses::open(db.clone(), gate.clone(), &settings.job_queues(), dispatcher.waiting_bell())
                 .await

@@ -40,6 +40,7 @@ pub(super) async fn open_store(
     db: &DatabaseConnection,
     live: &Live,
     hook: Option<Arc<dyn crate::store::Hook>>,
+    limits: crate::dispatch::LimitWatch,
 ) -> anyhow::Result<(Arc<dyn JobStore>, WriteGate)> {
     let notifier = Notifier::new(live.waiters.clone(), live.claimers.clone()).with_stop_runs(live.stop_runs.clone());
     let mut sea = match settings.store.group_commit() {
@@ -50,7 +51,8 @@ pub(super) async fn open_store(
         }
     }
     .observed_by(Arc::new(crate::telemetry::metrics::JobMetrics))
-    .observed_by(Arc::new(notifier));
+    .observed_by(Arc::new(notifier))
+    .observed_by(Arc::new(limits));
     if let Some(hook) = hook {
         sea = sea.with_hook(hook);
     }

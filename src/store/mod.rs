@@ -29,7 +29,7 @@ pub use sea::write_gate::{WriteGate, WriteTxn};
 pub use sea::{startable, SeaStore};
 pub use types::{
     after_failure, level, BatchRecorded, BatchRows, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, Page,
-    Pruned, Requeue, RunRef, StoreError, Submission,
+    Pruned, Released, Requeue, RunRef, StoreError, Submission,
 };
 
 /// What the API reads: jobs, pages of them, their events and places in line, and the
@@ -236,6 +236,17 @@ pub trait DispatchBook: Send + Sync + 'static {
     /// (none at level 0). Returns the published ones among them, at their new level, to be
     /// announced again; the unpublished are sent by the sweep at their new level.
     async fn raise_waiting(&self, step: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError>;
+
+    /// Admits as many jobs held by `limit` as it has room for now, by level, then age
+    /// (`store::sea::limits` says how room is counted, under a lock of the limit's key).
+    /// Returns them, to be sent, or when a rate is what holds them, how long until it has
+    /// room.
+    async fn release(&self, limit: &crate::domain::Limit) -> Result<Released, StoreError>;
+
+    /// The keys of the limits that hold jobs now, with how many each holds: each is
+    /// released again from time to time, in case a process stopped between freeing a
+    /// limit's room and releasing its jobs; `/metrics` counts them by rule.
+    async fn holding(&self) -> Result<Vec<(String, i64)>, StoreError>;
 }
 
 /// Everything the lifecycle needs from durable storage, as one object: every role. One

@@ -77,6 +77,15 @@ pub fn level(stored: i16) -> u8 {
     u8::try_from(stored).unwrap_or(crate::domain::LOWEST_PRIORITY).min(crate::domain::LOWEST_PRIORITY)
 }
 
+/// What [`crate::store::DispatchBook::release`] admitted.
+#[derive(Debug, Clone, Default)]
+pub struct Released {
+    /// The held jobs admitted, to be sent.
+    pub jobs: Vec<Dispatch>,
+    /// When nothing was admitted because a rate is used up: how long until it has room.
+    pub retry_in: Option<std::time::Duration>,
+}
+
 /// The result of [`JobCommands::cancel`].
 #[derive(Debug, Clone)]
 pub struct Cancellation {

@@ -25,6 +25,7 @@ mod http_limits;
 mod inference;
 mod later;
 mod lifecycle;
+mod limits;
 mod live;
 mod logs;
 mod metrics;

@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use super::rows::new_row;
 use super::{
-    append_event, append_events, compare_and_set, event_row, fan_out, group_commit, retried, SeaStore, INSERT_CHUNK,
+    append_event, append_events, compare_and_set, event_row, fan_out, group_commit, limits, retried, SeaStore,
+    INSERT_CHUNK,
 };
 use crate::domain::{EventName, InvalidTransition, Job, JobStatus, NewEvent, NewJob};
 use crate::store::entity::job;
@@ -24,6 +25,11 @@ const CANCELLABLE: &[JobStatus] = &[JobStatus::Queued, JobStatus::Running];
 #[async_trait]
 impl JobCommands for SeaStore {
     async fn submit(&self, new: NewJob) -> Result<Submission, StoreError> {
+        // A keyed job under a limit: admission and the key's lookup in one transaction.
+        if new.limit.is_some() && new.idempotency_key.is_some() {
+            let mut submitted = self.submit_many(vec![new]).await?;
+            return submitted.pop().ok_or_else(|| StoreError::Corrupt("a submission made nothing".into()));
+        }
         self.before(Call::Submit).await?;
         // A keyless submission cannot conflict, so it can share a group commit; a keyed one
         // may hit the unique index, which would abort a shared PostgreSQL transaction.
@@ -290,12 +296,21 @@ fn queued_event(new: &NewJob) -> NewEvent {
 }
 
 /// Inserts keyless submissions and their `job.queued` events with multi-row inserts.
+/// Jobs under a limit are admitted or held first (`limits::admit`): a held one is written
+/// unsent, with its `job.held` event after its `job.queued`.
 pub(super) async fn insert_new(txn: &DatabaseTransaction, new: &[&NewJob]) -> Result<Vec<job::Model>, DbErr> {
-    let rows: Vec<job::Model> = new.iter().map(|new| new_row(new)).collect();
+    let mut rows: Vec<job::Model> = new.iter().map(|new| new_row(new)).collect();
+    let limits: Vec<_> = new.iter().map(|new| new.limit.as_ref()).collect();
+    let held = match limits.iter().any(Option::is_some) {
+        true => limits::admit(txn, &mut rows, &limits).await?,
+        false => Vec::new(),
+    };
     for chunk in rows.chunks(INSERT_CHUNK) {
         let models = chunk.iter().cloned().map(IntoActiveModel::into_active_model);
         job::Entity::insert_many(models).exec_without_returning(txn).await?;
     }
-    append_events(txn, rows.iter().zip(new).map(|(row, new)| event_row(row.id, &queued_event(new))).collect()).await?;
+    let mut events: Vec<_> = rows.iter().zip(new).map(|(row, new)| event_row(row.id, &queued_event(new))).collect();
+    events.extend(held);
+    append_events(txn, events).await?;
     Ok(rows)
 }

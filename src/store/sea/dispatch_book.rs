@@ -13,10 +13,10 @@ use chrono::Utc;
 
 use super::rows::{db_now, to_chrono, NOT_PAUSED};
 use super::{group_commit, SeaStore};
-use crate::domain::JobStatus;
+use crate::domain::{JobStatus, Limit};
 use crate::store::entity::job;
 use crate::store::types::level;
-use crate::store::{clock, Call, Change, Dispatch, DispatchBook, StoreError};
+use crate::store::{clock, Call, Change, Dispatch, DispatchBook, Released, StoreError};
 
 /// Unpublished QUEUED jobs that wait for a time (`run_after`: a delay, a `run_at`): the
 /// predicate of the partial index `ix_job_waiting`, on `run_after`.
@@ -61,6 +61,7 @@ impl DispatchBook for SeaStore {
             .filter(Expr::cust(WAITING))
             .filter(Expr::col(job::Column::RunAfter).lte(db_now(backend)))
             .filter(Expr::cust(NOT_PAUSED))
+            .filter(job::Column::HeldSince.is_null())
             .order_by_asc(job::Column::RunAfter)
             .limit(limit)
             .into_tuple::<(Uuid, String, i32, i16)>()
@@ -76,6 +77,8 @@ impl DispatchBook for SeaStore {
                     .filter(job::Column::CreatedAt.lte(clock::now() - to_chrono(grace)))
                     // A paused queue's jobs wait unsent; the sweep after its resume sends them.
                     .filter(Expr::cust(NOT_PAUSED))
+                    // A held job is sent when its limit admits it.
+                    .filter(job::Column::HeldSince.is_null())
                     .order_by_asc(job::Column::CreatedAt)
                     .limit(room)
                     .into_tuple::<(Uuid, String, i32, i16)>()
@@ -126,6 +129,16 @@ impl DispatchBook for SeaStore {
             .exec(&self.db)
             .await?;
         Ok(result.rows_affected)
+    }
+
+    async fn release(&self, limit: &Limit) -> Result<Released, StoreError> {
+        self.before(Call::Upkeep("release")).await?;
+        self.release_once(limit).await
+    }
+
+    async fn holding(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        self.before(Call::Upkeep("holding")).await?;
+        self.holding_once().await
     }
 
     async fn raise_waiting(&self, step: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {

@@ -10,6 +10,7 @@ mod commands;
 mod dispatch_book;
 mod fan_out;
 mod group_commit;
+mod limits;
 mod maintenance;
 mod postgres_batch;
 mod reads;
@@ -195,7 +196,16 @@ fn retried(backend: sea_orm::DbBackend, update: UpdateMany<job::Entity>) -> Upda
         .col_expr(job::Column::Owner, Expr::value(None::<String>))
         .col_expr(job::Column::RunAfter, rows::db_now(backend))
         .col_expr(job::Column::PublishedAt, Expr::value(no_time))
-        .col_expr(job::Column::Failures, Expr::value(0));
+        .col_expr(job::Column::Failures, Expr::value(0))
+        // A job under a limit queues again held: its limit admits it when it has room.
+        .col_expr(
+            job::Column::HeldSince,
+            Expr::Case(Box::new(
+                sea_orm::sea_query::CaseStatement::new()
+                    .case(job::Column::LimitKey.is_null(), Expr::value(no_time))
+                    .finally(Expr::value(Some(clock::now()))),
+            )),
+        );
     run_sql::forget_fan_out(update)
 }
 
@@ -255,7 +265,7 @@ async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent
 }
 
 /// Rows per multi-row `INSERT`: keeps the bind parameters below SQLite's and PostgreSQL's
-/// limits (32,766 and 65,535) for the widest row (the job's 33 columns: 16,500 at most).
+/// limits (32,766 and 65,535) for the widest row (the job's 35 columns: 17,500 at most).
 const INSERT_CHUNK: usize = 500;
 
 /// Appends many events in multi-row inserts, in order.

@@ -29,7 +29,7 @@ use crate::store::entity::job;
 use crate::store::{Completion, RunRef};
 
 /// QUEUED → RUNNING for every id of `$1` (a JSON array) still QUEUED, due, not expired and
-/// not of a paused queue (as `startable`), leased until
+/// not of a paused queue nor held by its limit (as `startable`), leased until
 /// database-now + `$3` ms, each with its `job.started` event.
 const CLAIM: &str = "\
 WITH moved AS (
@@ -40,6 +40,7 @@ WITH moved AS (
         AND coalesce(status = 'queued', false) AND (run_after IS NULL OR run_after <= CURRENT_TIMESTAMP)
         AND (expires_at IS NULL OR expires_at > CURRENT_TIMESTAMP)
         AND NOT EXISTS (SELECT 1 FROM queue_state WHERE queue_state.name = job.queue AND queue_state.paused_at IS NOT NULL)
+        AND held_since IS NULL
     RETURNING job.*
 ), started AS (
     INSERT INTO job_event (job_id, ts, event, message, fields, level)

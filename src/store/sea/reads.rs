@@ -131,14 +131,16 @@ impl JobReads for SeaStore {
     /// same workers), its queue's otherwise.
     async fn queue_position(&self, of: &Job) -> Result<Option<i64>, StoreError> {
         self.before(Call::Read("queue_position", Some(of.id))).await?;
-        // A job that waits for its time is in no line yet.
-        if of.status != JobStatus::Queued || of.run_after.is_some_and(|at| at > clock::now()) {
+        // A job that waits for its time, or that its limit holds, is in no line yet.
+        let waiting = of.run_after.is_some_and(|at| at > clock::now()) || of.held_since.is_some();
+        if of.status != JobStatus::Queued || waiting {
             return Ok(None);
         }
         let backend = self.db.get_database_backend();
         let mut ahead = job::Entity::find()
             .filter(Expr::cust("status = 'queued'"))
             .filter(job::Column::Queue.eq(of.queue.as_str()))
+            .filter(job::Column::HeldSince.is_null())
             // Ahead: a better level, or the same level and older.
             .filter(
                 Expr::col(job::Column::EffectivePriority).lt(of.effective_priority).or(Expr::col(

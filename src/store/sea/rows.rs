@@ -29,13 +29,14 @@ pub(super) fn db_now_plus(backend: DbBackend, offset_ms: i64) -> Expr {
 }
 
 /// A QUEUED job that may start now: not waiting out a delay or its `run_at`, not past its
-/// `expires_at` (the reaper cancels it), and not of a paused queue. Judged by [`db_now`]:
+/// `expires_at` (the reaper cancels it), not of a paused queue, and not held by its limit
+/// (the limit admits it when it allows). Judged by [`db_now`]:
 /// the clock the dispatch sweep and the reaper use. Every claim filters with it, whatever
 /// stale message arrives, so a pause holds from its commit on, in every process.
 pub fn startable(backend: DbBackend) -> sea_orm::sea_query::SimpleExpr {
     let due = Expr::col(job::Column::RunAfter).is_null().or(Expr::col(job::Column::RunAfter).lte(db_now(backend)));
     let alive = Expr::col(job::Column::ExpiresAt).is_null().or(Expr::col(job::Column::ExpiresAt).gt(db_now(backend)));
-    due.and(alive).and(Expr::cust(NOT_PAUSED))
+    due.and(alive).and(Expr::cust(NOT_PAUSED)).and(Expr::col(job::Column::HeldSince).is_null())
 }
 
 /// The job's queue is not paused (`queue_state`, migration 19).
@@ -90,6 +91,9 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         priority: i16::from(new.priority),
         effective_priority: i16::from(new.priority),
         ages_at: new.ages_at.filter(|_| new.priority > 0),
+        limit_key: new.limit.as_ref().map(|limit| limit.key.clone()),
+        // Admission decides (`limits::admit`), in the inserting transaction.
+        held_since: None,
     }
 }
 

@@ -16,6 +16,10 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+mod release;
+
+pub use release::{LimitWatch, Releaser};
+
 use crate::domain::{NewJob, QueueName};
 use crate::failpoint;
 use crate::store::{Dispatch, JobStore, Requeue, StoreError, Submission};
@@ -129,7 +133,8 @@ impl Dispatcher {
         if submission.created && submission.job.run_after.is_some() {
             self.waiting.notify_one();
         }
-        if submission.created && submission.job.run_after.is_none() {
+        // A job its limit holds is sent when the limit releases it.
+        if submission.created && submission.job.run_after.is_none() && submission.job.held_since.is_none() {
             self.announce(&[Dispatch::of(&submission.job)]).await;
         }
         Ok(submission)
@@ -153,7 +158,7 @@ impl Dispatcher {
         failpoint::hit("submit.after_commit");
         let created: Vec<Dispatch> = submissions
             .iter()
-            .filter(|submission| submission.created && submission.job.run_after.is_none())
+            .filter(|Submission { created, job }| *created && job.run_after.is_none() && job.held_since.is_none())
             .map(|Submission { job, .. }| Dispatch::of(job))
             .collect();
         if submissions.iter().any(|submission| submission.created && submission.job.run_after.is_some()) {
@@ -329,9 +334,12 @@ impl Dispatcher {
         }
     }
 
-    /// Publishes one QUEUED job now (a manual retry); the sweep covers a failure.
+    /// Publishes one QUEUED job now (a manual retry); the sweep covers a failure. A job its
+    /// limit holds is not sent: the limit's release sends it.
     pub async fn publish(&self, job: &crate::domain::Job) {
-        self.publish_all(&[Dispatch::of(job)]).await;
+        if job.held_since.is_none() {
+            self.publish_all(&[Dispatch::of(job)]).await;
+        }
     }
 }
 

@@ -1,0 +1,135 @@
+//! Releasing the jobs limits hold. [`LimitWatch`], an observer of the store, hears every
+//! committed move of a job under a limit (its submission, start, end, retry) and hands the
+//! limit's key to the [`Releaser`], which admits what the limit has room for now
+//! (`DispatchBook::release`) and sends it; when a rate is what holds, it looks again the
+//! moment the rate's window has room. Nothing polls to find room: a limit is looked at when
+//! one of its jobs moves, when its window frees, and, as a safety net for a process that
+//! stopped between freeing room and releasing, every `recheck` for the limits holding jobs.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::Dispatcher;
+use crate::domain::{Limit, LimitRules};
+use crate::store::{Change, Observer, Released};
+
+/// Hands the key of every limit one of whose jobs moved to the releaser.
+pub struct LimitWatch {
+    keys: mpsc::UnboundedSender<String>,
+}
+
+impl LimitWatch {
+    /// The watch, and what the releaser reads.
+    pub fn new() -> (LimitWatch, Keys) {
+        let (keys, receiver) = mpsc::unbounded_channel();
+        (LimitWatch { keys: keys.clone() }, Keys { receiver, again: keys })
+    }
+}
+
+impl Observer for LimitWatch {
+    fn committed(&self, changes: &[Change<'_>]) {
+        for change in changes {
+            if let Change::Moved { job, .. } = change {
+                if let Some(key) = &job.limit_key {
+                    let _ = self.keys.send(key.clone());
+                }
+            }
+        }
+    }
+}
+
+/// The keys of limits to look at, as the watch sends them.
+pub struct Keys {
+    receiver: mpsc::UnboundedReceiver<String>,
+    /// For the releaser's own returns (a rate's window, a failed release).
+    again: mpsc::UnboundedSender<String>,
+}
+
+/// Admits held jobs as their limits allow, and sends them.
+pub struct Releaser {
+    dispatcher: Dispatcher,
+    rules: LimitRules,
+    recheck: Duration,
+}
+
+/// Jobs one release admits at most; a limit with more room is released again at once.
+const RELEASE_BATCH: usize = 10_000;
+
+impl Releaser {
+    pub fn new(dispatcher: Dispatcher, rules: LimitRules, recheck: Duration) -> Self {
+        Releaser { dispatcher, rules, recheck }
+    }
+
+    /// Runs for the life of the process: first every limit holding jobs now, then each as
+    /// the watch names it, several named meanwhile released once.
+    pub fn start(self, mut keys: Keys) {
+        let again = keys.again.clone();
+        let store = self.dispatcher.store.clone();
+        let recheck = self.recheck;
+        // With no limit configured, one look releases what an earlier configuration held.
+        let periodic = !self.rules.is_empty();
+        tokio::spawn(async move {
+            loop {
+                match store.holding().await {
+                    Ok(holding) => holding.into_iter().for_each(|(key, _)| drop(again.send(key))),
+                    Err(err) => warn!(error = %err, "could not read which limits hold jobs"),
+                }
+                if !periodic || again.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(recheck).await;
+            }
+        });
+        tokio::spawn(async move {
+            while let Some(first) = keys.receiver.recv().await {
+                let mut due = BTreeSet::from([first]);
+                while let Ok(key) = keys.receiver.try_recv() {
+                    due.insert(key);
+                }
+                for key in due {
+                    self.release(&key, &keys.again).await;
+                }
+            }
+        });
+    }
+
+    async fn release(&self, key: &str, again: &mpsc::UnboundedSender<String>) {
+        // A rule no longer configured limits nothing: its held jobs all go.
+        let limit =
+            self.rules.limit(key).unwrap_or_else(|| Limit { key: key.to_owned(), max_running: None, rate: None });
+        loop {
+            match self.dispatcher.store.release(&limit).await {
+                Ok(Released { jobs, retry_in }) => {
+                    if !jobs.is_empty() {
+                        debug!(limit = %key, jobs = jobs.len(), "released held jobs");
+                        self.dispatcher.publish_all(&jobs).await;
+                    }
+                    if jobs.len() >= RELEASE_BATCH {
+                        continue;
+                    }
+                    if let Some(after) = retry_in {
+                        come_back(again, key, after);
+                    }
+                    return;
+                }
+                Err(err) => {
+                    warn!(limit = %key, error = %err, "could not release held jobs; trying again in a second");
+                    come_back(again, key, Duration::from_secs(1));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Names `key` to the releaser again after `after`.
+fn come_back(again: &mpsc::UnboundedSender<String>, key: &str, after: Duration) {
+    let (again, key) = (again.clone(), key.to_owned());
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        let _ = again.send(key);
+    });
+}

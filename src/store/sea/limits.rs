@@ -1,0 +1,251 @@
+//! Admission under limits. A job subject to a limit is admitted (sent, claimable) only
+//! while its limit has room, counted in the transaction that decides, with the limit's
+//! key locked (an advisory lock on PostgreSQL; SQLite's write lock is the store's):
+//!
+//! - `max_running` N: the limit's admitted jobs that are QUEUED or RUNNING stay at most N,
+//!   so its RUNNING ones do, whichever process claims them;
+//! - `rate` N per P: its starts in the last P plus its admitted jobs not yet started stay
+//!   at most N, so no window of P sees more than N starts (the last job admitted before a
+//!   window's end was counted with every start before it and every job admitted ahead).
+//!
+//! The rest are held (`held_since`), QUEUED with a `job.held` event naming the limit, in
+//! no line and unsent, until [`DispatchBook::release`] admits them, by level, then age.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, ExprTrait as _};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, PaginatorTrait, QueryFilter,
+    QueryOrder, QuerySelect, Statement,
+};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::rows::to_chrono;
+use super::{event_row, SeaStore};
+use crate::domain::{EventLevel, Limit, NewEvent};
+use crate::store::entity::{job, job_event};
+use crate::store::types::level;
+use crate::store::{clock, Dispatch, Released, StoreError};
+
+/// The event of a job its limit holds.
+pub const HELD: &str = "job.held";
+
+/// Serialises the decisions of one limit key until the transaction ends. SQLite has one
+/// writer at a time already.
+async fn lock(txn: &DatabaseTransaction, key: &str) -> Result<(), DbErr> {
+    if txn.get_database_backend() == DbBackend::Postgres {
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))::text",
+            [key.into()],
+        );
+        txn.query_one_raw(statement).await?;
+    }
+    Ok(())
+}
+
+/// Admitted jobs of `key` that are QUEUED (or also RUNNING), counted up to `most`.
+async fn admitted(txn: &DatabaseTransaction, key: &str, running_too: bool, most: u64) -> Result<u64, DbErr> {
+    let statuses = if running_too { "status IN ('queued', 'running')" } else { "status = 'queued'" };
+    let query = job::Entity::find()
+        .select_only()
+        .column(job::Column::Id)
+        // Literals, so both engines read the partial index of admitted jobs.
+        .filter(Expr::cust(format!("limit_key IS NOT NULL AND held_since IS NULL AND {statuses}")))
+        .filter(job::Column::LimitKey.eq(key))
+        .limit(most);
+    Ok(query.into_tuple::<Uuid>().all(txn).await?.len() as u64)
+}
+
+/// The starts of `key`'s jobs since `since`, oldest first (their last starts: a run
+/// started again within the window counts once).
+async fn starts_since(txn: &DatabaseTransaction, key: &str, since: DateTime<Utc>) -> Result<Vec<DateTime<Utc>>, DbErr> {
+    job::Entity::find()
+        .select_only()
+        .column(job::Column::StartedAt)
+        .filter(Expr::cust("limit_key IS NOT NULL AND started_at IS NOT NULL"))
+        .filter(job::Column::LimitKey.eq(key))
+        .filter(job::Column::StartedAt.gt(since))
+        .order_by_asc(job::Column::StartedAt)
+        .into_tuple::<DateTime<Utc>>()
+        .all(txn)
+        .await
+}
+
+/// How many more of `limit`'s jobs may be admitted now, and, when none may and a rate is
+/// what binds, how long until one may.
+async fn room(txn: &DatabaseTransaction, limit: &Limit) -> Result<(u64, Option<Duration>), DbErr> {
+    let mut room = u64::MAX;
+    let mut later = None;
+    if let Some(most) = limit.max_running {
+        let most = u64::from(most);
+        room = Ord::min(room, most.saturating_sub(admitted(txn, &limit.key, true, most).await?));
+    }
+    if let Some(rate) = limit.rate {
+        let most = u64::from(rate.starts);
+        let now = clock::now();
+        let since = now - to_chrono(rate.per);
+        // One statement, one snapshot: a job claimed meanwhile is counted once, as waiting
+        // or as started, never as neither.
+        let used = job::Entity::find()
+            .select_only()
+            .column(job::Column::Id)
+            .filter(job::Column::LimitKey.eq(&limit.key))
+            .filter(
+                Expr::cust("status = 'queued' AND held_since IS NULL")
+                    .or(job::Column::StartedAt.gt(since).and(Expr::cust("started_at IS NOT NULL"))),
+            )
+            .into_tuple::<Uuid>()
+            .all(txn)
+            .await?
+            .len() as u64;
+        room = Ord::min(room, most.saturating_sub(used));
+        let starts = starts_since(txn, &limit.key, since).await?;
+        let waiting = used.saturating_sub(starts.len() as u64);
+        if used >= most && waiting < most {
+            // Room comes when enough starts leave the window: the oldest of those.
+            let leaving = (used + 1 - most) as usize;
+            if let Some(start) = starts.get(leaving - 1) {
+                let at = *start + to_chrono(rate.per);
+                later = Some((at - now).to_std().unwrap_or_default() + Duration::from_millis(1));
+            }
+        }
+    }
+    Ok((room, later))
+}
+
+/// Whether jobs of `key` are held: a new one then waits behind them.
+async fn any_held(txn: &DatabaseTransaction, key: &str) -> Result<bool, DbErr> {
+    let held = job::Entity::find()
+        .filter(Expr::cust("held_since IS NOT NULL AND status = 'queued'"))
+        .filter(job::Column::LimitKey.eq(key))
+        .count(txn)
+        .await?;
+    Ok(held > 0)
+}
+
+/// What holds a job: the limit's rule and partition, and which bound.
+fn held_event(limit: &Limit, by: &str) -> NewEvent {
+    let (rule, concurrency_key) = Limit::split(&limit.key);
+    let mut fields = json!({ "limit": rule, "concurrency_key": concurrency_key, "by": by });
+    if let Some(most) = limit.max_running {
+        fields["max_running"] = json!(most);
+    }
+    if let Some(rate) = limit.rate {
+        fields["rate"] = json!({ "starts": rate.starts, "per_seconds": rate.per.as_secs_f64() });
+    }
+    let message = match by {
+        "rate" => format!("held by {rule}: its rate is used up"),
+        _ => format!("held by {rule}: as many of its jobs run as it allows"),
+    };
+    NewEvent::new(HELD).message(message).fields(fields).level(EventLevel::Info)
+}
+
+/// Decides, for rows about to be inserted, which their limits admit: each limit's rows in
+/// order, while it has room and none of its jobs is held already (a new job waits behind
+/// those). The others are marked held; returns their `job.held` events, to be written
+/// with the rows.
+pub(super) async fn admit(
+    txn: &DatabaseTransaction,
+    rows: &mut [job::Model],
+    limits: &[Option<&Limit>],
+) -> Result<Vec<job_event::ActiveModel>, DbErr> {
+    let mut events = Vec::new();
+    let mut decided: Vec<&str> = Vec::new();
+    for (at, limit) in limits.iter().enumerate() {
+        let Some(limit) = limit else { continue };
+        if decided.contains(&limit.key.as_str()) {
+            continue;
+        }
+        decided.push(&limit.key);
+        lock(txn, &limit.key).await?;
+        let (mut room, _) = match any_held(txn, &limit.key).await? {
+            true => (0, None),
+            false => room(txn, limit).await?,
+        };
+        let by = if limit.max_running.is_some() && room == 0 { "max_running" } else { "rate" };
+        let now = clock::now();
+        for (row, of) in rows.iter_mut().zip(limits).skip(at) {
+            if of.is_none_or(|of| of.key != limit.key) {
+                continue;
+            }
+            match room {
+                0 => {
+                    row.held_since = Some(now);
+                    row.published_at = None;
+                    events.push(event_row(row.id, &held_event(limit, by)));
+                }
+                _ => room -= 1,
+            }
+        }
+    }
+    Ok(events)
+}
+
+impl SeaStore {
+    pub(super) async fn release_once(&self, limit: &Limit) -> Result<Released, StoreError> {
+        // Most looks find nothing held: answered from the index of held jobs, no lock taken.
+        let anything_held = job::Entity::find()
+            .select_only()
+            .column(job::Column::Id)
+            .filter(Expr::cust("held_since IS NOT NULL AND status = 'queued'"))
+            .filter(job::Column::LimitKey.eq(&limit.key))
+            .limit(1)
+            .into_tuple::<Uuid>()
+            .one(&self.db)
+            .await?;
+        if anything_held.is_none() {
+            return Ok(Released::default());
+        }
+        let txn = self.write_txn().await?;
+        lock(&txn, &limit.key).await?;
+        let (room, later) = room(&txn, limit).await?;
+        if room == 0 {
+            return Ok(Released { jobs: Vec::new(), retry_in: later });
+        }
+        let held: Vec<(Uuid, String, i32, i16)> = job::Entity::find()
+            .select_only()
+            .columns([job::Column::Id, job::Column::Queue, job::Column::Attempts, job::Column::EffectivePriority])
+            // Literals, so both engines read the partial index of held jobs.
+            .filter(Expr::cust("held_since IS NOT NULL AND status = 'queued'"))
+            .filter(job::Column::LimitKey.eq(&limit.key))
+            .order_by_asc(job::Column::EffectivePriority)
+            .order_by_asc(job::Column::Id)
+            .limit(Ord::min(room, 10_000))
+            .into_tuple()
+            .all(&*txn)
+            .await?;
+        if held.is_empty() {
+            return Ok(Released { jobs: Vec::new(), retry_in: None });
+        }
+        let ids: Vec<Uuid> = held.iter().map(|(id, ..)| *id).collect();
+        job::Entity::update_many()
+            .col_expr(job::Column::HeldSince, Expr::value(None::<DateTime<Utc>>))
+            .filter(job::Column::Id.is_in(ids))
+            .filter(Expr::cust("held_since IS NOT NULL AND status = 'queued'"))
+            .exec(&*txn)
+            .await?;
+        txn.commit().await?;
+        let jobs = held
+            .into_iter()
+            .map(|(id, queue, attempts, stored)| Dispatch { id, queue, attempts, priority: level(stored) })
+            .collect();
+        Ok(Released { jobs, retry_in: None })
+    }
+
+    /// The limits that hold jobs now, with how many each holds.
+    pub(super) async fn holding_once(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let held = job::Entity::find()
+            .select_only()
+            .column(job::Column::LimitKey)
+            .column_as(Expr::cust("COUNT(*)"), "held")
+            .filter(Expr::cust("held_since IS NOT NULL AND status = 'queued'"))
+            .group_by(job::Column::LimitKey)
+            .into_tuple::<(Option<String>, i64)>()
+            .all(&self.db)
+            .await?;
+        Ok(held.into_iter().filter_map(|(key, held)| Some((key?, held))).collect())
+    }
+}
