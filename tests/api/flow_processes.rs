@@ -82,3 +82,104 @@ async fn amqp_a_pause_reaches_every_worker_process_and_no_job_starts_after_it() 
     .await;
     wait_for_count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", 400, Duration::from_secs(120)).await;
 }
+
+/// Limits hold across an API process and three worker processes: `max_running` 2 over
+/// 500 jobs (sampled from the rows every 50 ms), a rate of 20 a second (any 21 starts span
+/// a second, give or take the processes' clocks), and a partitioned limit shares the
+/// workers between a key with 2,000 jobs and one with 20.
+#[actix_rt::test]
+async fn amqp_limits_hold_across_three_worker_processes() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    let deployment = Deployment::new(&url);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let bind = format!("127.0.0.1:{port}");
+    let limits = [
+        ("YARDMASTER__JOBS__OPERATIONS__SLEEP__MAX_RUNNING", "2"),
+        ("YARDMASTER__JOBS__OPERATIONS__PING__RATE", "20"),
+        ("YARDMASTER__QUEUES__DEFAULT__CONCURRENCY", "8"),
+    ];
+    let mut api_env = limits.to_vec();
+    api_env.push(("YARDMASTER__SERVER__BIND", &bind));
+    let _api = deployment.spawn(&["serve", "--no-workers"], &api_env);
+    let base = format!("http://{bind}");
+    let client = deployment.client();
+    eventually("the API to answer", Duration::from_secs(60), || async {
+        client.get(format!("{base}/healthz")).send().await.ok().filter(|r| r.status().is_success())
+    })
+    .await;
+    let _workers: Vec<_> = ["first", "second", "third"]
+        .into_iter()
+        .map(|id| {
+            let mut env = limits.to_vec();
+            env.push(("YARDMASTER__WORKER__ID", id));
+            deployment.spawn(&["worker", "--queue", "default"], &env)
+        })
+        .collect();
+    eventually("three consumers", Duration::from_secs(60), || async {
+        (consumers(&deployment, "default").await == Some(3)).then_some(())
+    })
+    .await;
+    let db = Database::connect(&url).await.unwrap();
+    let submit = |jobs: Vec<serde_json::Value>| {
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            for chunk in jobs.chunks(400) {
+                let body = json!({ "jobs": chunk });
+                let (status, answer) =
+                    read(client.post(format!("{base}/jobs:batch")).json(&body).send().await.unwrap()).await;
+                assert_eq!(status, 201, "{answer}");
+            }
+        }
+    };
+
+    submit((0..500).map(|_| json!({ "operation": "sleep", "payload": { "seconds": 0.005, "steps": 1 } })).collect())
+        .await;
+    let running =
+        async || count(&db, "SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'running'").await;
+    let done = async || count(&db, "SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'succeeded'").await;
+    let most = crate::limits::sample_running(running, done, 500).await;
+    assert!(most <= 2, "{most} sleep jobs RUNNING at once under max_running 2, across three processes");
+
+    submit((0..100).map(|_| json!({ "operation": "ping" })).collect()).await;
+    wait_for_count(
+        &db,
+        "SELECT COUNT(*) FROM job WHERE operation = 'ping' AND status = 'succeeded'",
+        100,
+        Duration::from_secs(60),
+    )
+    .await;
+    let starts: Vec<chrono::DateTime<chrono::Utc>> = {
+        use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+        use yardmaster::store::entity::job;
+        job::Entity::find()
+            .select_only()
+            .column(job::Column::StartedAt)
+            .filter(job::Column::Operation.eq("ping"))
+            .order_by_asc(job::Column::StartedAt)
+            .into_tuple::<Option<chrono::DateTime<chrono::Utc>>>()
+            .all(&db)
+            .await
+            .unwrap()
+            .into_iter()
+            .flatten()
+            .collect()
+    };
+    for window in starts.windows(21) {
+        let span = window[20] - window[0];
+        assert!(span >= chrono::Duration::milliseconds(950), "21 starts within {span} under a rate of 20/s");
+    }
+
+    let job = |tenant: &str| json!({ "operation": "sleep", "concurrency_key": tenant, "payload": { "seconds": 0.05, "steps": 1 } });
+    // The limit of sleep is partitioned by the submission's key: 2 of each key at once.
+    submit((0..2000).map(|_| job("big")).collect()).await;
+    submit((0..20).map(|_| job("small")).collect()).await;
+    wait_for_count(
+        &db,
+        "SELECT COUNT(*) FROM job WHERE limit_key LIKE '%small' AND status = 'succeeded'",
+        20,
+        Duration::from_secs(60),
+    )
+    .await;
+    let big = count(&db, "SELECT COUNT(*) FROM job WHERE limit_key LIKE '%big' AND status = 'succeeded'").await;
+    assert!(big < 200, "{big} of the big key's 2,000 jobs finished before the small key's 20");
+}
