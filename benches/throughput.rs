@@ -11,8 +11,8 @@
 //! jobs of each latency case (default 5,000), `BENCH_HISTORY` the finished jobs of the history
 //! cases (default 1,000,000; 0 skips them), `BENCH_EMBED_INPUTS` the inputs of the inference
 //! cases (default 16,384), `BENCH_ONLY` the groups to run
-//! (`throughput,groupcommit,fanout,http,latency,history,memory,inference,remote,waiters`; default all but
-//! `groupcommit`). Needs the local PostgreSQL and RabbitMQ (`scripts/bench.sh` starts them,
+//! (`throughput,groupcommit,flow,fanout,http,latency,history,memory,inference,remote,waiters`; default all
+//! but `groupcommit` and `flow`). Needs the local PostgreSQL and RabbitMQ (`scripts/bench.sh` starts them,
 //! installs the peer, builds in release and keeps the output in `bench/results/`).
 
 #[path = "support/cpu.rs"]
@@ -172,7 +172,7 @@ struct Latency {
 fn wanted(group: &str) -> bool {
     match std::env::var("BENCH_ONLY") {
         Ok(only) => only.split(',').any(|name| name.trim() == group),
-        Err(_) => !["groupcommit", "embedded", "rabbitmq", "rabbitmq-latency"].contains(&group),
+        Err(_) => !["groupcommit", "flow", "embedded", "rabbitmq", "rabbitmq-latency"].contains(&group),
     }
 }
 
@@ -202,6 +202,9 @@ async fn run(sizes: Sizes) {
     }
     if wanted("rabbitmq") && !wanted("throughput") {
         figures.push(with_rabbitmq(jobs, 2, 0).await);
+    }
+    if wanted("flow") {
+        figures.extend(flow_cases(jobs).await);
     }
     if wanted("groupcommit") {
         figures.push(in_process(jobs, Store::Sqlite, 1, 0).await);
@@ -632,10 +635,55 @@ async fn seed(url: &str, jobs: usize) {
     let mut left = jobs;
     while left > 0 {
         let now = left.min(1000);
-        store.submit_many(vec![NewJob::new("ping"); now]).await.unwrap();
+        let batch = match flowing() {
+            false => vec![NewJob::new("ping"); now],
+            true => (0..now).map(flowing_job).collect(),
+        };
+        store.submit_many(batch).await.unwrap();
         left -= now;
     }
     db.close().await.ok();
+}
+
+/// Whether the drains run "flowing" jobs (the `flow` group): priorities spread over 0-9 and
+/// a `max_running` on `ping` far above what runs, so it never binds. Set by the group
+/// around its own drains.
+static FLOWING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The flow group's limit on ping: never reached.
+const NON_BINDING: u32 = 1_000_000;
+
+fn flowing() -> bool {
+    FLOWING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn flowing_job(n: usize) -> NewJob {
+    let limit = yardmaster::domain::Limit { key: "operation:ping".into(), max_running: Some(NON_BINDING), rate: None };
+    NewJob { priority: (n % 10) as u8, limit: Some(limit), ..NewJob::new("ping") }
+}
+
+/// The same drains with plain jobs, then with flowing ones, in one run: embedded and
+/// PostgreSQL + RabbitMQ with two workers.
+async fn flow_cases(jobs: usize) -> Vec<Figure> {
+    let mut figures = Vec::new();
+    for flow in [false, true] {
+        FLOWING.store(flow, std::sync::atomic::Ordering::Relaxed);
+        let mut embedded = in_process(jobs, Store::Sqlite, group_commit_max(), 0).await;
+        let mut rabbitmq = with_rabbitmq(jobs, 2, 0).await;
+        if flow {
+            for figure in [&mut embedded, &mut rabbitmq] {
+                figure.name.push_str(", priorities 0-9 and a max_running that never binds");
+            }
+        }
+        figures.push(embedded);
+        figures.push(rabbitmq);
+    }
+    FLOWING.store(false, std::sync::atomic::Ordering::Relaxed);
+    for (plain, flowing) in [(0, 2), (1, 3)] {
+        let ratio = figures[flowing].value / figures[plain].value;
+        println!("flow: {} at {ratio:.2}× of plain jobs", figures[flowing].name);
+    }
+    figures
 }
 
 async fn migrated(url: &str) -> DatabaseConnection {
@@ -727,6 +775,10 @@ fn bench_settings(url: &str) -> Settings {
     };
     settings.store.group_commit_max = group_commit_max();
     settings.queues = [("default".to_owned(), queue)].into();
+    if flowing() {
+        let limit = yardmaster::jobs::settings::JobDefaults { max_running: Some(NON_BINDING), ..Default::default() };
+        settings.jobs.operations.insert("ping".into(), limit);
+    }
     settings
 }
 
@@ -871,6 +923,7 @@ fn worker_processes(url: &str, prefix: &str, workers: usize) -> Vec<Process> {
                 .env("YARDMASTER__STORE__GROUP_COMMIT_MAX", group_commit_max().to_string())
                 .env("YARDMASTER__QUEUES__DEFAULT__IDS_PER_MESSAGE", ids_per_message(32).to_string())
                 .env("YARDMASTER__WORKER__ID", format!("bench-{n}"))
+                .envs(flowing().then(|| ("YARDMASTER__JOBS__OPERATIONS__PING__MAX_RUNNING", NON_BINDING.to_string())))
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
                 .spawn()

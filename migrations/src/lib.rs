@@ -25,6 +25,7 @@ mod m20261127_000017_schedules;
 mod m20261127_000018_priorities;
 mod m20261127_000019_queue_pauses;
 mod m20261127_000020_limits;
+mod m20261127_000021_unique_jobs;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -55,6 +56,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000018_priorities::Migration),
             Box::new(m20261127_000019_queue_pauses::Migration),
             Box::new(m20261127_000020_limits::Migration),
+            Box::new(m20261127_000021_unique_jobs::Migration),
         ]
     }
 }

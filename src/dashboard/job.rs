@@ -183,8 +183,27 @@ fn buttons(viewer: &Viewer, job: &Job) -> Option<Markup> {
     }
 }
 
+/// The limit a job counts under, with its concurrency key.
+fn limit(job: &Job) -> Option<String> {
+    let (rule, key) = crate::domain::Limit::split(job.limit_key.as_deref()?);
+    Some(match key {
+        Some(key) => format!("{} (key {})", shown(rule), shown(key)),
+        None => shown(rule),
+    })
+}
+
 fn facts(job: &Job) -> Markup {
+    let held = job.held_since.filter(|_| job.status == JobStatus::Queued);
     let optional = [
+        (
+            "Priority",
+            Some(match job.effective_priority == job.priority {
+                true => job.priority.to_string(),
+                false => format!("{} (raised to {} by waiting)", job.priority, job.effective_priority),
+            }),
+        ),
+        ("Limit", limit(job)),
+        ("Held by its limit since", held.as_ref().map(html::time)),
         ("Run after", job.run_after.as_ref().map(html::time)),
         ("Timeout", job.timeout_seconds.map(|seconds| format!("{seconds} s"))),
         ("Expires at", job.expires_at.as_ref().map(html::time)),

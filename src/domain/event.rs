@@ -24,6 +24,9 @@ impl EventName {
     pub const REQUEUED_ON_SHUTDOWN: &'static str = "job.requeued_on_shutdown";
     /// A QUEUED job was not started by its `expires_at`: CANCELLED.
     pub const EXPIRED: &'static str = "job.expired";
+    /// A job its limit holds QUEUED, unsent, until the limit has room (fields: the limit,
+    /// its concurrency key, and which bound holds it).
+    pub const HELD: &'static str = "job.held";
     /// A coordinator whose batches lived in the memory of a process that stopped (the
     /// in-process transport) is run again.
     pub const REQUEUED_BATCHES_LOST: &'static str = "job.requeued_batches_lost";

@@ -101,6 +101,10 @@ pub mod row {
         /// Since when the job is held QUEUED by its limit, neither sent nor claimable, until
         /// the limit allows it; `None` once admitted (or never held).
         pub held_since: Option<DateTime<Utc>>,
+        /// The key a `unique` submission was made under (its own, or `auto:` and a digest
+        /// of its operation, queue and payload): a later one of the same key, in the same
+        /// room, within its window, gets this job back.
+        pub unique_key: Option<String>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -198,6 +202,17 @@ pub struct NewJob {
     pub ages_at: Option<DateTime<Utc>>,
     /// The limit the job is counted under, if one applies (see [`Job::limit_key`]).
     pub limit: Option<super::Limit>,
+    /// Made only if no job of the same key is in one of the states within the window.
+    pub unique: Option<Unique>,
+}
+
+/// What makes a submission a repeat of an earlier job (Oban's unique jobs): the same key
+/// in the same room, the earlier job created within `window` and now in one of `states`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unique {
+    pub key: String,
+    pub window: std::time::Duration,
+    pub states: Vec<JobStatus>,
 }
 
 /// The last of the priorities: 0 starts first, this last.
@@ -226,6 +241,7 @@ impl NewJob {
             priority: 0,
             ages_at: None,
             limit: None,
+            unique: None,
         }
     }
 

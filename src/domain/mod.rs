@@ -16,7 +16,7 @@ mod text;
 
 pub use batch::{BatchAddress, BatchOutcome, BatchResult, FanOutForm};
 pub use event::{EventLevel, EventName, NewEvent};
-pub use job::{Job, JobEvent, JobSummary, NewJob, QueueName, LOWEST_PRIORITY, RUN_SCRIPT};
+pub use job::{Job, JobEvent, JobSummary, NewJob, QueueName, Unique, LOWEST_PRIORITY, RUN_SCRIPT};
 pub use limit::{Limit, LimitRules, Rate, KEY_SEPARATOR};
 pub use retry::{RetryPolicy, NEVER_RETRIED};
 pub use room::RoomId;

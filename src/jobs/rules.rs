@@ -12,7 +12,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::domain::{nul_pointer, Job, Limit, NewJob, QueueName, RetryPolicy, RoomId, LOWEST_PRIORITY};
+use crate::domain::{
+    nul_pointer, Job, JobStatus, Limit, NewJob, QueueName, RetryPolicy, RoomId, Unique, LOWEST_PRIORITY,
+};
 use crate::http::{ApiError, AppState, Code};
 use crate::ops::OperationRegistry;
 use crate::remote::names::{is_type_reference, TypeReference};
@@ -104,6 +106,57 @@ pub struct SubmitRequest {
     #[serde(default)]
     #[schema(min_length = 1, max_length = 200, pattern = r"^[^\u0000-\u001f\u007f]*$")]
     pub concurrency_key: Option<String>,
+    /// Make the job only if no job of the same key (in the same room) was made within
+    /// `for_seconds` and is now in one of `states`: that job answers instead, with 200.
+    #[serde(default)]
+    pub unique: Option<UniqueRequest>,
+}
+
+/// `unique` on a submission (Oban's unique jobs).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UniqueRequest {
+    /// What makes two submissions the same; default: the operation, the queue and the
+    /// payload (`auto:` and their digest).
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 255, pattern = r"^[^\u0000-\u001f\u007f]*$")]
+    pub key: Option<String>,
+    /// How long after the earlier job was made it still answers, in seconds.
+    #[schema(exclusive_minimum = 0, maximum = 31536000)]
+    pub for_seconds: f64,
+    /// The states of the earlier job that count; default `queued`, `running`, `succeeded`
+    /// (a failed or cancelled job does not stop a new one).
+    #[serde(default)]
+    #[schema(min_items = 1)]
+    pub states: Option<Vec<JobStatus>>,
+}
+
+/// Longest unique key a submission names.
+const MAX_UNIQUE_KEY: usize = 255;
+
+/// A submission's `unique`, checked, with its key.
+fn unique_of(asked: UniqueRequest, operation: &str, queue: &str, payload: &Value) -> Result<Unique, ApiError> {
+    let bad = |detail: &str, pointer: &str| Err(ApiError::new(Code::InvalidRequest, detail).at(pointer));
+    let window = asked.for_seconds;
+    if !window.is_finite() || window <= 0.0 || window > MAX_TIMEOUT_SECONDS {
+        return bad("unique.for_seconds must be above 0 and at most a year", "/unique/for_seconds");
+    }
+    let key = match asked.key {
+        Some(key) if key.is_empty() || key.chars().count() > MAX_UNIQUE_KEY || key.chars().any(char::is_control) => {
+            return bad("unique.key is 1-255 characters, none of them control characters", "/unique/key");
+        }
+        Some(key) => key,
+        None => {
+            use sha2::Digest as _;
+            let described = format!("{operation}\n{queue}\n{payload}");
+            format!("auto:{}", hex::encode(sha2::Sha256::digest(described.as_bytes())))
+        }
+    };
+    let states = asked.states.unwrap_or_else(|| vec![JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded]);
+    if states.is_empty() {
+        return bad("unique.states names no state; leave it out for queued, running, succeeded", "/unique/states");
+    }
+    Ok(Unique { key, window: std::time::Duration::from_secs_f64(window), states })
 }
 
 /// A parent must exist for the caller (another room's job does not), and must not be a
@@ -182,6 +235,7 @@ pub(super) fn refuse_nul(body: &SubmitRequest, header_key: Option<&str>) -> Resu
         ("/queue", body.queue.as_deref()),
         ("/room", body.room.as_deref()),
         ("/concurrency_key", body.concurrency_key.as_deref()),
+        ("/unique/key", body.unique.as_ref().and_then(|unique| unique.key.as_deref())),
     ];
     let keys = [("/idempotency_key", body.idempotency_key.as_deref()), ("/idempotency_key", header_key)];
     for (pointer, text) in texts.into_iter().chain(keys) {
@@ -292,6 +346,7 @@ pub fn validate_submission(
         None => state.jobs.priority_of(&body.operation, queue.as_str()),
     };
     let limit = limit_of(state.jobs, &body.operation, queue.as_str(), &payload, body.concurrency_key.as_deref())?;
+    let unique = body.unique.map(|asked| unique_of(asked, &body.operation, queue.as_str(), &payload)).transpose()?;
     let idempotency_key = check_idempotency_key(body.idempotency_key.or(header_key))?;
     let max_retries = body.max_retries.unwrap_or(default_retries);
     if !(0..=MAX_RETRIES_LIMIT).contains(&max_retries) {
@@ -317,6 +372,7 @@ pub fn validate_submission(
         priority,
         ages_at: None,
         limit,
+        unique,
     })
 }
 

@@ -480,7 +480,7 @@ async fn a_worker_ten_minutes_ahead_times_out_no_job_and_stamps_database_time() 
         deployment.spawn_skewed("+600s", &args, &[&reaper[..], &[("YARDMASTER__WORKER__ID", "ahead")]].concat());
     // Both subscribed before the jobs exist, so the skewed worker gets its share whatever
     // the order and speed of the two start-ups.
-    let queue = format!("{}default", deployment.prefix);
+    let queue = format!("{}default.prio", deployment.prefix);
     eventually(&format!("the two workers both subscribed to {queue}"), Duration::from_secs(60), || async {
         (broker_consumers(&queue).await >= 2).then_some(())
     })
@@ -511,7 +511,7 @@ async fn a_worker_ten_minutes_ahead_times_out_no_job_and_stamps_database_time() 
 
 /// The consumers of the broker's queue `name` (0 while it does not exist), as
 /// `rabbitmqctl` lists them.
-async fn broker_consumers(name: &str) -> i64 {
+pub async fn broker_consumers(name: &str) -> i64 {
     let vhost = amqp_url().rsplit('/').next().unwrap().replace("%2f", "/").replace("%2F", "/");
     let output = actix_rt::task::spawn_blocking(move || {
         let args = ["-q", "--no-table-headers", "list_queues", "-p", &vhost, "name", "consumers"];

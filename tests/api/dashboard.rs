@@ -106,7 +106,11 @@ async fn login_sets_a_strict_http_only_cookie_and_refuses_bad_tokens(backend: Ba
     // Logged in: the pages answer; logging out removes the cookie.
     let queues = get(&app, Some(&app.admin_token), "/ui").await;
     assert_eq!(queues.status, 200);
-    assert!(queues.body.contains(r#"<tr data-queue="default" data-queued="0">"#), "{}", queues.body);
+    assert!(
+        queues.body.contains(r#"<tr data-queue="default" data-queued="0" data-state="running">"#),
+        "{}",
+        queues.body
+    );
     let out = post(&app, &app.admin_token, "/ui/logout", &[("csrf", &queues.csrf())]).await;
     assert_eq!((out.status, out.location()), (303, "/ui/login"));
     assert!(out.headers[SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));

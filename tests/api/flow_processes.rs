@@ -2,28 +2,17 @@
 //! processes. A pause reaches every worker (each gives its subscription back: the broker
 //! sees no consumer of the queue) and no job starts after it; a resume starts them again.
 
-use std::process::Command;
 use std::time::Duration;
 
 use sea_orm::Database;
 use serde_json::json;
 
-use crate::amqp_processes::{count, wait_for_count, Deployment};
-use crate::helpers::{amqp_url, eventually, read, Backend, TestDatabase};
+use crate::amqp_processes::{broker_consumers, count, wait_for_count, Deployment};
+use crate::helpers::{eventually, read, Backend, TestDatabase};
 
 /// Consumers of this deployment's `queue` at the broker.
 async fn consumers(deployment: &Deployment, queue: &str) -> Option<i64> {
-    let name = format!("{}{queue}.prio", deployment.prefix);
-    let vhost = amqp_url().rsplit('/').next().unwrap().replace("%2f", "/").replace("%2F", "/");
-    let output = actix_rt::task::spawn_blocking(move || {
-        let args = ["-q", "--no-table-headers", "list_queues", "-p", &vhost, "name", "consumers"];
-        Command::new("rabbitmqctl").args(args).output().expect("rabbitmqctl runs")
-    })
-    .await
-    .unwrap();
-    let listing = String::from_utf8_lossy(&output.stdout).into_owned();
-    let row = listing.lines().map(|line| line.split('\t').collect::<Vec<_>>()).find(|row| row[0] == name)?;
-    row[1].trim().parse().ok()
+    Some(broker_consumers(&format!("{}{queue}.prio", deployment.prefix)).await)
 }
 
 #[actix_rt::test]

@@ -44,5 +44,6 @@ mod stale_runs;
 mod systemd;
 mod test_ops;
 mod tokens_cli;
+mod unique;
 mod uploads;
 mod workers_only;

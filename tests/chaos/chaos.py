@@ -16,6 +16,10 @@ minutes ahead. Then it waits for every job to end and checks, from the database:
   ticks not fired once 0    an every-second schedule, declared in every process (each runs
                             the scheduler, none leads): every tick from its first to its
                             last has exactly one job, none missed, none doubled, all ended
+  over the limit 0          the jobs run under a limit (max_running 3 per tenant, 8 tenants,
+                            across every process): RUNNING jobs of a tenant, sampled from the
+                            rows every 100 ms from the first submission to the drain's end,
+                            never above 3
 
 Usage: chaos.py --bin-dir TARGET/debug [--profile short|long] [--seed N]
 Exits 1 when any count above is not 0. Needs root (PostgreSQL runs as `postgres`,
@@ -45,6 +49,9 @@ PROFILES = {
 PG_BIN = "/usr/lib/postgresql/15/bin"
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 DRAIN_SECONDS = 300
+# Every job runs under `max_running` per tenant, one of TENANTS by its key.
+MAX_RUNNING = 3
+TENANTS = 8
 REQUEUE_EVENTS = (
     "job.lease_expired_requeue",
     "job.requeued_on_shutdown",
@@ -255,6 +262,7 @@ class Fleet:
             "YARDMASTER__SCHEDULES__CHAOS__MAX_CATCH_UP": "1000",
             "YARDMASTER__SCHEDULES__CHAOS__JOB__OPERATION": "ping",
             "YARDMASTER__SCHEDULER__SETTLE_MS": "1000",
+            "YARDMASTER__JOBS__OPERATIONS__COUNT__MAX_RUNNING": str(MAX_RUNNING),
             "RUST_LOG": "warn",
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         }
@@ -331,6 +339,7 @@ def submit_all(port, token, keys, accepted, pace, deadline):
             "operation": "count",
             "payload": {"delay_ms": random.randint(0, 300), "tag": key},
             "idempotency_key": key,
+            "concurrency_key": f"tenant-{int(key.rsplit('-', 1)[1]) % TENANTS}",
             "max_retries": 10,
             "retry": {"base_seconds": 0.2, "cap_seconds": 2},
         }).encode()
@@ -347,6 +356,26 @@ def submit_all(port, token, keys, accepted, pace, deadline):
                 pass
             time.sleep(0.2)
         time.sleep(max(0.0, next_at - time.time()))
+
+
+class LimitSampler:
+    """The most jobs of one limit key RUNNING at once, read from the rows every 100 ms
+    (a sample that fails while PostgreSQL is down is skipped)."""
+
+    def __init__(self, pg):
+        self.pg, self.most, self.samples = pg, 0, 0
+        self.done = threading.Event()
+        threading.Thread(target=self.sample, daemon=True).start()
+
+    def sample(self):
+        sql = ("SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM job WHERE status = 'running' "
+               "AND limit_key IS NOT NULL GROUP BY limit_key) AS running")
+        while not self.done.wait(0.1):
+            try:
+                self.most = max(self.most, int(self.pg.psql(sql)))
+                self.samples += 1
+            except (subprocess.CalledProcessError, ValueError):
+                pass
 
 
 def inject_faults(fleet, pg, rabbit, rng, every, until, faults):
@@ -488,6 +517,7 @@ def main():
         pace = profile["chaos_seconds"] / (len(keys) / 4)
         submitters = [threading.Thread(target=submit_all, args=(fleet.api_port, fleet.token, keys[n::4], accepted, pace,
                                                                  submit_deadline)) for n in range(4)]
+        limits = LimitSampler(pg)
         for submitter in submitters:
             submitter.start()
         faults = {}
@@ -508,11 +538,14 @@ def main():
                 break
             time.sleep(0.5)
         drain = time.time() - drain_started
+        limits.done.set()
         if args.self_test_lose_one and accepted:
             gone = next(iter(accepted.values()))
             pg.psql(f"DELETE FROM job_event WHERE job_id = '{gone}'; DELETE FROM job WHERE id = '{gone}'")
         counts = check(pg, accepted, keys)
         ticks, counts["ticks not fired once"] = check_ticks(pg, args.self_test_lose_one)
+        counts["over the limit"] = max(0, limits.most - MAX_RUNNING)
+        log(f"limits: at most {limits.most} RUNNING of one tenant in {limits.samples} samples (max_running {MAX_RUNNING})")
         fleet.stop()
         fleet_term_exits = fleet.term_exits
         fleet = None
@@ -528,7 +561,7 @@ def main():
         unclean = [code for code in fleet_term_exits if code != 143]
         print(f"SIGTERM exits: {len(fleet_term_exits)}, not 143: {len(unclean)} {unclean if unclean else ''}")
         failed = [name for name in ("lost", "stuck", "unexplained double runs", "double terminal events",
-                                    "wrong outcomes", "ticks not fired once") if counts[name] != 0]
+                                    "wrong outcomes", "ticks not fired once", "over the limit") if counts[name] != 0]
         if unclean:
             failed.append("SIGTERM exits not 143")
         if len(accepted) < len(keys):

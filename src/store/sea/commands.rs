@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::rows::new_row;
 use super::{
-    append_event, append_events, compare_and_set, event_row, fan_out, group_commit, limits, retried, SeaStore,
+    append_event, append_events, compare_and_set, event_row, fan_out, group_commit, limits, retried, unique, SeaStore,
     INSERT_CHUNK,
 };
 use crate::domain::{EventName, InvalidTransition, Job, JobStatus, NewEvent, NewJob};
@@ -25,8 +25,9 @@ const CANCELLABLE: &[JobStatus] = &[JobStatus::Queued, JobStatus::Running];
 #[async_trait]
 impl JobCommands for SeaStore {
     async fn submit(&self, new: NewJob) -> Result<Submission, StoreError> {
-        // A keyed job under a limit: admission and the key's lookup in one transaction.
-        if new.limit.is_some() && new.idempotency_key.is_some() {
+        // A keyed job under a limit (admission and the key's lookup in one transaction), and
+        // a unique one (its earlier job looked up where it would be inserted).
+        if (new.limit.is_some() && new.idempotency_key.is_some()) || new.unique.is_some() {
             let mut submitted = self.submit_many(vec![new]).await?;
             return submitted.pop().ok_or_else(|| StoreError::Corrupt("a submission made nothing".into()));
         }
@@ -183,31 +184,46 @@ impl SeaStore {
                 known.insert((job.room.clone(), job.idempotency_key.clone().unwrap_or_default()), job);
             }
         }
-        // Which submissions insert a row; the others name the job that answers them.
+        // Which submissions insert a row; the others name the job that answers them: an
+        // earlier one of the same idempotency key, or of the same unique key in its window.
         let mut fresh: Vec<&NewJob> = Vec::new();
         let mut answers: Vec<Answer> = Vec::with_capacity(jobs.len());
         let mut first_with_key: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut first_with_unique: HashMap<(&str, &str), usize> = HashMap::new();
         for new in jobs {
-            let Some(key) = new.idempotency_key.as_deref() else {
-                answers.push(Answer::Inserted(fresh.len()));
-                fresh.push(new);
-                continue;
-            };
-            if let Some(job) = known.get(&(new.room.as_str().to_owned(), key.to_owned())) {
-                if !new.matches(job) {
-                    return Err(StoreError::IdempotencyConflict(key.to_owned()));
+            let room = new.room.as_str();
+            if let Some(key) = new.idempotency_key.as_deref() {
+                if let Some(job) = known.get(&(room.to_owned(), key.to_owned())) {
+                    if !new.matches(job) {
+                        return Err(StoreError::IdempotencyConflict(key.to_owned()));
+                    }
+                    answers.push(Answer::Existing(Box::new(job.clone())));
+                    continue;
                 }
-                answers.push(Answer::Existing(Box::new(job.clone())));
-            } else if let Some(&first) = first_with_key.get(&(new.room.as_str(), key)) {
-                if !new.matches_new(fresh[first]) {
-                    return Err(StoreError::IdempotencyConflict(key.to_owned()));
+                if let Some(&first) = first_with_key.get(&(room, key)) {
+                    if !new.matches_new(fresh[first]) {
+                        return Err(StoreError::IdempotencyConflict(key.to_owned()));
+                    }
+                    answers.push(Answer::Repeat(first));
+                    continue;
                 }
-                answers.push(Answer::Repeat(first));
-            } else {
-                first_with_key.insert((new.room.as_str(), key), fresh.len());
-                answers.push(Answer::Inserted(fresh.len()));
-                fresh.push(new);
             }
+            if let Some(unique) = &new.unique {
+                if let Some(&first) = first_with_unique.get(&(room, unique.key.as_str())) {
+                    answers.push(Answer::Repeat(first));
+                    continue;
+                }
+                if let Some(job) = unique::earlier(&txn, room, unique).await? {
+                    answers.push(Answer::Existing(Box::new(job)));
+                    continue;
+                }
+                first_with_unique.insert((room, unique.key.as_str()), fresh.len());
+            }
+            if let Some(key) = new.idempotency_key.as_deref() {
+                first_with_key.insert((room, key), fresh.len());
+            }
+            answers.push(Answer::Inserted(fresh.len()));
+            fresh.push(new);
         }
         let inserted = insert_new(&txn, &fresh).await?;
         txn.commit().await?;

@@ -24,17 +24,14 @@ use uuid::Uuid;
 
 use super::rows::to_chrono;
 use super::{event_row, SeaStore};
-use crate::domain::{EventLevel, Limit, NewEvent};
+use crate::domain::{EventLevel, EventName, Limit, NewEvent};
 use crate::store::entity::{job, job_event};
 use crate::store::types::level;
 use crate::store::{clock, Dispatch, Released, StoreError};
 
-/// The event of a job its limit holds.
-pub const HELD: &str = "job.held";
-
-/// Serialises the decisions of one limit key until the transaction ends. SQLite has one
-/// writer at a time already.
-async fn lock(txn: &DatabaseTransaction, key: &str) -> Result<(), DbErr> {
+/// Serialises the decisions of one key (a limit's, a unique job's) until the transaction
+/// ends. SQLite has one writer at a time already.
+pub(super) async fn lock(txn: &DatabaseTransaction, key: &str) -> Result<(), DbErr> {
     if txn.get_database_backend() == DbBackend::Postgres {
         let statement = Statement::from_sql_and_values(
             DbBackend::Postgres,
@@ -140,7 +137,7 @@ fn held_event(limit: &Limit, by: &str) -> NewEvent {
         "rate" => format!("held by {rule}: its rate is used up"),
         _ => format!("held by {rule}: as many of its jobs run as it allows"),
     };
-    NewEvent::new(HELD).message(message).fields(fields).level(EventLevel::Info)
+    NewEvent::new(EventName::HELD).message(message).fields(fields).level(EventLevel::Info)
 }
 
 /// Decides, for rows about to be inserted, which their limits admit: each limit's rows in

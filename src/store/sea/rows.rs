@@ -94,6 +94,7 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         limit_key: new.limit.as_ref().map(|limit| limit.key.clone()),
         // Admission decides (`limits::admit`), in the inserting transaction.
         held_since: None,
+        unique_key: new.unique.as_ref().map(|unique| unique.key.clone()),
     }
 }
 
