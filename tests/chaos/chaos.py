@@ -16,7 +16,7 @@ minutes ahead. Then it waits for every job to end and checks, from the database:
   ticks not fired once 0    an every-second schedule, declared in every process (each runs
                             the scheduler, none leads): every tick from its first to its
                             last has exactly one job, none missed, none doubled, all ended
-  over the limit 0          the jobs run under a limit (max_running 3 per tenant, 8 tenants,
+  over the limit 0          the jobs run under a limit (max_running 3 per tenant, 2 tenants,
                             across every process): RUNNING jobs of a tenant, sampled from the
                             rows every 100 ms from the first submission to the drain's end,
                             never above 3
@@ -51,7 +51,7 @@ LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 DRAIN_SECONDS = 300
 # Every job runs under `max_running` per tenant, one of TENANTS by its key.
 MAX_RUNNING = 3
-TENANTS = 8
+TENANTS = 2
 REQUEUE_EVENTS = (
     "job.lease_expired_requeue",
     "job.requeued_on_shutdown",
