@@ -657,9 +657,18 @@ fn flowing() -> bool {
     FLOWING.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// A flowing job: `BENCH_FLOW_PRIORITIES` `spread` (default: job n at level n mod 10, the
+/// levels interleaved, the worst order for the table's pages), `one` (every job at level
+/// 5) or `none` (level 0); `BENCH_FLOW_LIMIT=0` drops the limit.
 fn flowing_job(n: usize) -> NewJob {
     let limit = yardmaster::domain::Limit { key: "operation:ping".into(), max_running: Some(NON_BINDING), rate: None };
-    NewJob { priority: (n % 10) as u8, limit: Some(limit), ..NewJob::new("ping") }
+    let priority = match std::env::var("BENCH_FLOW_PRIORITIES").as_deref() {
+        Ok("none") => 0,
+        Ok("one") => 5,
+        _ => (n % 10) as u8,
+    };
+    let limit = (std::env::var("BENCH_FLOW_LIMIT").as_deref() != Ok("0")).then_some(limit);
+    NewJob { priority, limit, ..NewJob::new("ping") }
 }
 
 /// The same drains with plain jobs, then with flowing ones, in one run: embedded and

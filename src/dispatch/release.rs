@@ -1,9 +1,9 @@
 //! Releasing the jobs limits hold. [`LimitWatch`], an observer of the store, hears every
-//! committed move of a job under a limit (its submission, start, end, retry) and hands the
-//! limit's key to the [`Releaser`], which admits what the limit has room for now
+//! committed end of a job under a limit (and every job held anew) and hands the limit's key
+//! to the [`Releaser`], which admits what the limit has room for now
 //! (`DispatchBook::release`) and sends it; when a rate is what holds, it looks again the
 //! moment the rate's window has room. Nothing polls to find room: a limit is looked at when
-//! one of its jobs moves, when its window frees, and, as a safety net for a process that
+//! one of its jobs ends or is held, when its window frees, and, as a safety net for a process that
 //! stopped between freeing room and releasing, every `recheck` for the limits holding jobs.
 
 use std::collections::BTreeSet;
@@ -30,10 +30,15 @@ impl LimitWatch {
 }
 
 impl Observer for LimitWatch {
+    /// Room comes when a job of a limit ends; a job held anew (a submission over the
+    /// limit, a retry) is looked at too, in case the room its admission counted freed
+    /// before it committed. A start frees no room (a rate's window frees with time: the
+    /// release that found it full comes back then).
     fn committed(&self, changes: &[Change<'_>]) {
         for change in changes {
             if let Change::Moved { job, .. } = change {
-                if let Some(key) = &job.limit_key {
+                let Some(key) = &job.limit_key else { continue };
+                if job.status.is_terminal() || job.held_since.is_some() {
                     let _ = self.keys.send(key.clone());
                 }
             }
