@@ -16,8 +16,10 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+mod dependencies;
 mod release;
 
+pub use dependencies::{DependencyWatch, Settler};
 pub use release::{LimitWatch, Releaser};
 
 use crate::domain::{NewJob, QueueName};
@@ -86,6 +88,11 @@ pub struct Dispatcher {
 impl Dispatcher {
     pub fn new(store: Arc<dyn JobStore>, transport: Arc<dyn Transport>) -> Self {
         Dispatcher { store, transport, grouping: Arc::default(), waiting: Arc::default(), aging: None }
+    }
+
+    /// The store it commits to.
+    pub fn store(&self) -> &Arc<dyn JobStore> {
+        &self.store
     }
 
     /// Raises a waiting job one level (toward 0) per `step` it waits, so a stream of

@@ -27,6 +27,14 @@ impl EventName {
     /// A job its limit holds QUEUED, unsent, until the limit has room (fields: the limit,
     /// its concurrency key, and which bound holds it).
     pub const HELD: &'static str = "job.held";
+    /// A job that waits QUEUED, unsent, for the jobs it depends on (`depends_on`, and how
+    /// many of them have not ended: `pending`).
+    pub const WAITING: &'static str = "job.waiting";
+    /// Its dependencies allow the waiting job now: it queues.
+    pub const DEPENDENCIES_MET: &'static str = "job.dependencies_met";
+    /// A dependency failed or was cancelled (`dependency_job_id`, `dependency_status`):
+    /// the waiting job is CANCELLED.
+    pub const DEPENDENCY_FAILED: &'static str = "job.dependency_failed";
     /// A coordinator whose batches lived in the memory of a process that stopped (the
     /// in-process transport) is run again.
     pub const REQUEUED_BATCHES_LOST: &'static str = "job.requeued_batches_lost";

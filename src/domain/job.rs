@@ -105,6 +105,17 @@ pub mod row {
         /// of its operation, queue and payload): a later one of the same key, in the same
         /// room, within its window, gets this job back.
         pub unique_key: Option<String>,
+        /// Since when the job waits for its dependencies (`depends_on`): QUEUED and held
+        /// (`held_since`), neither sent nor claimable, until every one has succeeded (or
+        /// ended, with `on_dependency_failure` `run`); `None` once they allowed it, or
+        /// for a job with none.
+        pub waiting_since: Option<DateTime<Utc>>,
+        /// Whether jobs wait for this one: its ending settles them.
+        pub has_dependents: bool,
+        /// What a dependency's failure or cancellation does to this job: `cancel` (it is
+        /// CANCELLED, `job.dependency_failed`) or `run`; `None` for a job with no
+        /// dependencies.
+        pub on_dependency_failure: Option<String>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -146,6 +157,7 @@ pub struct JobSummary {
     pub effective_priority: i16,
     pub limit_key: Option<String>,
     pub held_since: Option<DateTime<Utc>>,
+    pub waiting_since: Option<DateTime<Utc>>,
 }
 
 impl JobSummary {
@@ -204,6 +216,11 @@ pub struct NewJob {
     pub limit: Option<super::Limit>,
     /// Made only if no job of the same key is in one of the states within the window.
     pub unique: Option<Unique>,
+    /// The jobs this one waits for (in its room; at most [`super::MAX_DEPENDENCIES`]):
+    /// it queues once every one has succeeded.
+    pub depends_on: Vec<Uuid>,
+    /// What a dependency's failure does to it.
+    pub on_dependency_failure: super::OnDependencyFailure,
 }
 
 /// What makes a submission a repeat of an earlier job (Oban's unique jobs): the same key
@@ -242,6 +259,8 @@ impl NewJob {
             ages_at: None,
             limit: None,
             unique: None,
+            depends_on: Vec::new(),
+            on_dependency_failure: super::OnDependencyFailure::Cancel,
         }
     }
 

@@ -6,6 +6,7 @@
 //! straight into them.
 
 mod batch;
+mod dependency;
 mod event;
 pub mod job;
 mod limit;
@@ -15,6 +16,7 @@ mod status;
 mod text;
 
 pub use batch::{BatchAddress, BatchOutcome, BatchResult, FanOutForm};
+pub use dependency::{OnDependencyFailure, MAX_DEPENDENCIES};
 pub use event::{EventLevel, EventName, NewEvent};
 pub use job::{Job, JobEvent, JobSummary, NewJob, QueueName, Unique, LOWEST_PRIORITY, RUN_SCRIPT};
 pub use limit::{Limit, LimitRules, Rate, KEY_SEPARATOR};

@@ -96,6 +96,9 @@ codes! {
     ScheduleChanged => ("schedule_changed", CONFLICT, "The schedule changed meanwhile; read it and try again"),
     QueueNotFound => ("queue_not_found", NOT_FOUND, "No queue of this name"),
     InvalidConcurrencyKey => ("invalid_concurrency_key", UNPROCESSABLE_ENTITY, "The job's concurrency key cannot be read"),
+    InvalidDependency => ("invalid_dependency", UNPROCESSABLE_ENTITY, "The job's dependencies cannot be used"),
+    DependencyNotFound => ("dependency_not_found", NOT_FOUND, "A dependency is not a job of this room"),
+    DependencyFailed => ("dependency_failed", CONFLICT, "A dependency has already failed"),
     InvalidPriority => ("invalid_priority", UNPROCESSABLE_ENTITY, "Priority must be 0 (first) to 9 (last)"),
     MetricsUnavailable => ("metrics_unavailable", SERVICE_UNAVAILABLE, "This process records no metrics"),
     NotFound => ("not_found", NOT_FOUND, "No such endpoint"),
@@ -249,6 +252,8 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(id) => ApiError::new(Code::JobNotFound, format!("no job with id {id}")),
             StoreError::InvalidTransition(err) => ApiError::new(Code::InvalidTransition, err.to_string()),
             StoreError::IdempotencyConflict(_) => ApiError::new(Code::IdempotencyConflict, err.to_string()),
+            StoreError::DependencyNotFound(_) => ApiError::new(Code::DependencyNotFound, err.to_string()),
+            StoreError::DependencyFailed { .. } => ApiError::new(Code::DependencyFailed, err.to_string()),
             err if err.is_unavailable() => {
                 tracing::warn!(error = %err, "store unavailable");
                 ApiError {

@@ -53,6 +53,12 @@ pub const ROUTES: &[Route] = &[
         handlers: |r| r.route(read().to(read::children)),
     },
     Route {
+        path: "/jobs/{id}/dependencies",
+        allow: READ,
+        access: Access::Member,
+        handlers: |r| r.route(read().to(read::dependencies)),
+    },
+    Route {
         path: "/jobs/{id}/events",
         allow: READ,
         access: Access::Member,
@@ -82,11 +88,12 @@ pub const ROUTES: &[Route] = &[
         control::cancel,
         control::retry,
         read::children,
+        read::dependencies,
         read::events,
         stream::job_events,
         stream::room_events,
     ),
-    tags((name = "jobs", description = "Submit, read, list, cancel and retry jobs; their children and events"))
+    tags((name = "jobs", description = "Submit, read, list, cancel and retry jobs; their children, dependencies and events"))
 )]
 struct Doc;
 

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::domain::{Job, JobEvent, JobStatus, JobSummary};
 use crate::http::{page_size, ApiError, AppState, Code, Problem};
-use crate::store::{JobFilter, Page};
+use crate::store::{JobFilter, Links, Page};
 
 /// A job, payload and result included. With `Prefer: wait=N` (RFC 7240), the answer waits
 /// until the job has ended or N seconds (at most `server.max_wait_seconds`) have passed,
@@ -208,6 +208,25 @@ pub async fn children(
         ..Default::default()
     };
     Ok(web::Json(JobPage::within_budget(state.store.list(&filter).await?)))
+}
+
+/// The jobs a job waits for (`depends_on`) and the jobs that wait for it, oldest first.
+#[utoipa::path(
+    get, path = "/jobs/{id}/dependencies", tag = "jobs", operation_id = "list_dependencies",
+    params(("id" = Uuid, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "Its dependencies and dependents", body = Links),
+        (status = 404, description = "`job_not_found`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn dependencies(
+    state: web::Data<AppState>,
+    caller: Caller,
+    id: web::Path<Uuid>,
+) -> Result<web::Json<Links>, ApiError> {
+    // Both ends of an edge are in one room: the job's, which the caller may read.
+    find(&state, &caller, *id).await?;
+    Ok(web::Json(state.store.links(*id).await?))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

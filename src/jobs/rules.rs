@@ -13,7 +13,8 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::domain::{
-    nul_pointer, Job, JobStatus, Limit, NewJob, QueueName, RetryPolicy, RoomId, Unique, LOWEST_PRIORITY,
+    nul_pointer, Job, JobStatus, Limit, NewJob, OnDependencyFailure, QueueName, RetryPolicy, RoomId, Unique,
+    LOWEST_PRIORITY, MAX_DEPENDENCIES,
 };
 use crate::http::{ApiError, AppState, Code};
 use crate::ops::OperationRegistry;
@@ -110,6 +111,17 @@ pub struct SubmitRequest {
     /// `for_seconds` and is now in one of `states`: that job answers instead, with 200.
     #[serde(default)]
     pub unique: Option<UniqueRequest>,
+    /// Jobs of the same room this one waits for: it stays QUEUED with `waiting_since`,
+    /// unsent and in no line, until every one has succeeded. In `POST /jobs:batch`, `#N`
+    /// names the batch's item N, which must come before this one. At most 1000.
+    #[serde(default)]
+    #[schema(max_items = 1000, value_type = Option<Vec<String>>)]
+    pub depends_on: Option<Vec<String>>,
+    /// When a dependency fails or is cancelled: `cancel` (the default: this job is
+    /// CANCELLED with `job.dependency_failed`, and so are the jobs that wait for it) or
+    /// `run` (it runs once every dependency has ended).
+    #[serde(default)]
+    pub on_dependency_failure: Option<OnDependencyFailure>,
 }
 
 /// `unique` on a submission (Oban's unique jobs).
@@ -237,6 +249,11 @@ pub(super) fn refuse_nul(body: &SubmitRequest, header_key: Option<&str>) -> Resu
         ("/concurrency_key", body.concurrency_key.as_deref()),
         ("/unique/key", body.unique.as_ref().and_then(|unique| unique.key.as_deref())),
     ];
+    for (at, dependency) in body.depends_on.iter().flatten().enumerate() {
+        if dependency.contains('\0') {
+            return nul(&format!("/depends_on/{at}"));
+        }
+    }
     let keys = [("/idempotency_key", body.idempotency_key.as_deref()), ("/idempotency_key", header_key)];
     for (pointer, text) in texts.into_iter().chain(keys) {
         if text.is_some_and(|text| text.contains('\0')) {
@@ -346,6 +363,7 @@ pub fn validate_submission(
         None => state.jobs.priority_of(&body.operation, queue.as_str()),
     };
     let limit = limit_of(state.jobs, &body.operation, queue.as_str(), &payload, body.concurrency_key.as_deref())?;
+    let depends_on = dependencies_of(body.depends_on.unwrap_or_default())?;
     let unique = body.unique.map(|asked| unique_of(asked, &body.operation, queue.as_str(), &payload)).transpose()?;
     let idempotency_key = check_idempotency_key(body.idempotency_key.or(header_key))?;
     let max_retries = body.max_retries.unwrap_or(default_retries);
@@ -373,7 +391,36 @@ pub fn validate_submission(
         ages_at: None,
         limit,
         unique,
+        depends_on,
+        on_dependency_failure: body.on_dependency_failure.unwrap_or_default(),
     })
+}
+
+/// A submission's `depends_on`, read: job ids, each once, in the order given. A batch has
+/// put its items' ids in place of its `#N` references already.
+fn dependencies_of(asked: Vec<String>) -> Result<Vec<Uuid>, ApiError> {
+    if asked.len() > MAX_DEPENDENCIES {
+        let detail = format!("a job may wait for at most {MAX_DEPENDENCIES} jobs, not {}", asked.len());
+        return Err(ApiError::new(Code::InvalidDependency, detail).at("/depends_on"));
+    }
+    let mut ids: Vec<Uuid> = Vec::with_capacity(asked.len());
+    for (at, text) in asked.iter().enumerate() {
+        let id = match (text.strip_prefix('#'), Uuid::parse_str(text)) {
+            (_, Ok(id)) => id,
+            (Some(_), _) => {
+                let detail = format!("{text:?} names an item of a batch: only POST /jobs:batch reads #N");
+                return Err(ApiError::new(Code::InvalidDependency, detail).at(format!("/depends_on/{at}")));
+            }
+            (None, Err(_)) => {
+                let detail = format!("{text:?} is not a job id");
+                return Err(ApiError::new(Code::InvalidDependency, detail).at(format!("/depends_on/{at}")));
+            }
+        };
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
 }
 
 /// Longest concurrency key.

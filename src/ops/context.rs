@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::Dispatcher;
 use crate::domain::{scrub_nul, scrub_nul_value, EventLevel, Job, NewEvent};
-use crate::store::{JobStore, RunRef, RunWrites, StoreError};
+use crate::store::{DependencyResult, JobStore, RunRef, RunWrites, StoreError};
 use crate::transport::Transport;
 
 use super::OperationRegistry;
@@ -111,6 +111,17 @@ impl JobContext {
     /// The job as it was claimed (status RUNNING, `attempts` counting this run).
     pub fn job(&self) -> Option<&Job> {
         self.job.as_deref()
+    }
+
+    /// The jobs this job waited for (`depends_on`), with their outcomes, by id; empty for
+    /// a job with none and for ephemeral work.
+    pub async fn dependencies(&self) -> Result<Vec<DependencyResult>, StoreError> {
+        match &self.job {
+            Some(job) if job.on_dependency_failure.is_some() => {
+                self.dispatcher.store().dependency_results(job.id).await
+            }
+            _ => Ok(Vec::new()),
+        }
     }
 
     /// Which run this is, from 1 (ephemeral work is always run 1).

@@ -118,7 +118,8 @@ impl ApplicationBuilder {
         let (db, offset_ms, clock) = open_database(&settings).await?;
         let live = Live::new();
         let (limit_watch, limit_keys) = crate::dispatch::LimitWatch::new();
-        let (store, gate) = open_store(&settings, &db, &live, self.hook, limit_watch).await?;
+        let (dependency_watch, ended) = crate::dispatch::DependencyWatch::new();
+        let (store, gate) = open_store(&settings, &db, &live, self.hook, limit_watch, dependency_watch).await?;
         let transport = match self.transport {
             Some(transport) => transport,
             None => build_transport(&settings)?,
@@ -139,6 +140,7 @@ impl ApplicationBuilder {
         ));
         let recheck = Duration::from_millis(settings.reaper.interval_ms);
         crate::dispatch::Releaser::new(dispatcher.clone(), settings.jobs.limit_rules(), recheck).start(limit_keys);
+        crate::dispatch::Settler::new(dispatcher.clone(), recheck).start(ended);
         let pauses =
             crate::flow::QueuePauses::open(db.clone(), gate.clone(), &settings.job_queues(), dispatcher.waiting_bell())
                 .await

@@ -28,8 +28,8 @@ pub use overview::QueueFigures;
 pub use sea::write_gate::{WriteGate, WriteTxn};
 pub use sea::{startable, SeaStore};
 pub use types::{
-    after_failure, level, BatchRecorded, BatchRows, Cancellation, Completion, Dispatch, ExpiredLease, JobFilter, Page,
-    Pruned, Released, Requeue, RunRef, StoreError, Submission,
+    after_failure, level, BatchRecorded, BatchRows, Cancellation, Completion, DependencyResult, Dispatch, ExpiredLease,
+    JobFilter, Linked, Links, Page, Pruned, Released, Requeue, RunRef, Settled, StoreError, Submission,
 };
 
 /// What the API reads: jobs, pages of them, their events and places in line, and the
@@ -65,6 +65,13 @@ pub trait JobReads: Send + Sync + 'static {
     /// registered type (or, for others, its queue) created before it. `None` when not QUEUED, or
     /// QUEUED but waiting for its time (`run_after` ahead: a `run_at`, a delay).
     async fn queue_position(&self, job: &Job) -> Result<Option<i64>, StoreError>;
+
+    /// The jobs `id` waits for and the jobs that wait for it (each list at most
+    /// [`crate::domain::MAX_DEPENDENCIES`], oldest first).
+    async fn links(&self, id: Uuid) -> Result<Links, StoreError>;
+
+    /// The jobs `id` waits for, with their outcomes: what its operation reads.
+    async fn dependency_results(&self, id: Uuid) -> Result<Vec<DependencyResult>, StoreError>;
 }
 
 /// What clients ask of jobs: submissions, cancellation, a manual retry.
@@ -247,6 +254,16 @@ pub trait DispatchBook: Send + Sync + 'static {
     /// released again from time to time, in case a process stopped between freeing a
     /// limit's room and releasing its jobs; `/metrics` counts them by rule.
     async fn holding(&self) -> Result<Vec<(String, i64)>, StoreError>;
+
+    /// Settles the jobs that wait for any of `ended` (jobs whose ending committed): each
+    /// whose dependencies now allow it queues (returned to be sent when nothing else holds
+    /// it), each a failed or cancelled dependency ends is CANCELLED with
+    /// `job.dependency_failed`; each a compare-and-set on a waiting job, announced.
+    async fn settle_dependents(&self, ended: &[Uuid]) -> Result<Settled, StoreError>;
+
+    /// The same for up to `most` waiting jobs whose dependencies let them move and that
+    /// nobody settled (a process stopped between an ending's commit and its settling).
+    async fn settle_stranded(&self, most: u64) -> Result<Settled, StoreError>;
 }
 
 /// Everything the lifecycle needs from durable storage, as one object: every role. One

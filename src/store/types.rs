@@ -86,6 +86,47 @@ pub struct Released {
     pub retry_in: Option<std::time::Duration>,
 }
 
+/// What settling waiting jobs did ([`crate::store::DispatchBook::settle_dependents`]).
+#[derive(Debug, Clone, Default)]
+pub struct Settled {
+    /// Jobs whose dependencies allow them now and that may be sent at once.
+    pub released: Vec<Dispatch>,
+    /// Jobs that queued, those a limit still holds or that wait for a time included.
+    pub queued: usize,
+    /// Jobs cancelled because a dependency failed.
+    pub cancelled: usize,
+}
+
+/// A job another waits for, or that waits for another, as `GET /jobs/{id}/dependencies`
+/// shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct Linked {
+    pub id: Uuid,
+    pub operation: String,
+    pub status: JobStatus,
+    /// Set while the job itself waits for its dependencies.
+    pub waiting_since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// A job's dependencies and dependents.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct Links {
+    /// The jobs it waits for (or waited for), oldest first.
+    pub dependencies: Vec<Linked>,
+    /// The jobs that wait for it, oldest first.
+    pub dependents: Vec<Linked>,
+}
+
+/// A dependency's outcome, as the waiting job's operation reads it from its context.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DependencyResult {
+    pub id: Uuid,
+    pub operation: String,
+    pub status: JobStatus,
+    pub result: Option<Value>,
+    pub error_code: Option<String>,
+}
+
 /// The result of [`JobCommands::cancel`].
 #[derive(Debug, Clone)]
 pub struct Cancellation {
@@ -264,6 +305,13 @@ pub enum StoreError {
     InvalidTransition(#[from] InvalidTransition),
     #[error("idempotency key {0:?} was already used for a different job")]
     IdempotencyConflict(String),
+    /// A job named in `depends_on` does not exist in the job's room.
+    #[error("no job with id {0} in the job's room to depend on")]
+    DependencyNotFound(Uuid),
+    /// A job named in `depends_on` has already failed or been cancelled, and the new job
+    /// would be cancelled for it at once.
+    #[error("dependency {id} is already {status}; submit with on_dependency_failure \"run\" to run anyway")]
+    DependencyFailed { id: Uuid, status: JobStatus },
     #[error("database error: {0}")]
     Database(#[from] sea_orm::DbErr),
     #[error("stored row is unreadable: {0}")]

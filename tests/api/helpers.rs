@@ -13,7 +13,7 @@ use yardmaster::ops::OperationRegistry;
 use yardmaster::store::{JobCommands, JobStore};
 
 use crate::custom_operation::{Count, FanCount};
-use crate::test_ops::{Flaky, FlakyBatch, FlakyFan, Stubborn};
+use crate::test_ops::{Flaky, FlakyBatch, FlakyFan, Gather, Stubborn};
 use yardmaster::transport::{AmqpTransport, InProcessTransport, Transport};
 use yardmaster::{Application, Settings};
 
@@ -368,7 +368,8 @@ impl TestApp {
                     .with(Stubborn)
                     .with(Flaky)
                     .with(FlakyFan)
-                    .with(FlakyBatch),
+                    .with(FlakyBatch)
+                    .with(Gather),
             )
             .transport(transport.clone());
         if let Some(hook) = options.hook {

@@ -16,6 +16,7 @@ mod concurrency;
 mod dashboard;
 mod dead_letters;
 mod deadlines;
+mod dependencies;
 mod errors;
 mod fan_out;
 mod flow_processes;

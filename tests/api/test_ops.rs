@@ -129,3 +129,22 @@ impl Operation for FlakyBatch {
         }
     }
 }
+
+/// Returns what its context says of its dependencies: each one's id, status and result.
+pub struct Gather;
+
+#[async_trait]
+impl Operation for Gather {
+    fn name(&self) -> &'static str {
+        "gather"
+    }
+
+    fn validate(&self, _payload: &Value) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn execute(&self, ctx: JobContext, _payload: Value) -> Result<Value, OperationError> {
+        let dependencies = ctx.dependencies().await.map_err(|err| OperationError::new("Store", err.to_string()))?;
+        Ok(json!({ "dependencies": dependencies }))
+    }
+}

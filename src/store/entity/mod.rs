@@ -2,4 +2,5 @@
 
 pub mod job;
 pub mod job_batch;
+pub mod job_dependency;
 pub mod job_event;

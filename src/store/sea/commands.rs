@@ -12,11 +12,11 @@ use uuid::Uuid;
 
 use super::rows::new_row;
 use super::{
-    append_event, append_events, compare_and_set, event_row, fan_out, group_commit, limits, retried, unique, SeaStore,
-    INSERT_CHUNK,
+    append_event, append_events, compare_and_set, dependencies, event_row, fan_out, group_commit, limits, retried,
+    unique, SeaStore, INSERT_CHUNK,
 };
 use crate::domain::{EventName, InvalidTransition, Job, JobStatus, NewEvent, NewJob};
-use crate::store::entity::job;
+use crate::store::entity::{job, job_event};
 use crate::store::{clock, Call, Cancellation, Change, JobCommands, StoreError, Submission};
 
 /// The statuses a cancel moves a job from.
@@ -27,7 +27,9 @@ impl JobCommands for SeaStore {
     async fn submit(&self, new: NewJob) -> Result<Submission, StoreError> {
         // A keyed job under a limit (admission and the key's lookup in one transaction), and
         // a unique one (its earlier job looked up where it would be inserted).
-        if (new.limit.is_some() && new.idempotency_key.is_some()) || new.unique.is_some() {
+        // And one with dependencies (checked and linked where it is inserted).
+        if (new.limit.is_some() && new.idempotency_key.is_some()) || new.unique.is_some() || !new.depends_on.is_empty()
+        {
             let mut submitted = self.submit_many(vec![new]).await?;
             return submitted.pop().ok_or_else(|| StoreError::Corrupt("a submission made nothing".into()));
         }
@@ -225,7 +227,37 @@ impl SeaStore {
             answers.push(Answer::Inserted(fresh.len()));
             fresh.push(new);
         }
-        let inserted = insert_new(&txn, &fresh).await?;
+        // A dependency on an earlier item of the batch names the id it was given; when an
+        // earlier job answers that item, the dependency is on that job.
+        let mut answered: HashMap<Uuid, Uuid> = HashMap::new();
+        for (new, answer) in jobs.iter().zip(&answers) {
+            let (Some(given), Answer::Existing(job)) = (new.id, answer) else { continue };
+            answered.insert(given, job.id);
+        }
+        for (new, answer) in jobs.iter().zip(&answers) {
+            let (Some(given), Answer::Repeat(first)) = (new.id, answer) else { continue };
+            answered.extend(fresh[*first].id.map(|first| (given, first)));
+        }
+        let redirected: Vec<NewJob> = fresh
+            .iter()
+            .map(|new| {
+                let mut new = (*new).clone();
+                for dependency in &mut new.depends_on {
+                    *dependency = answered.get(dependency).copied().unwrap_or(*dependency);
+                }
+                new
+            })
+            .collect();
+        let fresh: Vec<&NewJob> = match answered.is_empty() {
+            true => fresh,
+            false => redirected.iter().collect(),
+        };
+        let mut rows: Vec<job::Model> = fresh.iter().map(|new| new_row(new)).collect();
+        let waiting = match fresh.iter().any(|new| !new.depends_on.is_empty()) {
+            true => dependencies::link(&txn, &mut rows, &fresh).await?,
+            false => Vec::new(),
+        };
+        let inserted = insert_rows(&txn, rows, &fresh, waiting).await?;
         txn.commit().await?;
         Ok(answers
             .into_iter()
@@ -315,8 +347,21 @@ fn queued_event(new: &NewJob) -> NewEvent {
 /// Jobs under a limit are admitted or held first (`limits::admit`): a held one is written
 /// unsent, with its `job.held` event after its `job.queued`.
 pub(super) async fn insert_new(txn: &DatabaseTransaction, new: &[&NewJob]) -> Result<Vec<job::Model>, DbErr> {
-    let mut rows: Vec<job::Model> = new.iter().map(|new| new_row(new)).collect();
-    let limits: Vec<_> = new.iter().map(|new| new.limit.as_ref()).collect();
+    let rows: Vec<job::Model> = new.iter().map(|new| new_row(new)).collect();
+    insert_rows(txn, rows, new, Vec::new()).await
+}
+
+/// [`insert_new`] of rows already made (`new[i]` made `rows[i]`), with more events to
+/// write after their `job.queued` ones. A job waiting for its dependencies is not
+/// admitted by its limit yet: it stays held.
+async fn insert_rows(
+    txn: &DatabaseTransaction,
+    mut rows: Vec<job::Model>,
+    new: &[&NewJob],
+    more: Vec<job_event::ActiveModel>,
+) -> Result<Vec<job::Model>, DbErr> {
+    let limits: Vec<_> =
+        new.iter().zip(&rows).map(|(new, row)| new.limit.as_ref().filter(|_| row.waiting_since.is_none())).collect();
     let held = match limits.iter().any(Option::is_some) {
         true => limits::admit(txn, &mut rows, &limits).await?,
         false => Vec::new(),
@@ -326,6 +371,7 @@ pub(super) async fn insert_new(txn: &DatabaseTransaction, new: &[&NewJob]) -> Re
         job::Entity::insert_many(models).exec_without_returning(txn).await?;
     }
     let mut events: Vec<_> = rows.iter().zip(new).map(|(row, new)| event_row(row.id, &queued_event(new))).collect();
+    events.extend(more);
     events.extend(held);
     append_events(txn, events).await?;
     Ok(rows)

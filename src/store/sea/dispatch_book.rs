@@ -16,7 +16,7 @@ use super::{group_commit, SeaStore};
 use crate::domain::{JobStatus, Limit};
 use crate::store::entity::job;
 use crate::store::types::level;
-use crate::store::{clock, Call, Change, Dispatch, DispatchBook, Released, StoreError};
+use crate::store::{clock, Call, Change, Dispatch, DispatchBook, Released, Settled, StoreError};
 
 /// Unpublished QUEUED jobs that wait for a time (`run_after`: a delay, a `run_at`): the
 /// predicate of the partial index `ix_job_waiting`, on `run_after`.
@@ -139,6 +139,16 @@ impl DispatchBook for SeaStore {
     async fn holding(&self) -> Result<Vec<(String, i64)>, StoreError> {
         self.before(Call::Upkeep("holding")).await?;
         self.holding_once().await
+    }
+
+    async fn settle_dependents(&self, ended: &[Uuid]) -> Result<Settled, StoreError> {
+        self.before(Call::Upkeep("settle_dependents")).await?;
+        self.settle_dependents_once(ended).await
+    }
+
+    async fn settle_stranded(&self, most: u64) -> Result<Settled, StoreError> {
+        self.before(Call::Upkeep("settle_stranded")).await?;
+        self.settle_stranded_once(most).await
     }
 
     async fn raise_waiting(&self, step: Duration, limit: u64) -> Result<Vec<Dispatch>, StoreError> {

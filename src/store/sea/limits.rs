@@ -116,7 +116,7 @@ async fn room(txn: &DatabaseTransaction, limit: &Limit) -> Result<(u64, Option<D
 /// Whether jobs of `key` are held: a new one then waits behind them.
 async fn any_held(txn: &DatabaseTransaction, key: &str) -> Result<bool, DbErr> {
     let held = job::Entity::find()
-        .filter(Expr::cust("held_since IS NOT NULL AND status = 'queued'"))
+        .filter(Expr::cust("held_since IS NOT NULL AND waiting_since IS NULL AND status = 'queued'"))
         .filter(job::Column::LimitKey.eq(key))
         .count(txn)
         .await?;
@@ -187,7 +187,7 @@ impl SeaStore {
         let anything_held = job::Entity::find()
             .select_only()
             .column(job::Column::Id)
-            .filter(Expr::cust("held_since IS NOT NULL AND status = 'queued'"))
+            .filter(Expr::cust("held_since IS NOT NULL AND waiting_since IS NULL AND status = 'queued'"))
             .filter(job::Column::LimitKey.eq(&limit.key))
             .limit(1)
             .into_tuple::<Uuid>()
@@ -206,7 +206,7 @@ impl SeaStore {
             .select_only()
             .columns([job::Column::Id, job::Column::Queue, job::Column::Attempts, job::Column::EffectivePriority])
             // Literals, so both engines read the partial index of held jobs.
-            .filter(Expr::cust("held_since IS NOT NULL AND status = 'queued'"))
+            .filter(Expr::cust("held_since IS NOT NULL AND waiting_since IS NULL AND status = 'queued'"))
             .filter(job::Column::LimitKey.eq(&limit.key))
             .order_by_asc(job::Column::EffectivePriority)
             .order_by_asc(job::Column::Id)
@@ -221,7 +221,7 @@ impl SeaStore {
         job::Entity::update_many()
             .col_expr(job::Column::HeldSince, Expr::value(None::<DateTime<Utc>>))
             .filter(job::Column::Id.is_in(ids))
-            .filter(Expr::cust("held_since IS NOT NULL AND status = 'queued'"))
+            .filter(Expr::cust("held_since IS NOT NULL AND waiting_since IS NULL AND status = 'queued'"))
             .exec(&*txn)
             .await?;
         txn.commit().await?;
@@ -238,7 +238,7 @@ impl SeaStore {
             .select_only()
             .column(job::Column::LimitKey)
             .column_as(Expr::cust("COUNT(*)"), "held")
-            .filter(Expr::cust("held_since IS NOT NULL AND status = 'queued'"))
+            .filter(Expr::cust("held_since IS NOT NULL AND waiting_since IS NULL AND status = 'queued'"))
             .group_by(job::Column::LimitKey)
             .into_tuple::<(Option<String>, i64)>()
             .all(&self.db)

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::rows::{db_now, db_now_plus, millis, to_chrono};
 use super::{append_event, SeaStore};
 use crate::domain::{EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
-use crate::store::entity::{job, job_batch, job_event};
+use crate::store::entity::{job, job_batch, job_dependency, job_event};
 use crate::store::{clock, Call, Change, ExpiredLease, Maintenance, Pruned, RunRef, StoreError};
 
 const QUEUED: &[JobStatus] = &[JobStatus::Queued];
@@ -334,7 +334,19 @@ impl Maintenance for SeaStore {
                 .exec(&txn)
                 .await?
                 .rows_affected;
-            job_batch::Entity::delete_many().filter(job_batch::Column::ParentJobId.is_in(ids)).exec(&txn).await?;
+            job_batch::Entity::delete_many()
+                .filter(job_batch::Column::ParentJobId.is_in(ids.clone()))
+                .exec(&txn)
+                .await?;
+            // Its edges both ways: a job still waiting reads a removed dependency as ended.
+            job_dependency::Entity::delete_many()
+                .filter(
+                    job_dependency::Column::JobId
+                        .is_in(ids.clone())
+                        .or(job_dependency::Column::DependencyId.is_in(ids)),
+                )
+                .exec(&txn)
+                .await?;
         }
         // Children first, deepest last found first, so no row ever names a deleted parent.
         for chunk in children.rchunks(CHUNK).chain(roots.chunks(CHUNK)) {

@@ -7,6 +7,7 @@
 //! the transition every role shares.
 
 mod commands;
+mod dependencies;
 mod dispatch_book;
 mod fan_out;
 mod group_commit;

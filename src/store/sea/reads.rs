@@ -14,7 +14,7 @@ use super::SeaStore;
 use crate::domain::{Job, JobEvent, JobStatus, JobSummary, QueueName};
 use crate::store::entity::{job, job_event};
 use crate::store::overview::QueueFigures;
-use crate::store::{clock, Call, JobFilter, JobReads, Page, StoreError};
+use crate::store::{clock, Call, DependencyResult, JobFilter, JobReads, Links, Page, StoreError};
 
 #[async_trait]
 impl JobReads for SeaStore {
@@ -129,6 +129,16 @@ impl JobReads for SeaStore {
     /// 1 + the runnable jobs ahead of `job` in its line (of a better level, or of its level
     /// and older): its type's for a registered type (whatever their room: they wait for the
     /// same workers), its queue's otherwise.
+    async fn links(&self, id: Uuid) -> Result<Links, StoreError> {
+        self.before(Call::Read("links", Some(id))).await?;
+        self.links_once(id).await
+    }
+
+    async fn dependency_results(&self, id: Uuid) -> Result<Vec<DependencyResult>, StoreError> {
+        self.before(Call::Read("dependency_results", Some(id))).await?;
+        self.dependency_results_once(id).await
+    }
+
     async fn queue_position(&self, of: &Job) -> Result<Option<i64>, StoreError> {
         self.before(Call::Read("queue_position", Some(of.id))).await?;
         // A job that waits for its time, or that its limit holds, is in no line yet.

@@ -56,6 +56,9 @@ pub(super) fn to_chrono(duration: Duration) -> chrono::Duration {
 }
 
 pub(super) fn new_row(new: &NewJob) -> job::Model {
+    // A job with dependencies is written waiting (and so held, unsent); `dependencies::link`
+    // lets it go at once if they have all ended already.
+    let waiting = (!new.depends_on.is_empty()).then(clock::now);
     job::Model {
         id: new.id.unwrap_or_else(Uuid::now_v7),
         room: new.room.as_str().to_owned(),
@@ -78,7 +81,7 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         leased_until: None,
         owner: None,
         run_after: new.run_after,
-        published_at: (new.announced && new.run_after.is_none()).then(clock::now),
+        published_at: (new.announced && new.run_after.is_none() && waiting.is_none()).then(clock::now),
         failures: 0,
         retry_policy: new.retry_policy.clone(),
         fan_out: None,
@@ -93,8 +96,11 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         ages_at: new.ages_at.filter(|_| new.priority > 0),
         limit_key: new.limit.as_ref().map(|limit| limit.key.clone()),
         // Admission decides (`limits::admit`), in the inserting transaction.
-        held_since: None,
+        held_since: waiting,
         unique_key: new.unique.as_ref().map(|unique| unique.key.clone()),
+        waiting_since: waiting,
+        has_dependents: false,
+        on_dependency_failure: waiting.map(|_| new.on_dependency_failure.as_str().to_owned()),
     }
 }
 
