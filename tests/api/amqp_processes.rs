@@ -230,7 +230,7 @@ const FAST: [(&str, &str); 4] = [
     ("YARDMASTER__WORKER__GRACE_SECONDS", "1"),
 ];
 
-fn with_fast<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+pub fn with_fast<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     FAST.iter().copied().chain(extra.iter().copied()).collect()
 }
 

@@ -17,6 +17,7 @@ mod dashboard;
 mod dead_letters;
 mod deadlines;
 mod dependencies;
+mod dependency_processes;
 mod errors;
 mod fan_out;
 mod flow_processes;
