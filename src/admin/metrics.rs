@@ -1,5 +1,6 @@
 //! `GET /metrics`: the recorder's counters and histograms, then gauges of the queues read
-//! from the store now (jobs QUEUED and RUNNING by queue, the oldest waiting job's age),
+//! from the store now (jobs QUEUED and RUNNING by queue, the oldest waiting job's age, jobs
+//! held by limits and waiting for dependencies),
 //! over the status index, so they are right after any restart and never drift.
 
 use std::collections::BTreeMap;
@@ -40,6 +41,14 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
     }
     if let Ok(holding) = state.store.holding().await {
         render_held(&mut text, &holding);
+    }
+    if let Ok(waiting) = crate::store::overview::waiting_for_dependencies(&state.db).await {
+        let name = "yardmaster_jobs_waiting";
+        let _ = writeln!(text, "# HELP {name} Jobs QUEUED that wait for their dependencies, by queue");
+        let _ = writeln!(text, "# TYPE {name} gauge");
+        for (queue, waiting) in waiting {
+            let _ = writeln!(text, "{name}{{queue=\"{}\"}} {waiting}", escape(&queue));
+        }
     }
     Ok(HttpResponse::Ok().content_type(CONTENT_TYPE).body(text))
 }

@@ -46,7 +46,7 @@ pub struct Remote {
 #[derive(Debug, Subcommand)]
 pub enum ClientCommand {
     /// Submit a job; with --wait, follow it to its end with a progress bar and its events.
-    Submit(SubmitArgs),
+    Submit(Box<SubmitArgs>),
     /// Show a job.
     Status(IdArgs),
     /// List jobs, newest first, with filters.
@@ -98,6 +98,12 @@ pub struct SubmitArgs {
     /// How long one run may take (a span, as --in); past it the run fails `Timeout`.
     #[arg(long, value_name = "SPAN", value_parser = super::when::span)]
     run_timeout: Option<Duration>,
+    /// Wait for this job (its id; repeat for more) to succeed before queueing.
+    #[arg(long = "depends-on", value_name = "ID")]
+    depends_on: Vec<uuid::Uuid>,
+    /// When a dependency fails or is cancelled: cancel (the default) or run.
+    #[arg(long, value_name = "cancel|run", value_parser = ["cancel", "run"], requires = "depends_on")]
+    on_dependency_failure: Option<String>,
     /// Cancel the job if it has not started this long after it may (a span, as --in).
     #[arg(long, value_name = "SPAN", value_parser = super::when::span)]
     expires_in: Option<Duration>,
@@ -198,7 +204,7 @@ pub struct CompletionsArgs {
 /// definition (for completions).
 pub async fn run(command: ClientCommand, cli: clap::Command) -> anyhow::Result<i32> {
     match command {
-        ClientCommand::Submit(args) => submit(args).await,
+        ClientCommand::Submit(args) => submit(*args).await,
         ClientCommand::Status(args) => {
             let (client, json) = connect(&args.remote)?;
             let job = client.job(args.id).await?;
@@ -245,6 +251,12 @@ async fn submit(args: SubmitArgs) -> anyhow::Result<i32> {
     }
     if let Some(priority) = args.priority {
         body["priority"] = json!(priority);
+    }
+    if !args.depends_on.is_empty() {
+        body["depends_on"] = json!(args.depends_on);
+    }
+    if let Some(policy) = &args.on_dependency_failure {
+        body["on_dependency_failure"] = json!(policy);
     }
     if let Some(at) = args.at {
         body["run_at"] = json!(at.to_rfc3339());

@@ -85,6 +85,13 @@ pub async fn page(state: web::Data<AppState>, viewer: Viewer, id: web::Path<Stri
         },
         _ => None,
     };
+    let links = match job.on_dependency_failure.is_some() || job.has_dependents {
+        true => match state.store.links(id).await {
+            Ok(links) => links,
+            Err(err) => return unavailable(&viewer, &err),
+        },
+        false => Default::default(),
+    };
     let (current, total) = (job.progress_current, job.progress_total);
     let percent = total.filter(|total| *total > 0).map(|total| current.clamp(0, total) * 100 / total);
     let count = match (total, percent) {
@@ -122,6 +129,14 @@ pub async fn page(state: web::Data<AppState>, viewer: Viewer, id: web::Path<Stri
             (table(&children.jobs))
         }
         @if let Some(batches) = batches { (batches) }
+        @if !links.dependencies.is_empty() {
+            h2 { "Waits for" }
+            (linked("dependencies", &links.dependencies))
+        }
+        @if !links.dependents.is_empty() {
+            h2 { "Waited for by" }
+            (linked("dependents", &links.dependents))
+        }
         h2 { "Events" }
         ol class="timeline" id="timeline" data-stream={ "/ui/jobs/" (id) "/stream?after=" (after) } data-ended=(job.status.is_terminal()) {
             @for event in &events { (event_item(event)) }
@@ -193,7 +208,9 @@ fn limit(job: &Job) -> Option<String> {
 }
 
 fn facts(job: &Job) -> Markup {
-    let held = job.held_since.filter(|_| job.status == JobStatus::Queued);
+    let queued = |at: Option<chrono::DateTime<chrono::Utc>>| at.filter(|_| job.status == JobStatus::Queued);
+    let waiting = queued(job.waiting_since);
+    let held = queued(job.held_since).filter(|_| waiting.is_none());
     let optional = [
         (
             "Priority",
@@ -204,6 +221,8 @@ fn facts(job: &Job) -> Markup {
         ),
         ("Limit", limit(job)),
         ("Held by its limit since", held.as_ref().map(html::time)),
+        ("Waiting for its dependencies since", waiting.as_ref().map(html::time)),
+        ("If a dependency fails", job.on_dependency_failure.as_deref().map(shown)),
         ("Run after", job.run_after.as_ref().map(html::time)),
         ("Timeout", job.timeout_seconds.map(|seconds| format!("{seconds} s"))),
         ("Expires at", job.expires_at.as_ref().map(html::time)),
@@ -226,6 +245,27 @@ fn facts(job: &Job) -> Markup {
             }
             @for (name, value) in &optional {
                 @if let Some(value) = value { dt { (name) } dd { (value) } }
+            }
+        }
+    }
+}
+
+/// A job's dependencies or dependents: each linked, with its state.
+fn linked(class: &str, jobs: &[crate::store::Linked]) -> Markup {
+    html! {
+        table class={ "links " (class) } {
+            thead { tr { th { "Job" } th { "Operation" } th { "Status" } } }
+            tbody {
+                @for job in jobs {
+                    tr {
+                        td { a href={ "/ui/jobs/" (job.id) } { (job.id) } }
+                        td { (shown(&job.operation)) }
+                        td {
+                            (html::status(job.status.as_str()))
+                            @if job.waiting_since.is_some() && job.status == JobStatus::Queued { " waiting" }
+                        }
+                    }
+                }
             }
         }
     }

@@ -275,8 +275,10 @@ pub fn table(jobs: &[JobSummary]) -> Markup {
                             @if let Some(at) = job.run_after.filter(|at| job.status == JobStatus::Queued && *at > crate::store::clock::now()) {
                                 " " span class="waits" { "until " (html::time(&at)) }
                             }
-                            // A job its limit holds says so.
-                            @if job.held_since.is_some() && job.status == JobStatus::Queued {
+                            // A job its dependencies or its limit hold says so.
+                            @if job.waiting_since.is_some() && job.status == JobStatus::Queued {
+                                " " span class="waits" { "waiting for its dependencies" }
+                            } @else if job.held_since.is_some() && job.status == JobStatus::Queued {
                                 " " span class="waits" { "held by its limit" }
                             }
                         }

@@ -108,3 +108,16 @@ pub async fn batches(
         .collect();
     Ok((rows, counts.into_iter().collect()))
 }
+
+/// Jobs waiting for their dependencies, by queue (read from the index of waiting jobs).
+pub async fn waiting_for_dependencies(db: &DatabaseConnection) -> Result<Vec<(String, i64)>, StoreError> {
+    Ok(job::Entity::find()
+        .select_only()
+        .column(job::Column::Queue)
+        .column_as(Expr::cust("COUNT(*)"), "waiting")
+        .filter(Expr::cust("waiting_since IS NOT NULL AND status = 'queued'"))
+        .group_by(job::Column::Queue)
+        .into_tuple::<(String, i64)>()
+        .all(db)
+        .await?)
+}

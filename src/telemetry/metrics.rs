@@ -13,7 +13,7 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::domain::{EventName, Job, JobStatus};
-use crate::store::{Change, Observer};
+use crate::store::{clock, Change, Observer};
 
 /// Bucket bounds of the job and request histograms, in seconds: 1 ms to 6 hours.
 const SECONDS: &[f64] = &[
@@ -117,6 +117,17 @@ pub fn job_started(job: &Job) {
     }
 }
 
+/// A job that waited for its dependencies queued (`met`) or was cancelled for a failed one.
+fn dependencies_settled(job: &Job, met: bool) {
+    let outcome = if met { "queued" } else { "cancelled" };
+    counter!("yardmaster_dependencies_settled_total", "operation" => job.operation.clone(), "outcome" => outcome)
+        .increment(1);
+    if met {
+        histogram!("yardmaster_dependency_wait_seconds", "operation" => job.operation.clone())
+            .record(seconds(job.created_at, clock::now()));
+    }
+}
+
 /// A job reached a final status: `job` as the write that ended it returned it.
 pub fn job_ended(job: &Job) {
     if !job.status.is_terminal() {
@@ -195,6 +206,9 @@ impl Observer for JobMetrics {
             let Change::Moved { job, was, event } = change else { continue };
             if *event == EventName::STARTED {
                 job_started(job);
+            }
+            if *event == EventName::DEPENDENCIES_MET || *event == EventName::DEPENDENCY_FAILED {
+                dependencies_settled(job, *event == EventName::DEPENDENCIES_MET);
             }
             if *was == [JobStatus::Running] && job.status == JobStatus::Queued {
                 job_requeued(job, requeue_reason(event));

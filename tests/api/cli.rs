@@ -227,6 +227,34 @@ async fn times_reach_the_job(backend: Backend) {
     assert_eq!(jobs_in_store(&app).await, before);
 }
 
+/// `--depends-on` (repeated) and `--on-dependency-failure` reach the job; `show` says it
+/// waits; a dependency that is not an id is refused before anything is sent.
+async fn dependencies_reach_the_job(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let token = app.admin_token.clone();
+    let (_, first) = app.submit(json!({ "operation": "ping", "queue": PARKED })).await;
+    let (_, second) = app.submit(json!({ "operation": "ping", "queue": PARKED })).await;
+    let (first, second) = (first["id"].as_str().unwrap(), second["id"].as_str().unwrap());
+    let args =
+        ["submit", "ping", "--json", "--depends-on", first, "--depends-on", second, "--on-dependency-failure", "run"];
+    let job = json_of(&run(&app, &token, &args).await);
+    assert_eq!(job["on_dependency_failure"], "run", "{job}");
+    let id = job["id"].as_str().unwrap();
+    let (_, links) = app.get(&format!("/jobs/{id}/dependencies")).await;
+    assert_eq!(links["dependencies"].as_array().map(Vec::len), Some(2), "{links}");
+    let shown = run(&app, &token, &["status", id]).await;
+    assert!(text(&shown.stdout).contains("waiting "), "{}", text(&shown.stdout));
+    let before = jobs_in_store(&app).await;
+    let bad = run(&app, &token, &["submit", "ping", "--depends-on", "not-an-id"]).await;
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("not-an-id"), "{}", text(&bad.stderr));
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let missing = run(&app, &token, &["submit", "ping", "--depends-on", &unknown]).await;
+    assert_ne!(missing.status.code(), Some(0));
+    assert!(text(&missing.stderr).contains("dependency_not_found"), "{}", text(&missing.stderr));
+    assert_eq!(jobs_in_store(&app).await, before);
+}
+
 async fn schedules_are_managed_by_name(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let token = app.admin_token.clone();
@@ -460,6 +488,7 @@ async fn wait_goes_on_across_a_server_restart() {
 
 on_both_backends!(
     times_reach_the_job,
+    dependencies_reach_the_job,
     schedules_are_managed_by_name,
     submit_wait_shows_events_and_the_final_bar,
     wait_exit_codes_tell_failed_from_cancelled,

@@ -347,6 +347,28 @@ async fn a_waiting_job_says_until_when(backend: Backend) {
     assert!(!row(&ready["id"]).contains("class=\"waits\""), "{}", row(&ready["id"]));
 }
 
+/// A job's page lists what it waits for and what waits for it, linked; the list says a
+/// job waits for its dependencies.
+async fn a_jobs_page_shows_its_dependencies_and_dependents(backend: Backend) {
+    let app = TestApp::spawn_with(backend, crate::helpers::TestOptions { workers: false, ..Default::default() }).await;
+    let items = json!({ "jobs": [{ "operation": "ping" }, { "operation": "ping", "depends_on": ["#0"] }] });
+    let (status, answer) = read(app.client.post(app.url("/jobs:batch")).json(&items).send().await.unwrap()).await;
+    assert_eq!(status, 201, "{answer}");
+    let (first, second) = (answer["jobs"][0]["id"].as_str().unwrap(), answer["jobs"][1]["id"].as_str().unwrap());
+    let page = get(&app, Some(&app.admin_token), &format!("/ui/jobs/{second}")).await.body;
+    let section = &page[page.find("Waits for").unwrap_or_else(|| panic!("{page}"))..];
+    assert!(section.contains(&format!("href=\"/ui/jobs/{first}\"")), "{section}");
+    assert!(page.contains("Waiting for its dependencies since"), "{page}");
+    let page = get(&app, Some(&app.admin_token), &format!("/ui/jobs/{first}")).await.body;
+    let section = &page[page.find("Waited for by").unwrap_or_else(|| panic!("{page}"))..];
+    assert!(section.contains(&format!("href=\"/ui/jobs/{second}\"")), "{section}");
+    assert!(section.contains("waiting"), "{section}");
+    let list = get(&app, Some(&app.admin_token), "/ui/jobs").await.body;
+    assert!(list.contains("waiting for its dependencies"), "{list}");
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|line| line == "yardmaster_jobs_waiting{queue=\"default\"} 1"), "{metrics}");
+}
+
 async fn schedules_are_listed_paused_and_run_from_their_page(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let body = json!({ "name": "<b>nightly</b>", "cron": "0 2 * * *", "timezone": "Europe/Madrid", "job": { "operation": "ping" } });
@@ -397,6 +419,7 @@ async fn schedules_are_listed_paused_and_run_from_their_page(backend: Backend) {
 on_both_backends!(
     schedules_are_listed_paused_and_run_from_their_page,
     a_waiting_job_says_until_when,
+    a_jobs_page_shows_its_dependencies_and_dependents,
     login_sets_a_strict_http_only_cookie_and_refuses_bad_tokens,
     a_viewer_sees_only_its_rooms,
     changes_need_the_sessions_csrf_token_and_this_origin,

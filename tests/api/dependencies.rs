@@ -169,6 +169,13 @@ async fn a_failure_cancels_exactly_its_descendants(backend: Backend) {
     let (status, _) = app.post(&format!("/jobs/{}/cancel", ids[0])).await;
     assert_eq!(status, 200);
     app.wait_for_status(&ids[1], "cancelled").await;
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for line in [
+        "yardmaster_dependencies_settled_total{operation=\"ping\",outcome=\"cancelled\"} 4",
+        "yardmaster_dependencies_settled_total{operation=\"gather\",outcome=\"queued\"} 1",
+    ] {
+        assert!(metrics.lines().any(|seen| seen == line), "{line} not in {metrics}");
+    }
 }
 
 async fn bad_dependencies_are_refused(backend: Backend) {
