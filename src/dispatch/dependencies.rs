@@ -31,11 +31,20 @@ impl DependencyWatch {
 }
 
 impl Observer for DependencyWatch {
+    /// An ended job that others wait for; and the parent of every ended child, which the
+    /// child's ending may have closed in the same commit (a coordinator's last child closes
+    /// it unannounced): most have no dependents, found so by one read of the edges.
     fn committed(&self, changes: &[Change<'_>]) {
         for change in changes {
             if let Change::Moved { job, .. } = change {
-                if job.has_dependents && job.status.is_terminal() {
+                if !job.status.is_terminal() {
+                    continue;
+                }
+                if job.has_dependents {
                     let _ = self.ended.send(job.id);
+                }
+                if let Some(parent) = job.parent_job_id {
+                    let _ = self.ended.send(parent);
                 }
             }
         }

@@ -272,7 +272,25 @@ async fn a_repeated_item_is_depended_on_as_the_earlier_job(backend: Backend) {
     assert_eq!(done["result"]["dependencies"][0]["id"], first["id"], "{done}");
 }
 
+/// A coordinator closed by its last child's ending lets what waits for it go: the
+/// settling's safety net, which would too, is an hour away.
+async fn a_coordinator_closed_by_its_children_releases_its_dependents(backend: Backend) {
+    let options = TestOptions { queues: vec![("default", 4)], reaper_interval_ms: 3_600_000, ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let children: Vec<Value> = (0..5).map(|_| json!({ "operation": "ping" })).collect();
+    let items = [
+        json!({ "operation": "group", "payload": { "jobs": children } }),
+        json!({ "operation": "gather", "depends_on": ["#0"] }),
+    ];
+    let (status, answer) = batch(&app, &items).await;
+    assert_eq!(status, 201, "{answer}");
+    let ids = ids_of(&answer);
+    app.wait_for_status(&ids[0], "succeeded").await;
+    app.wait_for_status(&ids[1], "succeeded").await;
+}
+
 on_every_backend!(
+    a_coordinator_closed_by_its_children_releases_its_dependents,
     a_dag_runs_in_the_order_of_its_edges,
     a_waiting_job_reads_its_dependencies_results,
     a_failure_cancels_exactly_its_descendants,

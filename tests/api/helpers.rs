@@ -182,8 +182,11 @@ pub struct TestOptions {
     pub dispatch_interval_ms: u64,
     /// `[jobs]`: the defaults unless a test sets it.
     pub jobs: Option<yardmaster::config::JobsSettings>,
-    /// Whether the reaper runs (every 200 ms, `timeout_grace_ms` 200).
+    /// Whether the reaper runs (every `reaper_interval_ms`, `timeout_grace_ms` 200).
     pub reaper: bool,
+    /// `reaper.interval_ms`, also the safety nets' (limits, dependencies): 200 unless a
+    /// test sets it.
+    pub reaper_interval_ms: u64,
     /// Whether the scheduler runs.
     pub scheduler: bool,
     /// `[schedules.NAME]`: none unless a test declares some.
@@ -226,6 +229,7 @@ impl Default for TestOptions {
             ack_running_after_ms: None,
             dispatch_sweep: true,
             dispatch_interval_ms: 100,
+            reaper_interval_ms: 200,
             jobs: None,
             reaper: true,
             scheduler: true,
@@ -295,7 +299,7 @@ impl TestApp {
         settings.worker.id = "test-worker".into();
         settings.worker.lease_ms = options.lease_ms;
         settings.worker.heartbeat_ms = options.heartbeat_ms;
-        settings.reaper.interval_ms = 200;
+        settings.reaper.interval_ms = options.reaper_interval_ms;
         settings.reaper.timeout_grace_ms = 200;
         settings.reaper.enabled = options.reaper;
         if let Some(jobs) = options.jobs.clone() {
