@@ -70,7 +70,7 @@ pub fn job(job: &Value) -> String {
         ("started", text(&job["started_at"])),
         ("finished", text(&job["finished_at"])),
         ("run after", text(&job["run_after"])),
-        ("waiting", text(&job["waiting_since"])),
+        ("waiting", if job["status"] == "queued" { text(&job["waiting_since"]) } else { "-".to_owned() }),
         ("timeout", job["timeout_seconds"].as_f64().map_or_else(|| "-".to_owned(), |seconds| format!("{seconds} s"))),
         ("expires", text(&job["expires_at"])),
         ("owner", text(&job["owner"])),

@@ -169,6 +169,23 @@ async fn a_failure_cancels_exactly_its_descendants(backend: Backend) {
     let (status, _) = app.post(&format!("/jobs/{}/cancel", ids[0])).await;
     assert_eq!(status, 200);
     app.wait_for_status(&ids[1], "cancelled").await;
+    // A waiting job cancelled by hand no longer waits; retried by hand, it runs now,
+    // whatever its dependencies.
+    let items = [
+        json!({ "operation": "sleep", "payload": { "seconds": 30, "steps": 30 } }),
+        json!({ "operation": "ping", "depends_on": ["#0"] }),
+    ];
+    let (_, answer) = batch(&app, &items).await;
+    let ids = ids_of(&answer);
+    let (status, cancelled) = app.post(&format!("/jobs/{}/cancel", ids[1])).await;
+    assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled}");
+    assert!(cancelled["waiting_since"].is_null(), "{cancelled}");
+    let (status, retried) = app.post(&format!("/jobs/{}/retry", ids[1])).await;
+    assert_eq!(status, 200, "{retried}");
+    app.wait_for_status(&ids[1], "succeeded").await;
+    let (_, running) = app.get(&format!("/jobs/{}", ids[0])).await;
+    assert_ne!(running["status"], "succeeded", "{running}");
+    app.post(&format!("/jobs/{}/cancel", ids[0])).await;
     let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for line in [
         "yardmaster_dependencies_settled_total{operation=\"ping\",outcome=\"cancelled\"} 4",

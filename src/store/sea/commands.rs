@@ -295,6 +295,7 @@ impl SeaStore {
             update
                 .col_expr(job::Column::FinishedAt, Expr::value(now))
                 .col_expr(job::Column::LeasedUntil, Expr::value(None::<chrono::DateTime<Utc>>))
+                .col_expr(job::Column::WaitingSince, Expr::value(None::<chrono::DateTime<Utc>>))
         };
         let Some(row) = compare_and_set(&txn, id, &from, JobStatus::Cancelled, set).await? else {
             return Ok(None);

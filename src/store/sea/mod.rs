@@ -199,6 +199,8 @@ fn retried(backend: sea_orm::DbBackend, update: UpdateMany<job::Entity>) -> Upda
         .col_expr(job::Column::RunAfter, rows::db_now(backend))
         .col_expr(job::Column::PublishedAt, Expr::value(no_time))
         .col_expr(job::Column::Failures, Expr::value(0))
+        // A retry by hand runs the job now, whatever its dependencies.
+        .col_expr(job::Column::WaitingSince, Expr::value(no_time))
         // A job under a limit queues again held: its limit admits it when it has room.
         .col_expr(
             job::Column::HeldSince,
