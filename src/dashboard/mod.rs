@@ -11,6 +11,7 @@
 // A refusal is the page that says so: an `HttpResponse` in `Err`, on paths that are rare.
 #![allow(clippy::result_large_err)]
 
+pub mod charts;
 pub mod dead_letters;
 pub mod html;
 pub mod job;

@@ -1,6 +1,7 @@
 //! `GET /ui`: every queue at a glance: running or paused, jobs waiting and running, jobs
 //! that succeeded and failed in the last minute, and how long the longest-waiting job has
-//! been due. Counted over indexes (status; the time jobs ended), so it answers as fast with
+//! been due; under it, each queue's last hour as charts (`charts`, from the per-minute
+//! rollup). Counted over indexes (status; the time jobs ended), so it answers as fast with
 //! a million jobs of history as with none; refreshed every few seconds. `POST
 //! /ui/queues/{name}` pauses or resumes a queue (admins, with the form's CSRF token).
 
@@ -10,16 +11,23 @@ use chrono::Duration;
 use maud::html;
 use serde::Deserialize;
 
+use super::charts;
 use super::html::{self, age, enc, shown};
 use super::session::Viewer;
 use crate::flow::QueuePauses;
 use crate::http::AppState;
+use crate::jobs::settings::JobsSettings;
 use crate::store::{clock, overview};
 
 /// Seconds between refreshes of the page.
 const REFRESH_SECONDS: u32 = 5;
 
-pub async fn page(state: web::Data<AppState>, pauses: web::Data<QueuePauses>, viewer: Viewer) -> HttpResponse {
+pub async fn page(
+    state: web::Data<AppState>,
+    pauses: web::Data<QueuePauses>,
+    jobs: web::Data<JobsSettings>,
+    viewer: Viewer,
+) -> HttpResponse {
     let now = clock::now();
     let paused = match pauses.all().await {
         Ok(paused) => paused,
@@ -36,6 +44,10 @@ pub async fn page(state: web::Data<AppState>, pauses: web::Data<QueuePauses>, vi
     {
         return unavailable(&viewer, &err.to_string());
     }
+    let hour = match crate::flow::rollup::hour(&state.db, now, rooms.as_deref()).await {
+        Ok(hour) => hour,
+        Err(err) => return unavailable(&viewer, &err.to_string()),
+    };
     let scoped = viewer.caller().visible_rooms().is_some();
     let body = html! {
         h1 { "Queues" }
@@ -82,6 +94,14 @@ pub async fn page(state: web::Data<AppState>, pauses: web::Data<QueuePauses>, vi
             }
         }
         @if scoped { p class="hint" { "Counts of the rooms this token may read." } }
+        h2 { "The last hour" }
+        section class="charts" {
+            @for queue in figures.keys() {
+                @let minutes = hour.get(queue).cloned().unwrap_or_else(|| vec![Default::default(); crate::flow::rollup::MINUTES]);
+                @let max_running = jobs.queues.get(queue).and_then(|defaults| defaults.max_running);
+                (charts::queue(queue, &minutes, max_running))
+            }
+        }
     };
     let refresh = html! { meta http-equiv="refresh" content=(REFRESH_SECONDS); };
     html::page_with(Some(&viewer), "Queues", body, refresh)

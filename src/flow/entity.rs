@@ -22,3 +22,41 @@ pub mod queue_state {
 
     impl ActiveModelBehavior for ActiveModel {}
 }
+
+/// `queue_minute`: what a queue did in one minute, for one room (the dashboard's charts).
+pub mod queue_minute {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+    #[sea_orm(table_name = "queue_minute")]
+    pub struct Model {
+        /// The minute's start.
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub minute: ChronoDateTimeUtc,
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub queue: String,
+        /// The jobs' room; `''` for the queue's own row (its pause).
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub room: String,
+        /// Runs started in the minute.
+        pub started: i64,
+        pub succeeded: i64,
+        pub failed: i64,
+        pub cancelled: i64,
+        /// First runs' waits from submission (or `run_after`) to start: a histogram,
+        /// `{"bucket": count}` ([`crate::flow::rollup::bucket`]).
+        pub waits: String,
+        /// Samples taken in the minute (the last one): jobs QUEUED and runnable, held (by a
+        /// limit or their dependencies), RUNNING.
+        pub depth: Option<i64>,
+        pub held: Option<i64>,
+        pub running: Option<i64>,
+        /// The queue was paused when sampled (on the room `''` row).
+        pub paused: bool,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}

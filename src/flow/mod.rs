@@ -7,6 +7,7 @@
 pub mod entity;
 pub mod pauses;
 mod queues;
+pub mod rollup;
 
 use actix_web::web;
 
@@ -14,6 +15,7 @@ use crate::http::{read, Access, Route, Surface, READ, WRITE};
 
 pub use pauses::{Changed, Pause, Paused, QueuePauses};
 pub use queues::{QueueState, QueueView};
+pub use rollup::{Rollup, RollupWatch};
 
 pub const ROUTES: &[Route] = &[
     Route { path: "/admin/queues", allow: READ, access: Access::Admin, handlers: |r| r.route(read().to(queues::list)) },

@@ -119,7 +119,10 @@ impl ApplicationBuilder {
         let live = Live::new();
         let (limit_watch, limit_keys) = crate::dispatch::LimitWatch::new();
         let (dependency_watch, ended) = crate::dispatch::DependencyWatch::new();
-        let (store, gate) = open_store(&settings, &db, &live, self.hook, limit_watch, dependency_watch).await?;
+        let (rollup_watch, counted) = crate::flow::RollupWatch::new();
+        let watches: Vec<Arc<dyn crate::store::Observer>> =
+            vec![Arc::new(limit_watch), Arc::new(dependency_watch), Arc::new(rollup_watch)];
+        let (store, gate) = open_store(&settings, &db, &live, self.hook, watches).await?;
         let transport = match self.transport {
             Some(transport) => transport,
             None => build_transport(&settings)?,
@@ -146,6 +149,7 @@ impl ApplicationBuilder {
                 .await
                 .context("reading the paused queues")?;
         pauses.follow(live.queues.clone());
+        crate::flow::Rollup::new(db.clone(), gate.clone(), counted).start(self.api.then(|| pauses.clone()));
         let schedules = Arc::new(crate::schedules::Schedules::new(crate::schedules::Parts {
             db: db.clone(),
             gate,

@@ -40,8 +40,7 @@ pub(super) async fn open_store(
     db: &DatabaseConnection,
     live: &Live,
     hook: Option<Arc<dyn crate::store::Hook>>,
-    limits: crate::dispatch::LimitWatch,
-    dependencies: crate::dispatch::DependencyWatch,
+    watches: Vec<Arc<dyn crate::store::Observer>>,
 ) -> anyhow::Result<(Arc<dyn JobStore>, WriteGate)> {
     let notifier = Notifier::new(live.waiters.clone(), live.claimers.clone()).with_stop_runs(live.stop_runs.clone());
     let mut sea = match settings.store.group_commit() {
@@ -52,9 +51,10 @@ pub(super) async fn open_store(
         }
     }
     .observed_by(Arc::new(crate::telemetry::metrics::JobMetrics))
-    .observed_by(Arc::new(notifier))
-    .observed_by(Arc::new(limits))
-    .observed_by(Arc::new(dependencies));
+    .observed_by(Arc::new(notifier));
+    for watch in watches {
+        sea = sea.observed_by(watch);
+    }
     if let Some(hook) = hook {
         sea = sea.with_hook(hook);
     }

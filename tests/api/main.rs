@@ -37,6 +37,7 @@ mod openapi;
 mod otel;
 mod pauses;
 mod priorities;
+mod queue_charts;
 mod queues;
 mod remote;
 mod retention;
