@@ -77,8 +77,12 @@ pub fn chart(title: &str, series: &[Series], paused: &[bool], limit: Option<f64>
         LEFT - 3.0,
         bottom = HEIGHT - BOTTOM,
     ));
-    for (at, text) in [(0, "-60m"), (MINUTES / 2, "-30m"), (MINUTES - 1, "now")] {
-        svg.push_str(&format!(r#"<text class="time" x="{:.1}" y="{:.1}">{text}</text>"#, x(at), HEIGHT - 2.0));
+    for (at, text, anchor) in [(0, "-60m", "start"), (MINUTES / 2, "-30m", "middle"), (MINUTES - 1, "now", "end")] {
+        svg.push_str(&format!(
+            r#"<text class="time" text-anchor="{anchor}" x="{:.1}" y="{:.1}">{text}</text>"#,
+            x(at),
+            HEIGHT - 2.0
+        ));
     }
     if let Some(limit) = limit {
         let at = y(limit);

@@ -1,5 +1,5 @@
 // The dashboard end to end in headless Chromium (Debian's, driven by playwright-core):
-// log in, read the queues, list and filter jobs, open a job and watch its progress bar
+// log in, read the queues and their charts, list and filter jobs, open a job and watch its progress bar
 // reach 100 % live, cancel another, bulk-retry failed jobs, see dead letters, and see that
 // a read-only token gets no buttons. Screenshots of the main pages go to SCREENSHOTS.
 // Run by run.sh, which starts the server and passes BASE, ADMIN_TOKEN, READER_TOKEN.
@@ -86,6 +86,13 @@ test("an admin logs in, reads the queues and the jobs, and filters them", async 
   await page.screenshot({ path: join(shots, "queue-paused.png"), fullPage: true });
   await Promise.all([page.waitForURL(`${base}/ui`), page.click('tr[data-queue="default"] button:has-text("Resume")')]);
   await page.locator('tr[data-queue="default"][data-state="running"]').waitFor();
+  // The queues' last hour, drawn by the server: the page redraws it as it refreshes itself,
+  // so the failures submitted above appear without a reload by the test.
+  const charts = page.locator('.queue-charts[data-queue="default"]');
+  await charts.locator("polyline.failed, circle.failed").first().waitFor({ timeout: 30_000 });
+  assert.ok(Number(await charts.getAttribute("data-ended")) >= 2, await charts.getAttribute("data-ended"));
+  assert.equal(await charts.locator("figure.chart svg").count(), 3);
+  await page.screenshot({ path: join(shots, "queue-charts.png"), fullPage: true });
 
   await page.click("nav >> text=Jobs");
   await page.locator("table.jobs").waitFor();
