@@ -99,9 +99,11 @@ async fn max_running_is_never_exceeded(backend: Backend) {
     let events = app.events(&ids[499]).await;
     let held = events.iter().find(|event| event["event"] == "job.held").unwrap_or_else(|| panic!("{events:?}"));
     assert_eq!(
-        (held["fields"]["limit"].as_str(), held["fields"]["max_running"].as_i64()),
-        (Some("operation:sleep"), Some(2))
+        (held["fields"]["limit"].as_str(), held["fields"]["max_running"].as_i64(), held["fields"]["by"].as_str()),
+        (Some("operation:sleep"), Some(2), Some("max_running"))
     );
+    let misnamed = "SELECT COUNT(*) FROM job_event WHERE event = 'job.held' AND message LIKE '%rate is used up'";
+    assert_eq!(app.count(misnamed).await, 0, "a job held under max_running alone said a rate held it");
     let running = async || app.count("SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'running'").await;
     let done = async || app.count("SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'succeeded'").await;
     let most = sample_running(running, done, 500).await;
@@ -127,6 +129,8 @@ async fn a_rate_is_never_exceeded(backend: Backend) {
         assert!(span >= chrono::Duration::milliseconds(999), "21 starts within {span}");
     }
     assert!(app.count("SELECT COUNT(*) FROM job_event WHERE event = 'job.held'").await >= 80);
+    let by_rate = "SELECT COUNT(*) FROM job_event WHERE event = 'job.held' AND message LIKE '%rate is used up'";
+    assert!(app.count(by_rate).await >= 80, "held jobs name the rate as what holds them");
 }
 
 /// Two tenants share a partitioned limit: 2,000 jobs of one do not hold back the other's

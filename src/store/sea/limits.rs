@@ -71,14 +71,42 @@ async fn starts_since(txn: &DatabaseTransaction, key: &str, since: DateTime<Utc>
         .await
 }
 
-/// How many more of `limit`'s jobs may be admitted now, and, when none may and a rate is
-/// what binds, how long until one may.
-async fn room(txn: &DatabaseTransaction, limit: &Limit) -> Result<(u64, Option<Duration>), DbErr> {
-    let mut room = u64::MAX;
-    let mut later = None;
+/// How many more of a limit's jobs each of its bounds admits now.
+struct Room {
+    running: Option<u64>,
+    rate: Option<u64>,
+    /// When none may be admitted and a rate is what binds: how long until one may.
+    later: Option<Duration>,
+}
+
+impl Room {
+    fn left(&self) -> u64 {
+        Ord::min(self.running.unwrap_or(u64::MAX), self.rate.unwrap_or(u64::MAX))
+    }
+
+    /// One job admitted.
+    fn take(&mut self) {
+        for bound in [&mut self.running, &mut self.rate].into_iter().flatten() {
+            *bound = bound.saturating_sub(1);
+        }
+    }
+
+    /// What holds a job now: the bound with no room, or the jobs held already.
+    fn holder(&self) -> &'static str {
+        match (self.running, self.rate) {
+            (Some(0), _) => "max_running",
+            (_, Some(0)) => "rate",
+            _ => "held_jobs",
+        }
+    }
+}
+
+/// How many more of `limit`'s jobs may be admitted now, by bound.
+async fn room(txn: &DatabaseTransaction, limit: &Limit) -> Result<Room, DbErr> {
+    let mut room = Room { running: None, rate: None, later: None };
     if let Some(most) = limit.max_running {
         let most = u64::from(most);
-        room = Ord::min(room, most.saturating_sub(admitted(txn, &limit.key, true, most).await?));
+        room.running = Some(most.saturating_sub(admitted(txn, &limit.key, true, most).await?));
     }
     if let Some(rate) = limit.rate {
         let most = u64::from(rate.starts);
@@ -87,18 +115,14 @@ async fn room(txn: &DatabaseTransaction, limit: &Limit) -> Result<(u64, Option<D
         // One statement, one snapshot: a job claimed meanwhile is counted once, as waiting
         // or as started, never as neither.
         let used = job::Entity::find()
-            .select_only()
-            .column(job::Column::Id)
             .filter(job::Column::LimitKey.eq(&limit.key))
             .filter(
                 Expr::cust("status = 'queued' AND held_since IS NULL")
                     .or(job::Column::StartedAt.gt(since).and(Expr::cust("started_at IS NOT NULL"))),
             )
-            .into_tuple::<Uuid>()
-            .all(txn)
-            .await?
-            .len() as u64;
-        room = Ord::min(room, most.saturating_sub(used));
+            .count(txn)
+            .await?;
+        room.rate = Some(most.saturating_sub(used));
         let starts = starts_since(txn, &limit.key, since).await?;
         let waiting = used.saturating_sub(starts.len() as u64);
         if used >= most && waiting < most {
@@ -106,21 +130,28 @@ async fn room(txn: &DatabaseTransaction, limit: &Limit) -> Result<(u64, Option<D
             let leaving = (used + 1 - most) as usize;
             if let Some(start) = starts.get(leaving - 1) {
                 let at = *start + to_chrono(rate.per);
-                later = Some((at - now).to_std().unwrap_or_default() + Duration::from_millis(1));
+                room.later = Some((at - now).to_std().unwrap_or_default() + Duration::from_millis(1));
             }
         }
     }
-    Ok((room, later))
+    Ok(room)
 }
 
-/// Whether jobs of `key` are held: a new one then waits behind them.
-async fn any_held(txn: &DatabaseTransaction, key: &str) -> Result<bool, DbErr> {
+/// Whether jobs of `key` are held (not those waiting for their dependencies, which the
+/// limit does not admit yet): a new one then waits behind them. One row of the index of
+/// held jobs, at most.
+async fn any_held<C: ConnectionTrait>(db: &C, key: &str) -> Result<bool, DbErr> {
     let held = job::Entity::find()
+        .select_only()
+        .column(job::Column::Id)
+        // Literals, so both engines read the partial index of held jobs.
         .filter(Expr::cust("held_since IS NOT NULL AND waiting_since IS NULL AND status = 'queued'"))
         .filter(job::Column::LimitKey.eq(key))
-        .count(txn)
+        .limit(1)
+        .into_tuple::<Uuid>()
+        .one(db)
         .await?;
-    Ok(held > 0)
+    Ok(held.is_some())
 }
 
 /// What holds a job: the limit's rule and partition, and which bound.
@@ -135,7 +166,8 @@ fn held_event(limit: &Limit, by: &str) -> NewEvent {
     }
     let message = match by {
         "rate" => format!("held by {rule}: its rate is used up"),
-        _ => format!("held by {rule}: as many of its jobs run as it allows"),
+        "max_running" => format!("held by {rule}: as many of its jobs run as it allows"),
+        _ => format!("held by {rule}: behind the jobs it holds already"),
     };
     NewEvent::new(EventName::HELD).message(message).fields(fields).level(EventLevel::Info)
 }
@@ -158,23 +190,21 @@ pub(super) async fn admit(
         }
         decided.push(&limit.key);
         lock(txn, &limit.key).await?;
-        let (mut room, _) = match any_held(txn, &limit.key).await? {
-            true => (0, None),
-            false => room(txn, limit).await?,
-        };
-        let by = if limit.max_running.is_some() && room == 0 { "max_running" } else { "rate" };
+        // Behind jobs it holds already, a new one waits its turn, room or not.
+        let behind = any_held(txn, &limit.key).await?;
+        let mut room = room(txn, limit).await?;
         let now = clock::now();
         for (row, of) in rows.iter_mut().zip(limits).skip(at) {
             if of.is_none_or(|of| of.key != limit.key) {
                 continue;
             }
-            match room {
-                0 => {
+            match behind || room.left() == 0 {
+                true => {
                     row.held_since = Some(now);
                     row.published_at = None;
-                    events.push(event_row(row.id, &held_event(limit, by)));
+                    events.push(event_row(row.id, &held_event(limit, room.holder())));
                 }
-                _ => room -= 1,
+                false => room.take(),
             }
         }
     }
@@ -184,23 +214,14 @@ pub(super) async fn admit(
 impl SeaStore {
     pub(super) async fn release_once(&self, limit: &Limit) -> Result<Released, StoreError> {
         // Most looks find nothing held: answered from the index of held jobs, no lock taken.
-        let anything_held = job::Entity::find()
-            .select_only()
-            .column(job::Column::Id)
-            .filter(Expr::cust("held_since IS NOT NULL AND waiting_since IS NULL AND status = 'queued'"))
-            .filter(job::Column::LimitKey.eq(&limit.key))
-            .limit(1)
-            .into_tuple::<Uuid>()
-            .one(&self.db)
-            .await?;
-        if anything_held.is_none() {
+        if !any_held(&self.db, &limit.key).await? {
             return Ok(Released::default());
         }
         let txn = self.write_txn().await?;
         lock(&txn, &limit.key).await?;
-        let (room, later) = room(&txn, limit).await?;
-        if room == 0 {
-            return Ok(Released { jobs: Vec::new(), retry_in: later });
+        let room = room(&txn, limit).await?;
+        if room.left() == 0 {
+            return Ok(Released { jobs: Vec::new(), retry_in: room.later });
         }
         let held: Vec<(Uuid, String, i32, i16)> = job::Entity::find()
             .select_only()
@@ -210,7 +231,7 @@ impl SeaStore {
             .filter(job::Column::LimitKey.eq(&limit.key))
             .order_by_asc(job::Column::EffectivePriority)
             .order_by_asc(job::Column::Id)
-            .limit(Ord::min(room, 10_000))
+            .limit(Ord::min(room.left(), 10_000))
             .into_tuple()
             .all(&*txn)
             .await?;
