@@ -1,11 +1,12 @@
 //! The web dashboard at `/ui`, served from the binary (its script and styles are compiled
-//! in: no CDN, works offline): queues at a glance, jobs filtered and paged by keyset, a job
+//! in: no CDN, works offline): queues at a glance with their last hour drawn, jobs filtered and paged by keyset, a job
 //! with its live progress and timeline, cancel and retry one by one or everything a filter
 //! matches, and dead letters (admins). It signs in with the API's tokens and shows a
 //! token's rooms only; a read-only token sees no buttons.
 //!
 //! - [`session`]: the login cookie, CSRF, and the guard around every page.
 //! - [`overview`], [`jobs`], [`job`], [`schedules`], [`dead_letters`], [`login`]: the pages.
+//! - [`charts`]: the queues' charts, SVG drawn from the per-minute rollup.
 //! - [`html`]: escaping and the layout.
 
 // A refusal is the page that says so: an `HttpResponse` in `Err`, on paths that are rare.

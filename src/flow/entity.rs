@@ -46,8 +46,9 @@ pub mod queue_minute {
         /// First runs' waits from submission (or `run_after`) to start: a histogram,
         /// `{"bucket": count}` ([`crate::flow::rollup::bucket`]).
         pub waits: String,
-        /// Samples taken in the minute (the last one): jobs QUEUED and runnable, held (by a
-        /// limit or their dependencies), RUNNING.
+        /// Samples taken in the minute (the last one): jobs QUEUED and not held (those
+        /// waiting for their time included), held (by a limit or their dependencies),
+        /// RUNNING.
         pub depth: Option<i64>,
         pub held: Option<i64>,
         pub running: Option<i64>,

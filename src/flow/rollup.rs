@@ -250,24 +250,33 @@ impl Rollup {
         let paused: Vec<String> = pauses.all().await.map(|paused| paused.keys().cloned().collect()).unwrap_or_default();
         let now = clock::now();
         let minute = minute_of(now);
-        let mut sampled: BTreeSet<(String, String)> = BTreeSet::new();
-        let txn = self.gate.begin(&self.db).await?;
+        // Every write of this sample, in key order: a flush locks rows in the same order,
+        // so the two never wait for each other in a circle.
+        let mut writes: BTreeMap<(String, String), Option<[i64; 3]>> = BTreeMap::new();
         for (queue, room, depth, held, running) in figures {
-            set_sample(&*txn, &Key { minute, queue: queue.clone(), room: room.clone() }, [depth, held, running])
-                .await?;
-            sampled.insert((queue, room));
+            writes.insert((queue, room), Some([depth, held, running]));
         }
-        for (queue, room) in last.difference(&sampled) {
-            set_sample(&*txn, &Key { minute, queue: queue.clone(), room: room.clone() }, [0, 0, 0]).await?;
+        let sampled: BTreeSet<(String, String)> = writes.keys().cloned().collect();
+        for emptied in last.difference(&sampled) {
+            writes.insert(emptied.clone(), Some([0, 0, 0]));
         }
         for queue in paused {
-            let key = Key { minute, queue, room: String::new() };
-            ensure(&*txn, &key).await?;
-            queue_minute::Entity::update_many()
-                .col_expr(queue_minute::Column::Paused, Expr::value(true))
-                .filter(matches(&key))
-                .exec(&*txn)
-                .await?;
+            writes.insert((queue, String::new()), None);
+        }
+        let txn = self.gate.begin(&self.db).await?;
+        for ((queue, room), sample) in writes {
+            let key = Key { minute, queue, room };
+            match sample {
+                Some(sample) => set_sample(&*txn, &key, sample).await?,
+                None => {
+                    ensure(&*txn, &key).await?;
+                    queue_minute::Entity::update_many()
+                        .col_expr(queue_minute::Column::Paused, Expr::value(true))
+                        .filter(matches(&key))
+                        .exec(&*txn)
+                        .await?;
+                }
+            }
         }
         queue_minute::Entity::delete_many().filter(queue_minute::Column::Minute.lt(now - KEEP)).exec(&*txn).await?;
         txn.commit().await?;
