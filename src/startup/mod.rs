@@ -51,6 +51,8 @@ pub struct Application {
     /// The paused queues this process's consumers follow: held for the life of the
     /// application (its view ends with it).
     _pauses: Arc<crate::flow::QueuePauses>,
+    /// Adds this process's counts to the queues' rollup; flushed once more at the end.
+    rollup: Arc<crate::flow::Rollup>,
     /// Resolves with the exit code when the shutdown guard is done.
     stopped: Option<oneshot::Receiver<i32>>,
 }
@@ -149,7 +151,8 @@ impl ApplicationBuilder {
                 .await
                 .context("reading the paused queues")?;
         pauses.follow(live.queues.clone());
-        crate::flow::Rollup::new(db.clone(), gate.clone(), counted).start(self.api.then(|| pauses.clone()));
+        let rollup = crate::flow::Rollup::new(db.clone(), gate.clone(), counted);
+        rollup.start(self.api.then(|| pauses.clone()));
         let schedules = Arc::new(crate::schedules::Schedules::new(crate::schedules::Parts {
             db: db.clone(),
             gate,
@@ -250,6 +253,7 @@ impl ApplicationBuilder {
             scheduler,
             clock,
             _pauses: pauses,
+            rollup,
             stopped,
         })
     }
@@ -329,7 +333,8 @@ impl Application {
     /// drained (143). Without: until the HTTP server stops, or a signal for a worker (0).
     pub async fn run_until_stopped(self) -> std::io::Result<i32> {
         // Consumers, sweeper and reaper stay addressable (so supervisable) until the end.
-        let Application { server, consumers, sweeper, reaper, remote_sweeper, cleaner, clock, stopped, .. } = self;
+        let Application { server, consumers, sweeper, reaper, remote_sweeper, cleaner, clock, stopped, rollup, .. } =
+            self;
         let code = match (stopped, server) {
             (Some(stopped), server) => {
                 if let Some(server) = server {
@@ -345,6 +350,10 @@ impl Application {
             }
         };
         drop((consumers, sweeper, reaper, remote_sweeper, cleaner, clock));
+        // What the last seconds counted reaches the charts.
+        if let Err(err) = rollup.flush().await {
+            tracing::warn!(error = %err, "the queues' last counts not added");
+        }
         // Runs that did not stop in time do not outlive the process.
         crate::uploads::sandbox::kill_all();
         Ok(code)
