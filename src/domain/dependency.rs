@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Most jobs one job may wait for (a join over a whole batch fits).
+/// Most jobs one job may wait for by default (`jobs.max_dependencies`; a join over a whole
+/// batch fits); what `GET /jobs/{id}/dependencies` lists of each side at most.
 pub const MAX_DEPENDENCIES: usize = 1000;
 
 /// What happens to a waiting job when one of its dependencies fails or is cancelled.

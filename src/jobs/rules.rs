@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::domain::{
     nul_pointer, Job, JobStatus, Limit, NewJob, OnDependencyFailure, QueueName, RetryPolicy, RoomId, Unique,
-    LOWEST_PRIORITY, MAX_DEPENDENCIES,
+    LOWEST_PRIORITY,
 };
 use crate::http::{ApiError, AppState, Code};
 use crate::ops::OperationRegistry;
@@ -113,9 +113,10 @@ pub struct SubmitRequest {
     pub unique: Option<UniqueRequest>,
     /// Jobs of the same room this one waits for: it stays QUEUED with `waiting_since`,
     /// unsent and in no line, until every one has succeeded. In `POST /jobs:batch`, `#N`
-    /// names the batch's item N, which must come before this one. At most 1000.
+    /// names the batch's item N, which must come before this one. At most
+    /// `jobs.max_dependencies` (1000 unless configured).
     #[serde(default)]
-    #[schema(max_items = 1000, value_type = Option<Vec<String>>)]
+    #[schema(value_type = Option<Vec<String>>)]
     pub depends_on: Option<Vec<String>>,
     /// When a dependency fails or is cancelled: `cancel` (the default: this job is
     /// CANCELLED with `job.dependency_failed`, and so are the jobs that wait for it) or
@@ -363,7 +364,7 @@ pub fn validate_submission(
         None => state.jobs.priority_of(&body.operation, queue.as_str()),
     };
     let limit = limit_of(state.jobs, &body.operation, queue.as_str(), &payload, body.concurrency_key.as_deref())?;
-    let depends_on = dependencies_of(body.depends_on.unwrap_or_default())?;
+    let depends_on = dependencies_of(body.depends_on.unwrap_or_default(), state.jobs.max_dependencies)?;
     let unique = body.unique.map(|asked| unique_of(asked, &body.operation, queue.as_str(), &payload)).transpose()?;
     let idempotency_key = check_idempotency_key(body.idempotency_key.or(header_key))?;
     let max_retries = body.max_retries.unwrap_or(default_retries);
@@ -398,9 +399,9 @@ pub fn validate_submission(
 
 /// A submission's `depends_on`, read: job ids, each once, in the order given. A batch has
 /// put its items' ids in place of its `#N` references already.
-fn dependencies_of(asked: Vec<String>) -> Result<Vec<Uuid>, ApiError> {
-    if asked.len() > MAX_DEPENDENCIES {
-        let detail = format!("a job may wait for at most {MAX_DEPENDENCIES} jobs, not {}", asked.len());
+fn dependencies_of(asked: Vec<String>, most: usize) -> Result<Vec<Uuid>, ApiError> {
+    if asked.len() > most {
+        let detail = format!("a job may wait for at most {most} jobs (jobs.max_dependencies), not {}", asked.len());
         return Err(ApiError::new(Code::InvalidDependency, detail).at("/depends_on"));
     }
     let mut ids: Vec<Uuid> = Vec::with_capacity(asked.len());

@@ -26,6 +26,8 @@ pub struct JobsSettings {
     /// seconds it waits, so a steady stream of urgent work cannot starve it for good; 0:
     /// levels never change.
     pub priority_aging_seconds: f64,
+    /// Most jobs one job may wait for (`depends_on`), 1 to 10,000.
+    pub max_dependencies: usize,
 }
 
 /// What a job gets when its submission does not say.
@@ -94,6 +96,7 @@ impl Default for JobsSettings {
             operations: BTreeMap::new(),
             queues: BTreeMap::new(),
             priority_aging_seconds: 300.0,
+            max_dependencies: crate::domain::MAX_DEPENDENCIES,
         }
     }
 }
@@ -118,6 +121,10 @@ impl JobsSettings {
             }
             defaults.validate_limits(kind, name)?;
         }
+        anyhow::ensure!(
+            (1..=10_000).contains(&self.max_dependencies),
+            "jobs.max_dependencies must be between 1 and 10000"
+        );
         let aging = self.priority_aging_seconds;
         anyhow::ensure!(
             aging.is_finite() && (0.0..=MAX_TIMEOUT_SECONDS).contains(&aging),

@@ -306,7 +306,30 @@ async fn a_coordinator_closed_by_its_children_releases_its_dependents(backend: B
     app.wait_for_status(&ids[1], "succeeded").await;
 }
 
+/// `jobs.max_dependencies` is the most a job may name; 0 is refused at start.
+async fn the_configured_number_of_dependencies_is_the_most(backend: Backend) {
+    let mut jobs = yardmaster::config::JobsSettings::default();
+    jobs.max_dependencies = 2;
+    let options = TestOptions { workers: false, jobs: Some(jobs), ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let items: Vec<Value> = (0..3).map(|_| json!({ "operation": "ping" })).collect();
+    let (_, answer) = batch(&app, &items).await;
+    let ids = ids_of(&answer);
+    let (status, problem) = app.submit(json!({ "operation": "ping", "depends_on": ids })).await;
+    assert_eq!(
+        (status, problem["code"].as_str(), problem["pointer"].as_str()),
+        (422, Some("invalid_dependency"), Some("/depends_on")),
+        "{problem}"
+    );
+    let (status, job) = app.submit(json!({ "operation": "ping", "depends_on": &ids[..2] })).await;
+    assert_eq!(status, 201, "{job}");
+    let mut zero = yardmaster::config::JobsSettings::default();
+    zero.max_dependencies = 0;
+    assert!(zero.validate().unwrap_err().to_string().contains("max_dependencies"));
+}
+
 on_every_backend!(
+    the_configured_number_of_dependencies_is_the_most,
     a_coordinator_closed_by_its_children_releases_its_dependents,
     a_dag_runs_in_the_order_of_its_edges,
     a_waiting_job_reads_its_dependencies_results,
