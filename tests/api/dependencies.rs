@@ -308,8 +308,7 @@ async fn a_coordinator_closed_by_its_children_releases_its_dependents(backend: B
 
 /// `jobs.max_dependencies` is the most a job may name; 0 is refused at start.
 async fn the_configured_number_of_dependencies_is_the_most(backend: Backend) {
-    let mut jobs = yardmaster::config::JobsSettings::default();
-    jobs.max_dependencies = 2;
+    let jobs = yardmaster::config::JobsSettings { max_dependencies: 2, ..Default::default() };
     let options = TestOptions { workers: false, jobs: Some(jobs), ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     let items: Vec<Value> = (0..3).map(|_| json!({ "operation": "ping" })).collect();
@@ -323,8 +322,7 @@ async fn the_configured_number_of_dependencies_is_the_most(backend: Backend) {
     );
     let (status, job) = app.submit(json!({ "operation": "ping", "depends_on": &ids[..2] })).await;
     assert_eq!(status, 201, "{job}");
-    let mut zero = yardmaster::config::JobsSettings::default();
-    zero.max_dependencies = 0;
+    let zero = yardmaster::config::JobsSettings { max_dependencies: 0, ..Default::default() };
     assert!(zero.validate().unwrap_err().to_string().contains("max_dependencies"));
 }
 
