@@ -20,6 +20,12 @@ minutes ahead. Then it waits for every job to end and checks, from the database:
                             across every process): RUNNING jobs of a tenant, sampled from the
                             rows every 100 ms from the first submission to the drain's end,
                             never above 3
+  dependents started early 0  DAGs submitted in batches during the faults (each node a job of
+                            the limited operation, waiting for up to three earlier nodes by
+                            `#N`, every item with its idempotency key, so a batch is sent
+                            again until answered): no node started before each of its
+                            dependencies succeeded (by the store's clock, give or take 20 ms),
+                            and every node is counted by the checks above as any job
 
 Usage: chaos.py --bin-dir TARGET/debug [--profile short|long] [--seed N]
 Exits 1 when any count above is not 0. Needs root (PostgreSQL runs as `postgres`,
@@ -43,8 +49,8 @@ import urllib.request
 
 PROFILES = {
     # jobs, seconds of faults at least, seconds between faults (min, max)
-    "short": {"jobs": 1200, "chaos_seconds": 45, "fault_every": (2.0, 5.0)},
-    "long": {"jobs": 10000, "chaos_seconds": 600, "fault_every": (3.0, 10.0)},
+    "short": {"jobs": 1200, "chaos_seconds": 45, "fault_every": (2.0, 5.0), "dags": 8, "dag_nodes": 40},
+    "long": {"jobs": 10000, "chaos_seconds": 600, "fault_every": (3.0, 10.0), "dags": 40, "dag_nodes": 100},
 }
 PG_BIN = "/usr/lib/postgresql/15/bin"
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -358,6 +364,55 @@ def submit_all(port, token, keys, accepted, pace, deadline):
         time.sleep(max(0.0, next_at - time.time()))
 
 
+def submit_dags(port, token, seed, dags, nodes, accepted, pace, deadline):
+    """Submits `dags` graphs of `nodes` jobs, one batch each, every `pace` seconds: node i
+    waits for up to three random earlier nodes. A batch is sent again until the API accepts
+    it; its items' idempotency keys make that safe, and a node answered by the job an
+    earlier attempt made is depended on as that job."""
+    rng = random.Random(seed)
+    for dag in range(dags):
+        next_at = time.time() + pace
+        items = []
+        for at in range(nodes):
+            key = f"dag-{seed}-{dag}-{at}"
+            item = {
+                "operation": "count",
+                "payload": {"delay_ms": rng.randint(0, 100), "tag": key},
+                "idempotency_key": key,
+                "concurrency_key": f"tenant-{at % TENANTS}",
+                "max_retries": 10,
+                "retry": {"base_seconds": 0.2, "cap_seconds": 2},
+            }
+            if at > 0:
+                item["depends_on"] = sorted({f"#{rng.randrange(at)}" for _ in range(rng.randint(0, 3))})
+            items.append(item)
+        body = json.dumps({"jobs": items}).encode()
+        while time.time() < deadline:
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/jobs:batch", data=body, method="POST",
+                                             headers={"content-type": "application/json",
+                                                      "authorization": f"Bearer {token}"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    if response.status in (200, 201):
+                        for item, job in zip(items, json.load(response)["jobs"]):
+                            accepted[item["idempotency_key"]] = job["id"]
+                        break
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        time.sleep(max(0.0, next_at - time.time()))
+
+
+def started_early(pg, keys):
+    """Nodes of the DAGs that started before one of their dependencies succeeded."""
+    quoted = ",".join(f"'{key}'" for key in keys) or "NULL"
+    return int(pg.psql(
+        "SELECT COUNT(*) FROM job_dependency e JOIN job j ON j.id = e.job_id JOIN job d ON d.id = e.dependency_id "
+        "JOIN job_event s ON s.job_id = j.id AND s.event = 'job.started' "
+        f"WHERE j.idempotency_key IN ({quoted}) "
+        "AND (d.status <> 'succeeded' OR s.ts < d.finished_at - INTERVAL '20 milliseconds')"))
+
+
 class LimitSampler:
     """The most jobs of one limit key RUNNING at once, read from the rows every 100 ms
     (a sample that fails while PostgreSQL is down is skipped)."""
@@ -517,6 +572,10 @@ def main():
         pace = profile["chaos_seconds"] / (len(keys) / 4)
         submitters = [threading.Thread(target=submit_all, args=(fleet.api_port, fleet.token, keys[n::4], accepted, pace,
                                                                  submit_deadline)) for n in range(4)]
+        dag_keys = [f"dag-{args.seed}-{dag}-{at}" for dag in range(profile["dags"]) for at in range(profile["dag_nodes"])]
+        submitters.append(threading.Thread(target=submit_dags, args=(
+            fleet.api_port, fleet.token, args.seed, profile["dags"], profile["dag_nodes"], accepted,
+            profile["chaos_seconds"] / profile["dags"], submit_deadline)))
         limits = LimitSampler(pg)
         for submitter in submitters:
             submitter.start()
@@ -527,6 +586,7 @@ def main():
                       lambda: time.time() < chaos_until or submitting(), faults)
         for submitter in submitters:
             submitter.join()
+        keys = keys + dag_keys
         log(f"faults over after {time.time() - started:.0f} s; {len(accepted)} of {len(keys)} accepted; draining")
 
         drain_started = time.time()
@@ -545,6 +605,9 @@ def main():
         counts = check(pg, accepted, keys)
         ticks, counts["ticks not fired once"] = check_ticks(pg, args.self_test_lose_one)
         counts["over the limit"] = max(0, limits.most - MAX_RUNNING)
+        counts["dependents started early"] = started_early(pg, dag_keys)
+        edges = int(pg.psql("SELECT COUNT(*) FROM job_dependency"))
+        log(f"dags: {profile['dags']} of {profile['dag_nodes']} nodes, {edges} edges")
         log(f"limits: at most {limits.most} RUNNING of one tenant in {limits.samples} samples (max_running {MAX_RUNNING})")
         fleet.stop()
         fleet_term_exits = fleet.term_exits
@@ -561,7 +624,8 @@ def main():
         unclean = [code for code in fleet_term_exits if code != 143]
         print(f"SIGTERM exits: {len(fleet_term_exits)}, not 143: {len(unclean)} {unclean if unclean else ''}")
         failed = [name for name in ("lost", "stuck", "unexplained double runs", "double terminal events",
-                                    "wrong outcomes", "ticks not fired once", "over the limit") if counts[name] != 0]
+                                    "wrong outcomes", "ticks not fired once", "over the limit",
+                                    "dependents started early") if counts[name] != 0]
         if unclean:
             failed.append("SIGTERM exits not 143")
         if len(accepted) < len(keys):
