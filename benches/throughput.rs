@@ -11,8 +11,8 @@
 //! jobs of each latency case (default 5,000), `BENCH_HISTORY` the finished jobs of the history
 //! cases (default 1,000,000; 0 skips them), `BENCH_EMBED_INPUTS` the inputs of the inference
 //! cases (default 16,384), `BENCH_ONLY` the groups to run
-//! (`throughput,groupcommit,flow,fanout,http,latency,history,memory,inference,remote,waiters`; default all
-//! but `groupcommit` and `flow`). Needs the local PostgreSQL and RabbitMQ (`scripts/bench.sh` starts them,
+//! (`throughput,groupcommit,flow,dag,fairness,fanout,http,latency,history,memory,inference,remote,waiters`;
+//! default all but `groupcommit`, `flow`, `dag` and `fairness`). Needs the local PostgreSQL and RabbitMQ (`scripts/bench.sh` starts them,
 //! installs the peer, builds in release and keeps the output in `bench/results/`).
 
 #[path = "support/cpu.rs"]
@@ -172,7 +172,9 @@ struct Latency {
 fn wanted(group: &str) -> bool {
     match std::env::var("BENCH_ONLY") {
         Ok(only) => only.split(',').any(|name| name.trim() == group),
-        Err(_) => !["groupcommit", "flow", "embedded", "rabbitmq", "rabbitmq-latency"].contains(&group),
+        Err(_) => {
+            !["groupcommit", "flow", "dag", "fairness", "embedded", "rabbitmq", "rabbitmq-latency"].contains(&group)
+        }
     }
 }
 
@@ -205,6 +207,12 @@ async fn run(sizes: Sizes) {
     }
     if wanted("flow") {
         figures.extend(flow_cases(jobs).await);
+    }
+    if wanted("dag") {
+        figures.extend(dag_cases(jobs).await);
+    }
+    if wanted("fairness") {
+        fairness_cases(jobs).await;
     }
     if wanted("groupcommit") {
         figures.push(in_process(jobs, Store::Sqlite, 1, 0).await);
@@ -632,17 +640,86 @@ const PINGS_SUCCEEDED: &str = "SELECT COUNT(*) FROM job WHERE operation = 'ping'
 async fn seed(url: &str, jobs: usize) {
     let db = migrated(url).await;
     let store = SeaStore::new(db.clone());
+    let mut dag = match shape() {
+        Shape::Dag => dag_jobs(jobs),
+        _ => Vec::new(),
+    };
     let mut left = jobs;
     while left > 0 {
         let now = left.min(1000);
-        let batch = match flowing() {
-            false => vec![NewJob::new("ping"); now],
-            true => (0..now).map(flowing_job).collect(),
+        let batch = match (flowing(), shape()) {
+            (_, Shape::Dag) => dag.split_off(dag.len() - now),
+            (_, Shape::Fair) => vec![fair_job("big"); now],
+            (false, _) => vec![NewJob::new("ping"); now],
+            (true, _) => (0..now).map(flowing_job).collect(),
         };
         store.submit_many(batch).await.unwrap();
         left -= now;
     }
+    if shape() == Shape::Fair {
+        store.submit_many(vec![fair_job("small"); SMALL_TENANT]).await.unwrap();
+    }
     db.close().await.ok();
+}
+
+/// What the drains seed besides plain (or flowing) pings.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Flat,
+    /// A DAG (the `dag` group): ping n waits for up to three random earlier pings.
+    Dag,
+    /// Two tenants under a partitioned `max_running` (the `fairness` group): the big one's
+    /// pings first, then [`SMALL_TENANT`] of the small one's.
+    Fair,
+}
+
+static SHAPE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+fn shape() -> Shape {
+    match SHAPE.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => Shape::Dag,
+        2 => Shape::Fair,
+        _ => Shape::Flat,
+    }
+}
+
+fn set_shape(shape: Shape) {
+    SHAPE.store(shape as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// `jobs` pings as a DAG, in reverse (the seeding pops batches from the end, so earlier
+/// nodes are stored first): node n waits for up to three random earlier nodes (a fixed seed).
+fn dag_jobs(jobs: usize) -> Vec<NewJob> {
+    let ids: Vec<Uuid> = (0..jobs).map(|_| Uuid::now_v7()).collect();
+    let mut state: u64 = 7;
+    let mut next = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) as usize
+    };
+    let mut nodes: Vec<NewJob> = (0..jobs)
+        .map(|n| {
+            let mut depends_on = Vec::new();
+            if n > 0 {
+                for _ in 0..next() % 4 {
+                    depends_on.push(ids[next() % n]);
+                }
+            }
+            NewJob { id: Some(ids[n]), depends_on, ..NewJob::new("ping") }
+        })
+        .collect();
+    nodes.reverse();
+    nodes
+}
+
+/// The fairness group's limit on ping, per tenant.
+const FAIR_LIMIT: u32 = 4;
+/// The small tenant's pings.
+const SMALL_TENANT: usize = 10;
+
+fn fair_job(tenant: &str) -> NewJob {
+    let key = format!("operation:ping{}{tenant}", yardmaster::domain::KEY_SEPARATOR);
+    let limit = yardmaster::domain::Limit { key, max_running: Some(FAIR_LIMIT), rate: None };
+    NewJob { limit: Some(limit), ..NewJob::new("ping") }
 }
 
 /// Whether the drains run "flowing" jobs (the `flow` group): priorities spread over 0-9 and
@@ -786,6 +863,10 @@ fn bench_settings(url: &str) -> Settings {
     settings.queues = [("default".to_owned(), queue)].into();
     if flowing() {
         let limit = yardmaster::jobs::settings::JobDefaults { max_running: Some(NON_BINDING), ..Default::default() };
+        settings.jobs.operations.insert("ping".into(), limit);
+    }
+    if shape() == Shape::Fair {
+        let limit = yardmaster::jobs::settings::JobDefaults { max_running: Some(FAIR_LIMIT), ..Default::default() };
         settings.jobs.operations.insert("ping".into(), limit);
     }
     settings
@@ -933,6 +1014,10 @@ fn worker_processes(url: &str, prefix: &str, workers: usize) -> Vec<Process> {
                 .env("YARDMASTER__QUEUES__DEFAULT__IDS_PER_MESSAGE", ids_per_message(32).to_string())
                 .env("YARDMASTER__WORKER__ID", format!("bench-{n}"))
                 .envs(flowing().then(|| ("YARDMASTER__JOBS__OPERATIONS__PING__MAX_RUNNING", NON_BINDING.to_string())))
+                .envs(
+                    (shape() == Shape::Fair)
+                        .then(|| ("YARDMASTER__JOBS__OPERATIONS__PING__MAX_RUNNING", FAIR_LIMIT.to_string())),
+                )
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
                 .spawn()
@@ -985,10 +1070,7 @@ async fn drain_rabbitmq(url: &str, jobs: usize, workers: usize) -> (f64, Usage) 
     let before = sampler().snapshot();
     let profile = Profile::start();
     let Publisher { db, dispatcher } = publisher(url, &prefix).await;
-    let mut sent = 0;
-    while sent < jobs as u64 {
-        sent += dispatcher.sweep_once(Duration::ZERO, 1000).await.unwrap();
-    }
+    send_all(&dispatcher, jobs).await;
     let processes = worker_processes(url, &prefix, workers);
     wait_drained(&db, jobs).await;
     drop(profile);
@@ -997,6 +1079,77 @@ async fn drain_rabbitmq(url: &str, jobs: usize, workers: usize) -> (f64, Usage) 
     drop(processes);
     db.close().await.ok();
     (rate, usage)
+}
+
+/// Sends every seeded job that may run now: all of them, or, in a DAG or under a limit, until
+/// nothing more is due (the workers send the rest as it is released).
+async fn send_all(dispatcher: &Dispatcher, jobs: usize) {
+    let mut sent = 0;
+    while sent < jobs as u64 {
+        let now = dispatcher.sweep_once(Duration::ZERO, 1000).await.unwrap();
+        if now == 0 && shape() != Shape::Flat {
+            return;
+        }
+        sent += now;
+    }
+}
+
+/// The same drains of plain pings, then of pings in a DAG, in one run: embedded and
+/// PostgreSQL + RabbitMQ with two workers.
+async fn dag_cases(jobs: usize) -> Vec<Figure> {
+    let mut figures = Vec::new();
+    for shape in [Shape::Flat, Shape::Dag] {
+        set_shape(shape);
+        let mut embedded = in_process(jobs, Store::Sqlite, group_commit_max(), 0).await;
+        let mut rabbitmq = with_rabbitmq(jobs, 2, 0).await;
+        if shape == Shape::Dag {
+            for figure in [&mut embedded, &mut rabbitmq] {
+                figure.name.push_str(&format!(", a DAG of {jobs} (up to 3 edges from earlier nodes each)"));
+            }
+        }
+        figures.push(embedded);
+        figures.push(rabbitmq);
+    }
+    set_shape(Shape::Flat);
+    for (flat, dag) in [(0, 2), (1, 3)] {
+        let ratio = figures[dag].value / figures[flat].value;
+        println!("dag: {} at {ratio:.2}× of independent jobs", figures[dag].name);
+    }
+    figures
+}
+
+const SMALL_DONE: &str = "SELECT COUNT(*) FROM job WHERE limit_key LIKE '%small' AND status = 'succeeded'";
+const BIG_DONE: &str = "SELECT COUNT(*) FROM job WHERE limit_key LIKE '%big' AND status = 'succeeded'";
+
+/// Two tenants share a partitioned `max_running` of [`FAIR_LIMIT`]: `jobs` pings of the big
+/// one queued first, then [`SMALL_TENANT`] of the small one. Printed: how many of the big
+/// tenant's had finished when the small tenant's last one did, embedded and on PostgreSQL +
+/// RabbitMQ with two workers.
+async fn fairness_cases(jobs: usize) {
+    set_shape(Shape::Fair);
+    let scratch = Scratch::create(Store::Sqlite).await;
+    seed(&scratch.url, jobs).await;
+    let app = Application::builder(bench_settings(&scratch.url)).without_api().build().await.unwrap();
+    let db = app.db();
+    wait_for(&db, SMALL_DONE, SMALL_TENANT as i64).await;
+    let big = count(&db, BIG_DONE).await;
+    drop(app);
+    scratch.remove().await;
+    println!("fairness: embedded: the small tenant's {SMALL_TENANT} done when {big} of the big tenant's {jobs} were (max_running {FAIR_LIMIT} each)");
+
+    let database = FreshDatabase::create().await;
+    seed(&database.url, jobs).await;
+    let prefix = queue_prefix();
+    let Publisher { db, dispatcher } = publisher(&database.url, &prefix).await;
+    send_all(&dispatcher, jobs).await;
+    let processes = worker_processes(&database.url, &prefix, 2);
+    wait_for(&db, SMALL_DONE, SMALL_TENANT as i64).await;
+    let big = count(&db, BIG_DONE).await;
+    drop(processes);
+    db.close().await.ok();
+    database.drop_now().await;
+    println!("fairness: PostgreSQL + RabbitMQ, 2 workers: the small tenant's {SMALL_TENANT} done when {big} of the big tenant's {jobs} were (max_running {FAIR_LIMIT} each)");
+    set_shape(Shape::Flat);
 }
 
 /// One drain of the history group.
