@@ -261,6 +261,10 @@ async fn bad_dependencies_are_refused(backend: Backend) {
         app.submit(json!({ "operation": "ping", "depends_on": [failed], "on_dependency_failure": "run" })).await;
     assert_eq!(status, 201, "{job}");
     app.wait_for_status(job["id"].as_str().unwrap(), "succeeded").await;
+    let (status, problem) = app.get("/jobs/not-a-job/dependencies").await;
+    assert_eq!((status, problem["code"].as_str()), (400, Some("invalid_job_id")), "{problem}");
+    let (status, problem) = app.get(&format!("/jobs/{unknown}/dependencies")).await;
+    assert_eq!((status, problem["code"].as_str()), (404, Some("job_not_found")), "{problem}");
     // Another room's job is not found, its links neither.
     let member = app.member("dora").await;
     let (status, problem) =
