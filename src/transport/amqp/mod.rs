@@ -10,7 +10,8 @@
 //! empty they can be deleted. lapin runs on a small
 //! runtime of its own, so the connection does not depend on whichever actix thread called.
 //! After a broker restart the next call reconnects; consumers whose subscription ended are
-//! restarted by their supervisor and subscribe again.
+//! restarted by their supervisor and subscribe again. A subscription and the settling of
+//! its deliveries are in `subscription`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -19,16 +20,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::StreamExt as _;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
-    BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
+    BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::sync::{mpsc, Mutex};
 use tracing::{info, warn};
 
+mod subscription;
+
+use self::subscription::{AmqpAcker, AmqpSubscription, ChannelGuard, Subscribed};
 use super::settings::AmqpSettings;
-use super::{Acker, DeadLetter, Delivery, Subscription, Transport, TransportError};
+use super::{DeadLetter, Subscription, Transport, TransportError};
 
 /// Header naming why a message was dead-lettered.
 const REASON_HEADER: &str = "x-yardmaster-reason";
@@ -421,118 +425,6 @@ impl Transport for AmqpTransport {
     }
 }
 
-/// A subscription's deliveries as they come, its channel and its consumers' tags.
-struct Subscribed {
-    receiver: mpsc::Receiver<lapin::message::Delivery>,
-    channel: Channel,
-    tags: Vec<lapin::types::ShortString>,
-}
-
-/// Deliveries of one subscription. Given up (dropped: a paused queue, a shutdown), it
-/// cancels its consumers, so the broker sends it nothing more, and gives back what it was
-/// sent and had not handed out; its channel closes once the last delivery handed out is
-/// settled, so the runs still going ack as usual.
-struct AmqpSubscription {
-    receiver: mpsc::Receiver<lapin::message::Delivery>,
-    handle: tokio::runtime::Handle,
-    /// Held by every delivery handed out, too.
-    guard: Arc<ChannelGuard>,
-    channel: Channel,
-    tags: Vec<lapin::types::ShortString>,
-}
-
-#[async_trait]
-impl Subscription for AmqpSubscription {
-    async fn next(&mut self) -> Option<Delivery> {
-        let delivery = self.receiver.recv().await?;
-        let acker = AmqpAcker::new(delivery.acker, self.handle.clone(), Some(self.guard.clone()));
-        Some(Delivery { body: delivery.data, acker: Box::new(acker) })
-    }
-}
-
-impl Drop for AmqpSubscription {
-    fn drop(&mut self) {
-        self.receiver.close();
-        let mut unsent = Vec::new();
-        while let Ok(delivery) = self.receiver.try_recv() {
-            unsent.push(delivery);
-        }
-        let (channel, tags) = (self.channel.clone(), std::mem::take(&mut self.tags));
-        self.handle.spawn(async move {
-            for tag in tags {
-                let _ = channel.basic_cancel(tag, BasicCancelOptions::default()).await;
-            }
-            for delivery in unsent {
-                let _ = delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await;
-            }
-        });
-    }
-}
-
-struct AmqpAcker {
-    acker: lapin::Acker,
-    handle: tokio::runtime::Handle,
-    /// Keeps its channel open until its message is settled.
-    _channel: Option<Arc<ChannelGuard>>,
-    /// Set once `ack` or `requeue` ran; a delivery dropped unsettled (its handler panicked)
-    /// is given back to the queue, or it would hold a place in the window for good.
-    settled: bool,
-}
-
-impl AmqpAcker {
-    fn new(acker: lapin::Acker, handle: tokio::runtime::Handle, channel: Option<Arc<ChannelGuard>>) -> Self {
-        AmqpAcker { acker, handle, _channel: channel, settled: false }
-    }
-}
-
-#[async_trait]
-impl Acker for AmqpAcker {
-    async fn ack(mut self: Box<Self>) -> Result<(), TransportError> {
-        self.settled = true;
-        let acker = self.acker.clone();
-        let settled = self.handle.spawn(async move { acker.ack(BasicAckOptions::default()).await });
-        settled.await.map_err(|err| unavailable(err.to_string()))?.map(drop).map_err(amqp_error)
-    }
-
-    async fn requeue(mut self: Box<Self>) -> Result<(), TransportError> {
-        self.settled = true;
-        let acker = self.acker.clone();
-        let options = BasicNackOptions { requeue: true, ..Default::default() };
-        let settled = self.handle.spawn(async move { acker.nack(options).await });
-        settled.await.map_err(|err| unavailable(err.to_string()))?.map(drop).map_err(amqp_error)
-    }
-}
-
-impl Drop for AmqpAcker {
-    fn drop(&mut self) {
-        if !self.settled {
-            let acker = self.acker.clone();
-            let options = BasicNackOptions { requeue: true, ..Default::default() };
-            self.handle.spawn(async move {
-                let _ = acker.nack(options).await;
-            });
-        }
-    }
-}
-
-/// Closes a channel once nothing refers to it (its unsettled messages return to the queue):
-/// a subscription's once it and every delivery it handed out are gone, a `basic_get`'s once
-/// its dead letters are settled.
-struct ChannelGuard {
-    channel: Option<Channel>,
-    handle: tokio::runtime::Handle,
-}
-
-impl Drop for ChannelGuard {
-    fn drop(&mut self) {
-        if let Some(channel) = self.channel.take() {
-            self.handle.spawn(async move {
-                let _ = channel.close(200, "settled".into()).await;
-            });
-        }
-    }
-}
-
 fn reason_of(delivery: &lapin::message::Delivery) -> String {
     let reason = delivery.properties.headers().as_ref().and_then(|headers| match headers.inner().get(REASON_HEADER) {
         Some(AMQPValue::LongString(reason)) => Some(reason.to_string()),
@@ -542,10 +434,10 @@ fn reason_of(delivery: &lapin::message::Delivery) -> String {
     reason.unwrap_or_else(|| "rejected".to_owned())
 }
 
-fn unavailable(message: impl Into<String>) -> TransportError {
+pub(super) fn unavailable(message: impl Into<String>) -> TransportError {
     TransportError::Unavailable(message.into())
 }
 
-fn amqp_error(err: lapin::Error) -> TransportError {
+pub(super) fn amqp_error(err: lapin::Error) -> TransportError {
     TransportError::Unavailable(err.to_string())
 }
