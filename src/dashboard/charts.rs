@@ -1,6 +1,6 @@
 //! The queues' charts, drawn here as SVG from the per-minute rollup (`flow::rollup`): per
 //! queue, the last hour of runs started, succeeded and failed per minute; the jobs waiting,
-//! held and running (with the queue's `max_running`, when it has one); and the wait from
+//! held and running (with the queue's `max_running`, when it has one for the whole queue); and the wait from
 //! submission to start, p50 and p99. Minutes the queue was paused are shaded. No script:
 //! the page's refresh redraws them.
 
@@ -29,7 +29,11 @@ pub fn queue(name: &str, minutes: &[Minute], max_running: Option<u32>) -> Markup
     let runs = [
         Series { name: "started", class: "started", points: each(|m| Some(m.started as f64)) },
         Series { name: "succeeded", class: "succeeded", points: each(|m| Some(m.succeeded as f64)) },
-        Series { name: "failed", class: "failed", points: each(|m| Some((m.failed + m.cancelled) as f64)) },
+        Series {
+            name: "failed or cancelled",
+            class: "failed",
+            points: each(|m| Some((m.failed + m.cancelled) as f64)),
+        },
     ];
     let load = [
         Series { name: "waiting", class: "waiting", points: each(|m| m.depth.map(|n| n as f64)) },

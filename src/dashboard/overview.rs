@@ -98,7 +98,8 @@ pub async fn page(
         section class="charts" {
             @for queue in figures.keys() {
                 @let minutes = hour.get(queue).cloned().unwrap_or_else(|| vec![Default::default(); crate::flow::rollup::MINUTES]);
-                @let max_running = jobs.queues.get(queue).and_then(|defaults| defaults.max_running);
+                // A limit partitioned by a concurrency key bounds each key, not the queue's line.
+                @let max_running = jobs.queues.get(queue).filter(|defaults| defaults.concurrency_key.is_none()).and_then(|defaults| defaults.max_running);
                 (charts::queue(queue, &minutes, max_running))
             }
         }

@@ -38,7 +38,9 @@ impl Observer for LimitWatch {
         for change in changes {
             if let Change::Moved { job, .. } = change {
                 let Some(key) = &job.limit_key else { continue };
-                if job.status.is_terminal() || job.held_since.is_some() {
+                // A job waiting for its dependencies is not the limit's to admit yet.
+                let waiting = job.waiting_since.is_some() && !job.status.is_terminal();
+                if !waiting && (job.status.is_terminal() || job.held_since.is_some()) {
                     let _ = self.keys.send(key.clone());
                 }
             }

@@ -216,8 +216,8 @@ pub struct NewJob {
     pub limit: Option<super::Limit>,
     /// Made only if no job of the same key is in one of the states within the window.
     pub unique: Option<Unique>,
-    /// The jobs this one waits for (in its room; at most [`super::MAX_DEPENDENCIES`]):
-    /// it queues once every one has succeeded.
+    /// The jobs this one waits for (in its room; at most `jobs.max_dependencies`): it
+    /// queues once every one has succeeded (or ended, with [`super::OnDependencyFailure::Run`]).
     pub depends_on: Vec<Uuid>,
     /// What a dependency's failure does to it.
     pub on_dependency_failure: super::OnDependencyFailure,

@@ -112,7 +112,8 @@ pub struct SubmitRequest {
     #[serde(default)]
     pub unique: Option<UniqueRequest>,
     /// Jobs of the same room this one waits for: it stays QUEUED with `waiting_since`,
-    /// unsent and in no line, until every one has succeeded. In `POST /jobs:batch`, `#N`
+    /// unsent and in no line, until every one has succeeded (or ended, with
+    /// `on_dependency_failure` `run`). In `POST /jobs:batch`, `#N`
     /// names the batch's item N, which must come before this one. At most
     /// `jobs.max_dependencies` (1000 unless configured).
     #[serde(default)]

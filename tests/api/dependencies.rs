@@ -255,6 +255,11 @@ async fn bad_dependencies_are_refused(backend: Backend) {
     let (answered, problem) = batch(&app, &items).await;
     assert_eq!((answered, problem["code"].as_str()), (404, Some("dependency_not_found")), "{problem}");
     assert_eq!(problem["pointer"], "/jobs/1/depends_on/1", "{problem}");
+    // An earlier item of another room is another room's job.
+    let items = [json!({ "operation": "ping", "room": "other" }), json!({ "operation": "ping", "depends_on": ["#0"] })];
+    let (answered, problem) = batch(&app, &items).await;
+    assert_eq!((answered, problem["code"].as_str()), (404, Some("dependency_not_found")), "{problem}");
+    assert_eq!(problem["pointer"], "/jobs/1/depends_on/0", "{problem}");
     assert_eq!(app.count("SELECT COUNT(*) FROM job").await, before, "a refused submission wrote nothing");
     // A failed dependency with `run`: the job runs at once.
     let (status, job) =

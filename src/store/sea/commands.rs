@@ -67,8 +67,13 @@ impl JobCommands for SeaStore {
         let mut attempt = 0;
         loop {
             match self.submit_many_once(&jobs).await {
+                // And a deadlock: the rows a submission locks (its dependencies, a limit's
+                // key) may be locked in another order by an ending; the database aborted this
+                // attempt, which is tried again.
                 Err(StoreError::Database(err))
-                    if attempt < 3 && matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) =>
+                    if attempt < 3
+                        && (matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_)))
+                            || deadlocked(&err)) =>
                 {
                     attempt += 1
                 }
@@ -162,6 +167,20 @@ impl JobCommands for SeaStore {
     }
 }
 
+/// Whether PostgreSQL aborted the transaction to break a deadlock (SQLSTATE 40P01).
+fn deadlocked(err: &DbErr) -> bool {
+    let code = |err: &sea_orm::sqlx::Error| match err {
+        sea_orm::sqlx::Error::Database(db) => db.code().is_some_and(|code| code == "40P01"),
+        _ => false,
+    };
+    match err {
+        DbErr::Exec(sea_orm::RuntimeErr::SqlxError(err)) | DbErr::Query(sea_orm::RuntimeErr::SqlxError(err)) => {
+            code(err)
+        }
+        _ => false,
+    }
+}
+
 /// How one submission of a batch is answered.
 enum Answer {
     /// By a job an earlier request created under its key.
@@ -238,16 +257,19 @@ impl SeaStore {
             let (Some(given), Answer::Repeat(first)) = (new.id, answer) else { continue };
             answered.extend(fresh[*first].id.map(|first| (given, first)));
         }
-        let redirected: Vec<NewJob> = fresh
-            .iter()
-            .map(|new| {
-                let mut new = (*new).clone();
-                for dependency in &mut new.depends_on {
-                    *dependency = answered.get(dependency).copied().unwrap_or(*dependency);
-                }
-                new
-            })
-            .collect();
+        let redirected: Vec<NewJob> = match answered.is_empty() {
+            true => Vec::new(),
+            false => fresh
+                .iter()
+                .map(|new| {
+                    let mut new = (*new).clone();
+                    for dependency in &mut new.depends_on {
+                        *dependency = answered.get(dependency).copied().unwrap_or(*dependency);
+                    }
+                    new
+                })
+                .collect(),
+        };
         let fresh: Vec<&NewJob> = match answered.is_empty() {
             true => fresh,
             false => redirected.iter().collect(),

@@ -47,6 +47,7 @@ pub(super) async fn link(
         }
     }
     let found = mark_stored(txn, stored.into_iter().collect()).await?;
+    let rows_rooms: Vec<String> = rows.iter().map(|row| row.room.clone()).collect();
     let mut events = Vec::new();
     let mut edges = Vec::new();
     let now = clock::now();
@@ -59,7 +60,8 @@ pub(super) async fn link(
         let dependencies: BTreeSet<Uuid> = new.depends_on.iter().copied().collect();
         for &dependency in &dependencies {
             let status = match position.get(&dependency) {
-                Some(&at) if at != position[&row.id] => JobStatus::Queued,
+                // An earlier item of the batch, in the same room (items may name their own).
+                Some(&at) if at != position[&row.id] && rows_rooms[at] == row.room => JobStatus::Queued,
                 Some(_) => return Err(StoreError::DependencyNotFound(dependency)),
                 None => match found.get(&dependency).filter(|(room, _)| *room == row.room) {
                     Some((_, status)) => *status,
@@ -141,7 +143,7 @@ fn verdict(policy: OnDependencyFailure, statuses: &[(Uuid, Option<JobStatus>)]) 
             Some(status @ (JobStatus::Failed | JobStatus::Cancelled)) if policy == OnDependencyFailure::Cancel => {
                 return Verdict::Cancel { dependency, status };
             }
-            // Ended (a row the cleaner removed ended long ago).
+            // Succeeded, or ended with `run`.
             _ => {}
         }
     }

@@ -338,7 +338,7 @@ impl Maintenance for SeaStore {
                 .filter(job_batch::Column::ParentJobId.is_in(ids.clone()))
                 .exec(&txn)
                 .await?;
-            // Its edges both ways: a job still waiting reads a removed dependency as ended.
+            // Its edges both ways (a job still waiting no longer waits for a removed one).
             job_dependency::Entity::delete_many()
                 .filter(
                     job_dependency::Column::JobId

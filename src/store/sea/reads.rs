@@ -126,9 +126,6 @@ impl JobReads for SeaStore {
         Ok(figures)
     }
 
-    /// 1 + the runnable jobs ahead of `job` in its line (of a better level, or of its level
-    /// and older): its type's for a registered type (whatever their room: they wait for the
-    /// same workers), its queue's otherwise.
     async fn links(&self, id: Uuid) -> Result<Links, StoreError> {
         self.before(Call::Read("links", Some(id))).await?;
         self.links_once(id).await
@@ -139,6 +136,9 @@ impl JobReads for SeaStore {
         self.dependency_results_once(id).await
     }
 
+    /// 1 + the runnable jobs ahead of `job` in its line (of a better level, or of its level
+    /// and older): its type's for a registered type (whatever their room: they wait for the
+    /// same workers), its queue's otherwise.
     async fn queue_position(&self, of: &Job) -> Result<Option<i64>, StoreError> {
         self.before(Call::Read("queue_position", Some(of.id))).await?;
         // A job that waits for its time, or that its limit holds, is in no line yet.
