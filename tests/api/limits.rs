@@ -99,9 +99,14 @@ async fn max_running_is_never_exceeded(backend: Backend) {
     let events = app.events(&ids[499]).await;
     let held = events.iter().find(|event| event["event"] == "job.held").unwrap_or_else(|| panic!("{events:?}"));
     assert_eq!(
-        (held["fields"]["limit"].as_str(), held["fields"]["max_running"].as_i64(), held["fields"]["by"].as_str()),
-        (Some("operation:sleep"), Some(2), Some("max_running"))
+        (held["fields"]["limit"].as_str(), held["fields"]["max_running"].as_i64()),
+        (Some("operation:sleep"), Some(2))
     );
+    // The third job of the first batch, counted in the transaction that admitted the first
+    // two, is held by max_running (later ones may wait behind held jobs instead).
+    let events = app.events(&ids[2]).await;
+    let held = events.iter().find(|event| event["event"] == "job.held").unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(held["fields"]["by"].as_str(), Some("max_running"), "{held}");
     let misnamed = "SELECT COUNT(*) FROM job_event WHERE event = 'job.held' AND message LIKE '%rate is used up'";
     assert_eq!(app.count(misnamed).await, 0, "a job held under max_running alone said a rate held it");
     let running = async || app.count("SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'running'").await;
