@@ -3,11 +3,11 @@
 //! and a future each.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 
+use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -37,7 +37,9 @@ impl<K> Default for Waiters<K> {
 /// [`Watch::changed`]: a change committed after the read is never missed.
 pub struct Watch {
     notify: Arc<Notify>,
-    pending: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Registered with the `Notify` from the start; it stays ready once woken, however
+    /// often it is polled.
+    pending: Pin<Box<OwnedNotified>>,
 }
 
 impl<K: Eq + Hash> Waiters<K> {
@@ -100,10 +102,10 @@ impl<K: Eq + Hash> Waiters<K> {
 
 impl Watch {
     fn armed(notify: Arc<Notify>) -> Watch {
-        let waiting = notify.clone();
-        let mut pending: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move { waiting.notified().await });
-        // Registers the future now, so a wake before the first poll is kept.
-        let _ = pending.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+        let mut pending = Box::pin(notify.clone().notified_owned());
+        // Registers the future now, so a wake before the first poll is kept. A wake from
+        // another thread may already have come: the future is then ready, and stays so.
+        pending.as_mut().enable();
         Watch { notify, pending }
     }
 
@@ -135,6 +137,32 @@ mod tests {
         waiters.wake(&job);
         tokio::time::timeout(Duration::from_secs(1), watch.changed()).await.expect("the second wake was lost");
         assert!(tokio::time::timeout(Duration::from_millis(50), watch.changed()).await.is_err());
+    }
+
+    /// Wakes from another thread land at every instant of a watch's arming, also while its
+    /// registration runs: a watch armed already woken answers at once, and again after it
+    /// re-arms, never a future resumed after it completed.
+    #[tokio::test]
+    async fn a_wake_from_another_thread_while_arming_is_kept() {
+        let waiters = JobWaiters::new();
+        let job = Uuid::now_v7();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waker = std::thread::spawn({
+            let (waiters, stop) = (waiters.clone(), stop.clone());
+            move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    waiters.wake(&job);
+                }
+            }
+        });
+        for _ in 0..20_000 {
+            let mut watch = waiters.watch(job);
+            for _ in 0..2 {
+                tokio::time::timeout(Duration::from_secs(5), watch.changed()).await.expect("a wake was lost");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        waker.join().unwrap();
     }
 
     #[test]
