@@ -36,6 +36,7 @@ mod openapi;
 #[cfg(feature = "otel")]
 mod otel;
 mod pauses;
+mod planner;
 mod priorities;
 mod queue_charts;
 mod queues;

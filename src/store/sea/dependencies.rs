@@ -179,7 +179,8 @@ impl SeaStore {
         };
         let sql = format!(
             "SELECT id FROM job WHERE {WAITING} AND (NOT EXISTS ({}) \
-             OR (COALESCE(on_dependency_failure, 'cancel') = 'cancel' AND EXISTS ({}))) LIMIT {most}",
+             OR (COALESCE(on_dependency_failure, 'cancel') = 'cancel' AND EXISTS ({}))) \
+             ORDER BY waiting_since LIMIT {most}",
             dependency_in("'queued', 'running'"),
             dependency_in("'failed', 'cancelled'"),
         );
