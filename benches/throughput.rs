@@ -724,14 +724,15 @@ fn fair_job(tenant: &str) -> NewJob {
 
 /// Whether the drains run "flowing" jobs (the `flow` group): priorities spread over 0-9 and
 /// a `max_running` on `ping` far above what runs, so it never binds. Set by the group
-/// around its own drains.
+/// around its own drains; `BENCH_FLOWING=1` makes every drain flowing (to profile one, with
+/// `bench/profile.sh`).
 static FLOWING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The flow group's limit on ping: never reached.
 const NON_BINDING: u32 = 1_000_000;
 
 fn flowing() -> bool {
-    FLOWING.load(std::sync::atomic::Ordering::Relaxed)
+    FLOWING.load(std::sync::atomic::Ordering::Relaxed) || std::env::var("BENCH_FLOWING").as_deref() == Ok("1")
 }
 
 /// A flowing job: `BENCH_FLOW_PRIORITIES` `spread` (default: job n at level n mod 10, the

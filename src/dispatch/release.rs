@@ -5,9 +5,13 @@
 //! moment the rate's window has room. Nothing polls to find room: a limit is looked at when
 //! one of its jobs ends or is held, when its window frees, and, as a safety net for a process that
 //! stopped between freeing room and releasing, every `recheck` for the limits holding jobs.
+//! A limit whose last look found nothing held is looked at again for its endings no sooner
+//! than [`QUIET`] later (one look then, for all of them): a limit that never binds costs a
+//! few looks a second, not one per commit. A job held in this process, and every look while
+//! jobs are held, goes at once; a job another process held meanwhile waits [`QUIET`] at most.
 
-use std::collections::BTreeSet;
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
@@ -16,9 +20,18 @@ use super::Dispatcher;
 use crate::domain::{Limit, LimitRules};
 use crate::store::{Change, Observer, Released};
 
+/// A limit to look at. `ending`: one of its jobs ended, which may wait out a quiet spell.
+struct Named {
+    key: String,
+    ending: bool,
+}
+
+/// How long after a look that found nothing held a limit's endings wait to be looked at.
+pub const QUIET: Duration = Duration::from_millis(20);
+
 /// Hands the key of every limit one of whose jobs moved to the releaser.
 pub struct LimitWatch {
-    keys: mpsc::UnboundedSender<String>,
+    keys: mpsc::UnboundedSender<Named>,
 }
 
 impl LimitWatch {
@@ -40,8 +53,13 @@ impl Observer for LimitWatch {
                 let Some(key) = &job.limit_key else { continue };
                 // A job waiting for its dependencies is not the limit's to admit yet.
                 let waiting = job.waiting_since.is_some() && !job.status.is_terminal();
-                if !waiting && (job.status.is_terminal() || job.held_since.is_some()) {
-                    let _ = self.keys.send(key.clone());
+                if waiting {
+                    continue;
+                }
+                if job.held_since.is_some() {
+                    let _ = self.keys.send(Named { key: key.clone(), ending: false });
+                } else if job.status.is_terminal() {
+                    let _ = self.keys.send(Named { key: key.clone(), ending: true });
                 }
             }
         }
@@ -50,9 +68,9 @@ impl Observer for LimitWatch {
 
 /// The keys of limits to look at, as the watch sends them.
 pub struct Keys {
-    receiver: mpsc::UnboundedReceiver<String>,
-    /// For the releaser's own returns (a rate's window, a failed release).
-    again: mpsc::UnboundedSender<String>,
+    receiver: mpsc::UnboundedReceiver<Named>,
+    /// For the releaser's own returns (a rate's window, a failed release, a quiet spell).
+    again: mpsc::UnboundedSender<Named>,
 }
 
 /// Admits held jobs as their limits allow, and sends them.
@@ -81,7 +99,9 @@ impl Releaser {
         tokio::spawn(async move {
             loop {
                 match store.holding().await {
-                    Ok(holding) => holding.into_iter().for_each(|(key, _)| drop(again.send(key))),
+                    Ok(holding) => {
+                        holding.into_iter().for_each(|(key, _)| drop(again.send(Named { key, ending: false })))
+                    }
                     Err(err) => warn!(error = %err, "could not read which limits hold jobs"),
                 }
                 if !periodic || again.is_closed() {
@@ -91,25 +111,47 @@ impl Releaser {
             }
         });
         tokio::spawn(async move {
+            // Until when each limit found with nothing held may let its endings wait, and
+            // the limits with a look already coming back for them.
+            let mut quiet: HashMap<String, Instant> = HashMap::new();
+            let mut deferred: HashSet<String> = HashSet::new();
             while let Some(first) = keys.receiver.recv().await {
-                let mut due = BTreeSet::from([first]);
-                while let Ok(key) = keys.receiver.try_recv() {
-                    due.insert(key);
+                // Several named meanwhile, each looked at once (at once if any naming asks).
+                let mut due = BTreeMap::from([(first.key, first.ending)]);
+                while let Ok(named) = keys.receiver.try_recv() {
+                    let ending = due.get(&named.key).is_none_or(|ending| *ending) && named.ending;
+                    due.insert(named.key, ending);
                 }
-                for key in due {
-                    self.release(&key, &keys.again).await;
+                for (key, ending) in due {
+                    let now = Instant::now();
+                    if let Some(until) = quiet.get(&key).filter(|until| ending && **until > now) {
+                        if deferred.insert(key.clone()) {
+                            come_back(&keys.again, &key, *until - now);
+                        }
+                        continue;
+                    }
+                    deferred.remove(&key);
+                    match self.release(&key, &keys.again).await {
+                        true => quiet.insert(key, Instant::now() + QUIET),
+                        false => quiet.remove(&key),
+                    };
+                }
+                if quiet.len() > 10_000 {
+                    let now = Instant::now();
+                    quiet.retain(|_, until| *until > now);
                 }
             }
         });
     }
 
-    async fn release(&self, key: &str, again: &mpsc::UnboundedSender<String>) {
+    /// Admits what `key`'s limit has room for and sends it; whether it held nothing.
+    async fn release(&self, key: &str, again: &mpsc::UnboundedSender<Named>) -> bool {
         // A rule no longer configured limits nothing: its held jobs all go.
         let limit =
             self.rules.limit(key).unwrap_or_else(|| Limit { key: key.to_owned(), max_running: None, rate: None });
         loop {
             match self.dispatcher.store.release(&limit).await {
-                Ok(Released { jobs, retry_in }) => {
+                Ok(Released { jobs, retry_in, nothing_held }) => {
                     if !jobs.is_empty() {
                         debug!(limit = %key, jobs = jobs.len(), "released held jobs");
                         self.dispatcher.publish_all(&jobs).await;
@@ -120,23 +162,23 @@ impl Releaser {
                     if let Some(after) = retry_in {
                         come_back(again, key, after);
                     }
-                    return;
+                    return nothing_held;
                 }
                 Err(err) => {
                     warn!(limit = %key, error = %err, "could not release held jobs; trying again in a second");
                     come_back(again, key, Duration::from_secs(1));
-                    return;
+                    return false;
                 }
             }
         }
     }
 }
 
-/// Names `key` to the releaser again after `after`.
-fn come_back(again: &mpsc::UnboundedSender<String>, key: &str, after: Duration) {
+/// Names `key` to the releaser again after `after`, to be looked at then.
+fn come_back(again: &mpsc::UnboundedSender<Named>, key: &str, after: Duration) {
     let (again, key) = (again.clone(), key.to_owned());
     tokio::spawn(async move {
         tokio::time::sleep(after).await;
-        let _ = again.send(key);
+        let _ = again.send(Named { key, ending: false });
     });
 }

@@ -84,6 +84,8 @@ pub struct Released {
     pub jobs: Vec<Dispatch>,
     /// When nothing was admitted because a rate is used up: how long until it has room.
     pub retry_in: Option<std::time::Duration>,
+    /// The limit held no job: nothing waits for its room.
+    pub nothing_held: bool,
 }
 
 /// What settling waiting jobs did ([`crate::store::DispatchBook::settle_dependents`]).

@@ -215,13 +215,13 @@ impl SeaStore {
     pub(super) async fn release_once(&self, limit: &Limit) -> Result<Released, StoreError> {
         // Most looks find nothing held: answered from the index of held jobs, no lock taken.
         if !any_held(&self.db, &limit.key).await? {
-            return Ok(Released::default());
+            return Ok(Released { nothing_held: true, ..Released::default() });
         }
         let txn = self.write_txn().await?;
         lock(&txn, &limit.key).await?;
         let room = room(&txn, limit).await?;
         if room.left() == 0 {
-            return Ok(Released { jobs: Vec::new(), retry_in: room.later });
+            return Ok(Released { jobs: Vec::new(), retry_in: room.later, nothing_held: false });
         }
         let held: Vec<(Uuid, String, i32, i16)> = job::Entity::find()
             .select_only()
@@ -236,7 +236,7 @@ impl SeaStore {
             .all(&*txn)
             .await?;
         if held.is_empty() {
-            return Ok(Released { jobs: Vec::new(), retry_in: None });
+            return Ok(Released { jobs: Vec::new(), retry_in: None, nothing_held: true });
         }
         let ids: Vec<Uuid> = held.iter().map(|(id, ..)| *id).collect();
         job::Entity::update_many()
@@ -250,7 +250,7 @@ impl SeaStore {
             .into_iter()
             .map(|(id, queue, attempts, stored)| Dispatch { id, queue, attempts, priority: level(stored) })
             .collect();
-        Ok(Released { jobs, retry_in: None })
+        Ok(Released { jobs, retry_in: None, nothing_held: false })
     }
 
     /// The limits that hold jobs now, with how many each holds.
