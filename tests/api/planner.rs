@@ -32,7 +32,10 @@ async fn live_jobs_are_found_through_their_partial_indexes() {
     let db = yardmaster::store::connect(&settings).await.unwrap();
 
     let indexes: BTreeSet<String> =
-        texts(&db, "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'job'").await.into_iter().collect();
+        texts(&db, "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'job'")
+            .await
+            .into_iter()
+            .collect();
     let described: BTreeSet<String> =
         texts(&db, "SELECT idx FROM sqlite_stat1 WHERE tbl = 'job' AND idx IS NOT NULL").await.into_iter().collect();
     assert_eq!(
