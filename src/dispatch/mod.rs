@@ -20,7 +20,7 @@ mod dependencies;
 mod release;
 
 pub use dependencies::{DependencyWatch, Settler};
-pub use release::{LimitWatch, Releaser};
+pub use release::{LimitWatch, Releaser, QUIET};
 
 use crate::domain::{NewJob, QueueName};
 use crate::failpoint;

@@ -2,10 +2,15 @@
 //! the rows every 50 ms, and from the runs' own start and end times), a `rate` never sees
 //! more starts in any window than it allows, a partitioned limit shares work between keys
 //! (20 jobs of one key finish long before a tenth of another's 2,000), held jobs say so;
-//! bad concurrency keys are refused at submit. `flow_processes` does the same across
-//! processes on PostgreSQL and RabbitMQ.
+//! bad concurrency keys are refused at submit; a limit that holds nothing is looked at for
+//! held jobs once per quiet spell, not once per ending. `flow_processes` does the same
+//! across processes on PostgreSQL and RabbitMQ.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -13,6 +18,7 @@ use serde_json::{json, Value};
 use crate::helpers::{read, Backend, TestApp, TestOptions};
 use yardmaster::config::JobsSettings;
 use yardmaster::jobs::settings::JobDefaults;
+use yardmaster::store::{Call, Hook, StoreError};
 
 /// `[jobs.operations.NAME]` set to `limits`, eight worker slots (more than any limit).
 fn limited(operation: &str, limits: JobDefaults) -> TestOptions {
@@ -199,11 +205,45 @@ async fn bad_concurrency_keys_are_refused(backend: Backend) {
     }
 }
 
+/// Counts the releaser's looks for held jobs.
+struct Looks(AtomicUsize);
+
+#[async_trait]
+impl Hook for Looks {
+    async fn before(&self, call: Call<'_>) -> Result<(), StoreError> {
+        if let Call::Upkeep("release") = call {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+/// 400 endings under a limit that never binds: after a look finds nothing held, the endings
+/// of the next quiet spell are looked at once, at its end (one look per ending would be
+/// hundreds, a few per quiet spell).
+async fn a_limit_that_holds_nothing_is_looked_at_once_per_quiet_spell(backend: Backend) {
+    let looks = Arc::new(Looks(AtomicUsize::new(0)));
+    let mut options = limited("sleep", JobDefaults { max_running: Some(1000), ..Default::default() });
+    options.hook = Some(looks.clone());
+    let app = TestApp::spawn_with(backend, options).await;
+    let started = Instant::now();
+    let jobs = (0..400).map(|_| json!({ "operation": "sleep", "payload": { "seconds": 0.005, "steps": 1 } })).collect();
+    submit_batch(&app, jobs).await;
+    let succeeded = "SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'succeeded'";
+    app.wait_for_count(succeeded, 400, Duration::from_secs(120)).await;
+    let elapsed = started.elapsed();
+    let looks = looks.0.load(Ordering::SeqCst);
+    let spells = (elapsed.as_millis() / yardmaster::dispatch::QUIET.as_millis()) as usize;
+    assert!(looks >= 1, "no look at all");
+    assert!(looks <= spells + 5, "{looks} looks for held jobs in {elapsed:?} ({spells} quiet spells)");
+}
+
 on_every_backend!(
     max_running_is_never_exceeded,
     a_rate_is_never_exceeded,
     keys_share_a_limit_round_robin,
     bad_concurrency_keys_are_refused,
+    a_limit_that_holds_nothing_is_looked_at_once_per_quiet_spell,
 );
 
 #[test]
