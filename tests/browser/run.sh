@@ -21,14 +21,19 @@ if [ ! -d tests/browser/node_modules/playwright-core ]; then
 fi
 
 source tests/serve.sh
-YARDMASTER__WORKER__GRACE_SECONDS=2 serve_embedded browser
+# At info, so a failure's log says whether the server was stopped (a signal and its drain).
+RUST_LOG="${RUST_LOG:-info}" YARDMASTER__WORKER__GRACE_SECONDS=2 serve_embedded browser
 reader="$(YARDMASTER__STORE__URL="$store" "$bin" token create --user reader --room default --read-only)"
 
 status=0
 BASE="$base" ADMIN_TOKEN="$admin" READER_TOKEN="$reader" SCREENSHOTS="$PWD/tests/browser/screenshots" \
   node --test --test-reporter=spec tests/browser/dashboard.test.mjs || status=$?
 if [ "$status" -ne 0 ]; then
+  if ! kill -0 "$server" 2>/dev/null; then
+    wait "$server" && code=0 || code=$?
+    echo "browser: the server is gone (exit status $code)" >&2
+  fi
   echo "browser: the server's log:" >&2
-  tail -n 50 "$work/server.log" >&2
+  tail -n 80 "$work/server.log" >&2
 fi
 exit "$status"
