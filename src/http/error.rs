@@ -190,6 +190,19 @@ impl ApiError {
         ApiError { challenge: Some(challenge), ..ApiError::new(Code::Unauthorized, detail) }
     }
 
+    /// The body this error answers with; also what a batch answers for one item.
+    pub fn problem(&self) -> Problem<'_> {
+        let (code, status, title) = self.code.describe();
+        Problem {
+            kind: format!("urn:yardmaster:problem:{code}"),
+            title,
+            status: status.as_u16(),
+            detail: &self.detail,
+            code,
+            pointer: self.pointer.as_deref(),
+        }
+    }
+
     /// A 405 naming the methods the resource takes.
     pub fn method_not_allowed(allow: &'static str) -> Self {
         ApiError { allow: Some(allow), ..ApiError::new(Code::MethodNotAllowed, format!("this endpoint takes {allow}")) }
@@ -218,16 +231,8 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        let (code, status, title) = self.code.describe();
-        let problem = Problem {
-            kind: format!("urn:yardmaster:problem:{code}"),
-            title,
-            status: status.as_u16(),
-            detail: &self.detail,
-            code,
-            pointer: self.pointer.as_deref(),
-        };
-        let mut response = HttpResponse::build(status);
+        let problem = self.problem();
+        let mut response = HttpResponse::build(self.code.status());
         response.insert_header((header::CONTENT_TYPE, "application/problem+json"));
         if let Some(allow) = self.allow {
             response.insert_header((header::ALLOW, allow));

@@ -97,6 +97,12 @@ pub const ROUTES: &[Route] = &[
         handlers: |r| r.route(web::post().to(api::claim)),
     },
     Route {
+        path: "/tasks:report",
+        allow: WRITE,
+        access: Access::Worker,
+        handlers: |r| r.route(web::post().to(api::report_many)),
+    },
+    Route {
         path: "/tasks/{id}",
         allow: PATCH,
         access: Access::Worker,
@@ -114,6 +120,7 @@ pub const ROUTES: &[Route] = &[
         api::deregister_worker,
         api::claim,
         api::report,
+        api::report_many,
     ),
     tags((name = "remote", description = "Registered job types, and remote workers that claim and report their tasks over HTTP"))
 )]

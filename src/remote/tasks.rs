@@ -20,20 +20,25 @@ use crate::store::{after_failure, Completion, JobReads, Requeue, RunRef, RunWrit
 /// Longest RetryLater delay a worker may ask for.
 const MAX_DELAY_SECONDS: f64 = 86_400.0;
 
-/// Claims the oldest runnable task of the worker's types, waiting up to `wait` for one:
-/// woken by the write that made one claimable (in this process, or by NOTIFY from
-/// another), never by polling the database.
+/// Claims up to `most` of the oldest runnable tasks of the worker's types in one commit,
+/// waiting up to `wait` for at least one: woken by the write that made one claimable (in
+/// this process, or by NOTIFY from another), never by polling the database. Empty when
+/// none came within the wait.
 pub async fn claim(
     remote: &Remote,
     runs: &dyn RunWrites,
     worker: &LiveWorker,
     token: Uuid,
     wait: Duration,
+    most: usize,
     closing: &tokio_util::sync::CancellationToken,
-) -> Result<Option<Job>, StoreError> {
+) -> Result<Vec<Job>, StoreError> {
     let owner = worker.owner();
-    let attempt = || claim_now(runs, &worker.types, &owner, remote.lease);
-    hold_claim(remote, worker, token, &worker.types, wait, closing, attempt).await
+    let attempt = || async {
+        let claimed = runs.claim_next(&worker.types, &owner, remote.lease, most).await?;
+        Ok((!claimed.is_empty()).then_some(claimed))
+    };
+    Ok(hold_claim(remote, worker, token, &worker.types, wait, closing, attempt).await?.unwrap_or_default())
 }
 
 /// The held claim of every remote worker: tries `attempt` now, and, while it finds nothing,
@@ -41,7 +46,7 @@ pub async fn claim(
 /// up to `wait`. Watching starts before each look, so nothing written between the two is
 /// missed. A worker that left (or was marked gone) while its claim waited takes nothing:
 /// its own DELETE requeues a task, whose write wakes this very claim.
-pub async fn hold_claim<F, Fut>(
+pub async fn hold_claim<F, Fut, T>(
     remote: &Remote,
     worker: &LiveWorker,
     token: Uuid,
@@ -49,10 +54,10 @@ pub async fn hold_claim<F, Fut>(
     wait: Duration,
     closing: &tokio_util::sync::CancellationToken,
     attempt: F,
-) -> Result<Option<Job>, StoreError>
+) -> Result<Option<T>, StoreError>
 where
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<Job>, StoreError>>,
+    Fut: std::future::Future<Output = Result<Option<T>, StoreError>>,
 {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
@@ -84,21 +89,16 @@ pub fn claim_wait(remote: &Remote, asked: Option<Duration>, max_wait: Duration) 
     asked.map(|asked| asked.min(cap))
 }
 
-async fn claim_now(
-    runs: &dyn RunWrites,
-    types: &[String],
-    owner: &str,
-    lease: Duration,
-) -> Result<Option<Job>, StoreError> {
-    runs.claim_next(types, owner, lease).await
-}
-
-/// Body of `PATCH /tasks/{id}`.
+/// Body of `PATCH /tasks/{id}`, and each report of `POST /tasks:report`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Report {
     /// The worker reporting (its registration's id).
     pub worker_id: Uuid,
+    /// The task: required in `POST /tasks:report`; in `PATCH /tasks/{id}`, if given, the
+    /// path's.
+    #[serde(default)]
+    pub id: Option<Uuid>,
     /// The run: the task's `attempts` as the claim answered it.
     #[serde(deserialize_with = "crate::http::required_whole_number")]
     #[schema(minimum = 1)]
@@ -173,7 +173,22 @@ pub async fn report(
     id: Uuid,
     report: Report,
 ) -> Result<Job, ReportError> {
-    let job = current(reads, worker, id, report.attempt).await?;
+    let read = reads.get(id).await?;
+    report_on(remote, reads, runs, worker, id, read, report).await
+}
+
+/// [`report`] on the task as `read` found it (`None`: no such task), for a batch of reports
+/// that read their tasks together.
+pub async fn report_on(
+    remote: &Remote,
+    reads: &dyn JobReads,
+    runs: &dyn RunWrites,
+    worker: &LiveWorker,
+    id: Uuid,
+    read: Option<Job>,
+    report: Report,
+) -> Result<Job, ReportError> {
+    let job = judge(read, worker, id, report.attempt)?;
     let run = RunRef { id, attempt: report.attempt };
     // The job as the write left it, when the write returns it; `None` when the run was no
     // longer current (a cancel or the reaper came first).
@@ -250,7 +265,13 @@ async fn running(remote: &Remote, runs: &dyn RunWrites, run: RunRef, report: &Re
 
 /// The task, when `attempt` is its RUNNING run held by `worker`; otherwise why not.
 pub async fn current(reads: &dyn JobReads, worker: &LiveWorker, id: Uuid, attempt: i32) -> Result<Job, ReportError> {
-    let job = reads.get(id).await?.ok_or(ReportError::NotFound(id))?;
+    judge(reads.get(id).await?, worker, id, attempt)
+}
+
+/// The task as read (`None`: missing), when `attempt` is its RUNNING run held by `worker`;
+/// otherwise why not.
+fn judge(read: Option<Job>, worker: &LiveWorker, id: Uuid, attempt: i32) -> Result<Job, ReportError> {
+    let job = read.ok_or(ReportError::NotFound(id))?;
     let served = match job.queue.as_str() {
         QueueName::REMOTE => worker.types.contains(&job.operation),
         // An uploaded script, run by a script host elsewhere.

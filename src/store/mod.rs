@@ -41,6 +41,9 @@ pub trait JobReads: Send + Sync + 'static {
 
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
 
+    /// The jobs of these ids that exist, in no particular order: one read for many.
+    async fn get_many(&self, ids: &[Uuid]) -> Result<Vec<Job>, StoreError>;
+
     /// Summaries, newest first, filtered; `filter.before` is the cursor from the previous
     /// page. Payloads and results are never read.
     async fn list(&self, filter: &JobFilter) -> Result<Page, StoreError>;
@@ -109,12 +112,18 @@ pub trait RunWrites: Send + Sync + 'static {
     /// missing or not QUEUED (another worker has it, or it was cancelled): do nothing.
     async fn claim(&self, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Job>, StoreError>;
 
-    /// A remote worker's claim: the oldest runnable QUEUED job of these registered types (full
-    /// names) → RUNNING, as [`RunWrites::claim`] does. On PostgreSQL the row is locked with
-    /// `SKIP LOCKED`, so concurrent claimers each take the next one instead of racing for
-    /// the same; on SQLite (one writer) the oldest few are tried in turn. `None` when none
-    /// is runnable.
-    async fn claim_next(&self, operations: &[String], owner: &str, lease: Duration) -> Result<Option<Job>, StoreError>;
+    /// A remote worker's claim: up to `most` of the oldest runnable QUEUED jobs of these
+    /// registered types (full names) → RUNNING, as [`RunWrites::claim`] does, in one
+    /// commit. On PostgreSQL the rows are locked with `SKIP LOCKED`, so concurrent claimers
+    /// each take the next ones instead of racing for the same; on SQLite (one writer) the
+    /// oldest few are tried together. Empty when none is runnable.
+    async fn claim_next(
+        &self,
+        operations: &[String],
+        owner: &str,
+        lease: Duration,
+        most: usize,
+    ) -> Result<Vec<Job>, StoreError>;
 
     /// Session 2 of execution: RUNNING → the completion's state with its event, for this
     /// run only. `None` when the run is no longer the job's current RUNNING one (cancelled

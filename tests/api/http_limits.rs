@@ -93,7 +93,7 @@ async fn an_unread_chunked_body_leaks_no_connection(backend: Backend) {
 
 async fn a_stalled_body_is_cut_off(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    for path in ["/jobs", "/schedules"] {
+    for path in ["/jobs", "/schedules", "/tasks/claim", "/tasks:report"] {
         let (address, token) = (app.address.clone(), app.admin_token.clone());
         let started = Instant::now();
         let answer = actix_rt::task::spawn_blocking(move || {

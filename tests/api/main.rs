@@ -41,6 +41,7 @@ mod priorities;
 mod queue_charts;
 mod queues;
 mod remote;
+mod remote_batches;
 mod retention;
 mod schedule_processes;
 mod schedules;

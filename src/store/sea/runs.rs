@@ -46,41 +46,66 @@ impl RunWrites for SeaStore {
         Ok(job)
     }
 
-    async fn claim_next(&self, operations: &[String], owner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
+    async fn claim_next(
+        &self,
+        operations: &[String],
+        owner: &str,
+        lease: Duration,
+        most: usize,
+    ) -> Result<Vec<Job>, StoreError> {
         self.before(Call::ClaimNext).await?;
-        if operations.is_empty() {
-            return Ok(None);
+        if operations.is_empty() || most == 0 {
+            return Ok(Vec::new());
         }
         if self.db.get_database_backend() == DbBackend::Postgres {
             let txn = self.write_txn().await?;
             let next = claimable(DbBackend::Postgres, operations)
-                .limit(1)
+                .limit(most as u64)
                 .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
                 .into_tuple::<Uuid>()
-                .one(&txn)
+                .all(&txn)
                 .await?;
-            let Some(id) = next else { return Ok(None) };
-            let job = self.claim_run(Some(&txn), id, owner, lease).await?;
+            if next.is_empty() {
+                return Ok(Vec::new());
+            }
+            // One statement claims them all and writes their events, as a group commit does
+            // (one is cheaper claimed on its own).
+            let mut jobs = match next[..] {
+                [id] => self.claim_run(Some(&txn), id, owner, lease).await?.into_iter().collect(),
+                _ => super::postgres_batch::claim(&txn, &next, owner, lease).await?,
+            };
             txn.commit().await?;
-            if let Some(job) = &job {
-                let changes = [Change::Moved { job, was: QUEUED, event: EventName::STARTED }];
-                self.announce(Call::ClaimNext, &changes).await?;
-            }
-            return Ok(job);
+            jobs.sort_by_key(|job| (job.effective_priority, job.id));
+            let changes: Vec<Change> =
+                jobs.iter().map(|job| Change::Moved { job, was: QUEUED, event: EventName::STARTED }).collect();
+            self.announce(Call::ClaimNext, &changes).await?;
+            return Ok(jobs);
         }
+        // SQLite: the oldest few, tried together (one group commit); another claimer may
+        // have taken some, so the rest come from a fresh look.
+        let mut jobs = Vec::with_capacity(most);
         for _ in 0..ROUNDS {
+            let look = Ord::max(CANDIDATES, most as u64);
             let candidates =
-                claimable(DbBackend::Sqlite, operations).limit(CANDIDATES).into_tuple::<Uuid>().all(&self.db).await?;
-            if candidates.is_empty() {
-                return Ok(None);
-            }
-            for id in candidates {
-                if let Some(job) = self.claim(id, owner, lease).await? {
-                    return Ok(Some(job));
+                claimable(DbBackend::Sqlite, operations).limit(look).into_tuple::<Uuid>().all(&self.db).await?;
+            let found = candidates.len() as u64;
+            let mut rest = candidates.as_slice();
+            while !rest.is_empty() {
+                let (tried, after) = rest.split_at((most - jobs.len()).min(rest.len()));
+                rest = after;
+                let claims = tried.iter().map(|id| self.claim(*id, owner, lease));
+                for claimed in futures_util::future::join_all(claims).await {
+                    jobs.extend(claimed?);
+                }
+                if jobs.len() == most {
+                    return Ok(jobs);
                 }
             }
+            if found < look {
+                break;
+            }
         }
-        Ok(None)
+        Ok(jobs)
     }
 
     async fn finish(&self, run: RunRef, completion: &Completion) -> Result<Option<Job>, StoreError> {
