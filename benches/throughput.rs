@@ -246,7 +246,8 @@ async fn run(sizes: Sizes) {
         let mut broker = with_rabbitmq(tasks, 2, 0).await;
         broker.kind = Kind::Remote;
         figures.push(broker);
-        figures.push(remote_http(tasks, 8).await);
+        figures.push(remote_http(tasks, 8, 1).await);
+        figures.push(remote_http(tasks, 8, REMOTE_BATCH).await);
     }
     if wanted("memory") {
         memory = self::memory().await;
@@ -335,12 +336,12 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
         }
     }
     let remote: Vec<&Figure> = figures.iter().filter(|figure| figure.kind == Kind::Remote).collect();
-    if let [broker, over_http] = remote[..] {
+    if let [broker, ..] = remote[..] {
         println!();
         println!(
             "== remote workers: no-op tasks claimed and reported over HTTP (ratio: to the broker path, same jobs) =="
         );
-        for figure in [broker, over_http] {
+        for figure in remote.iter().copied() {
             let ratio = figure.value / broker.value;
             println!("{:<72} {:>9.0} {:<3} {ratio:>6.2}×  {}", figure.name, figure.value, figure.unit, figure.note);
         }
@@ -1569,12 +1570,15 @@ fn rss_kib(pid: u32) -> Memory {
 
 /// Tasks per remote-worker case (and its broker baseline) at most.
 const REMOTE_TASKS: usize = 20_000;
+/// Tasks a remote worker claims and reports per request in the batched case.
+const REMOTE_BATCH: usize = 32;
 
 /// Remote workers over HTTP against an API on PostgreSQL (the production store): `claimers`
-/// loops of `POST /tasks/claim` then `PATCH /tasks/{id}` (succeeded) over `tasks` no-op
-/// tasks, each claimer its own registered worker. The API and the claimers share this
+/// loops of `POST /tasks/claim` for up to `per_request` tasks, then their reports
+/// (succeeded: `PATCH /tasks/{id}` for one, one `POST /tasks:report` for more) over `tasks`
+/// no-op tasks, each claimer its own registered worker. The API and the claimers share this
 /// process (bench); the CPU covers both, and PostgreSQL's.
-async fn remote_http(tasks: usize, claimers: usize) -> Figure {
+async fn remote_http(tasks: usize, claimers: usize, per_request: usize) -> Figure {
     let scratch = Scratch::create(Store::Postgres).await;
     let mut settings = bench_settings(&scratch.url);
     settings.worker.enabled = false;
@@ -1609,16 +1613,28 @@ async fn remote_http(tasks: usize, claimers: usize) -> Figure {
         async move {
             let mut done = 0usize;
             loop {
-                let claim = client.post(format!("{base}/tasks/claim")).json(&json!({ "worker_id": worker }));
-                let task = claim.send().await.unwrap().json::<Value>().await.unwrap()["task"].clone();
-                if task.is_null() {
+                let claim = json!({ "worker_id": worker, "max_tasks": per_request });
+                let answer = client.post(format!("{base}/tasks/claim")).json(&claim).send().await.unwrap();
+                let claimed = answer.json::<Value>().await.unwrap()["tasks"].as_array().unwrap().clone();
+                if claimed.is_empty() {
                     return done;
                 }
-                let report = json!({ "worker_id": worker, "attempt": task["attempts"], "status": "succeeded" });
-                let url = format!("{base}/tasks/{}", task["id"].as_str().unwrap());
-                let response = client.patch(url).json(&report).send().await.unwrap();
-                assert_eq!(response.status().as_u16(), 200);
-                done += 1;
+                let report = |task: &Value| {
+                    json!({ "worker_id": worker, "id": task["id"], "attempt": task["attempts"], "status": "succeeded" })
+                };
+                if per_request == 1 {
+                    let url = format!("{base}/tasks/{}", claimed[0]["id"].as_str().unwrap());
+                    let response = client.patch(url).json(&report(&claimed[0])).send().await.unwrap();
+                    assert_eq!(response.status().as_u16(), 200);
+                } else {
+                    let reports: Vec<Value> = claimed.iter().map(report).collect();
+                    let url = format!("{base}/tasks:report");
+                    let response = client.post(url).json(&json!({ "reports": reports })).send().await.unwrap();
+                    let answer = response.json::<Value>().await.unwrap();
+                    let applied = answer["results"].as_array().unwrap().iter().filter(|result| result["status"] == 200);
+                    assert_eq!(applied.count(), claimed.len(), "{answer}");
+                }
+                done += claimed.len();
             }
         }
     });
@@ -1629,8 +1645,12 @@ async fn remote_http(tasks: usize, claimers: usize) -> Figure {
     assert_eq!(count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'").await, tasks as i64);
     db.close().await.ok();
     scratch.remove().await;
-    let name = format!("yardmaster remote workers over HTTP: PostgreSQL, {claimers} claimers");
-    let note = "claim (compare-and-set) + PATCH succeeded per task, 2 events durable".to_owned();
+    let name =
+        format!("yardmaster remote workers over HTTP: PostgreSQL, {claimers} claimers, {per_request} per request");
+    let note = match per_request {
+        1 => "POST /tasks/claim + PATCH /tasks/{id} per task, 2 events durable".to_owned(),
+        n => format!("POST /tasks/claim of ≤ {n} + one POST /tasks:report of them, 2 events a task durable"),
+    };
     Figure { kind: Kind::Remote, ..Figure::rate(name, tasks as f64 / seconds, note) }.with_cpu(usage, tasks)
 }
 
