@@ -464,6 +464,7 @@ pub async fn report(
     body: web::Json<Report>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
+    body.check()?;
     if body.id.is_some_and(|named| named != *id) {
         return Err(ApiError::new(Code::InvalidRequest, "names another task than the path's").at("/id"));
     }
@@ -509,7 +510,8 @@ pub struct ReportResults {
 /// (the claiming worker and run only), their writes sharing commits. Each report is
 /// applied or refused on its own: the answer says which, in order, with the problem of each
 /// refused one. A request that is malformed as a whole (no reports, too many, one without
-/// its `id`, a task named twice) is refused whole and nothing is applied.
+/// its `id` or out of its schema's bounds, a task named twice) is refused whole and nothing
+/// is applied.
 #[utoipa::path(
     post, path = "/tasks:report", tag = "remote", operation_id = "report_tasks",
     request_body = Reports,
@@ -533,6 +535,7 @@ pub async fn report_many(
         let Some(id) = report.id else {
             return Err(ApiError::new(Code::InvalidRequest, "a report names its task").at(format!("/reports/{at}/id")));
         };
+        report.check().map_err(|err| ApiError::from(err).at(format!("/reports/{at}")))?;
         if !named.insert(id) {
             return Err(ApiError::new(Code::InvalidRequest, format!("task {id} is reported twice"))
                 .at(format!("/reports/{at}/id")));

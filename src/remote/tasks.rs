@@ -127,6 +127,36 @@ pub struct Report {
     pub delay_seconds: Option<f64>,
 }
 
+/// Longest `message` a report may carry, in characters.
+const MAX_MESSAGE_CHARS: usize = 10_000;
+/// Longest `error_code`, in characters.
+const MAX_ERROR_CODE_CHARS: usize = 200;
+
+impl Report {
+    /// The bounds its schema states, checked before anything is read or written, so a
+    /// report that breaks one is refused whatever its task's state.
+    pub fn check(&self) -> Result<(), ReportError> {
+        let invalid = |pointer, detail: &str| Err(ReportError::Invalid(pointer, detail.to_owned()));
+        if self.attempt < 1 {
+            return invalid("/attempt", "runs count from 1");
+        }
+        if self.progress.is_some_and(|p| p.current < 0 || p.total.is_some_and(|total| total < 0)) {
+            return invalid("/progress", "progress counts are 0 or more");
+        }
+        if self.delay_seconds.is_some_and(|seconds| !(0.0..=MAX_DELAY_SECONDS).contains(&seconds)) {
+            return invalid("/delay_seconds", &format!("must be 0-{MAX_DELAY_SECONDS}"));
+        }
+        if self.message.as_ref().is_some_and(|message| message.chars().count() > MAX_MESSAGE_CHARS) {
+            return invalid("/message", &format!("at most {MAX_MESSAGE_CHARS} characters"));
+        }
+        let code_chars = self.error_code.as_ref().map(|code| code.chars().count());
+        if code_chars.is_some_and(|chars| !(1..=MAX_ERROR_CODE_CHARS).contains(&chars)) {
+            return invalid("/error_code", &format!("1 to {MAX_ERROR_CODE_CHARS} characters"));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReportStatus {
@@ -188,6 +218,7 @@ pub async fn report_on(
     read: Option<Job>,
     report: Report,
 ) -> Result<Job, ReportError> {
+    report.check()?;
     let job = judge(read, worker, id, report.attempt)?;
     let run = RunRef { id, attempt: report.attempt };
     // The job as the write left it, when the write returns it; `None` when the run was no
@@ -216,9 +247,6 @@ pub async fn report_on(
         }
         ReportStatus::RetryLater => {
             let seconds = report.delay_seconds.unwrap_or(0.0);
-            if !(0.0..=MAX_DELAY_SECONDS).contains(&seconds) {
-                return Err(ReportError::Invalid("/delay_seconds", format!("must be 0-{MAX_DELAY_SECONDS}")));
-            }
             let reason = scrub_nul(report.message.as_deref().unwrap_or("the remote worker asked to retry later"));
             let requeue = Requeue::RetryLater { delay: Duration::from_secs_f64(seconds), reason: reason.into_owned() };
             Some(runs.requeue(run, &requeue).await?)
@@ -247,9 +275,6 @@ async fn running(remote: &Remote, runs: &dyn RunWrites, run: RunRef, report: &Re
     }
     let mut fields = json!({});
     if let Some(progress) = report.progress {
-        if progress.current < 0 || progress.total.is_some_and(|total| total < 0) {
-            return Err(ReportError::Invalid("/progress", "progress counts are 0 or more".into()));
-        }
         fields["_progress_current"] = json!(progress.current);
         if let Some(total) = progress.total {
             fields["_progress_total"] = json!(total);

@@ -228,6 +228,23 @@ async fn hostile_batches_are_refused_whole(backend: Backend) {
         (json!(many), 422, Some("/reports")),
         (json!([good.clone(), no_id]), 422, Some("/reports/1/id")),
         (json!({ "id": id }), 422, None),
+        // Out of the schema's bounds, whoever the worker: refused before anything is read.
+        (
+            json!([{ "worker_id": Uuid::now_v7(), "id": id, "attempt": 1, "status": "running",
+                  "progress": { "current": 0, "total": -1 } }]),
+            422,
+            Some("/reports/0/progress"),
+        ),
+        (
+            json!([good.clone(), { "worker_id": worker.id, "id": Uuid::now_v7(), "attempt": 0, "status": "succeeded" }]),
+            422,
+            Some("/reports/1/attempt"),
+        ),
+        (
+            json!([{ "worker_id": worker.id, "id": id, "attempt": 1, "status": "failed", "error_code": "" }]),
+            422,
+            Some("/reports/0/error_code"),
+        ),
         (json!([{ "worker_id": worker.id, "id": id, "attempt": "1", "status": "succeeded" }]), 422, None),
         (json!([{ "worker_id": worker.id, "id": id, "attempt": 1, "status": "done" }]), 422, None),
         (json!([{ "worker_id": worker.id, "id": "a\u{0}b", "attempt": 1, "status": "succeeded" }]), 422, None),
