@@ -30,7 +30,7 @@ fn quick() -> TestOptions {
 }
 
 /// A 1 s lease and a sweep every 200 ms, with a worker deadline of `worker_ttl_seconds`.
-fn deadlines(worker_ttl_seconds: u64) -> TestOptions {
+pub(crate) fn deadlines(worker_ttl_seconds: u64) -> TestOptions {
     let remote =
         RemoteSettings { worker_ttl_seconds, lease_seconds: 1, sweep_interval_ms: 200, ..RemoteSettings::default() };
     TestOptions { workers: false, remote: Some(remote), ..Default::default() }

@@ -1,13 +1,16 @@
 //! Remote workers taking and reporting tasks in batches, on both stores: a claim hands out up
 //! to `max_tasks` (oldest first, each once), eight claimers taking batches run every task
-//! once, the reports of one `POST /tasks:report` are applied or refused each on its own, and
-//! hostile batches are refused whole with nothing applied.
+//! once, the reports of one `POST /tasks:report` are applied or refused each on its own, a
+//! silent worker's batch comes back whole to another, and hostile batches are refused whole
+//! with nothing applied.
+
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::helpers::{read, Backend, TestApp, TestOptions};
-use crate::remote::{each_ran_once, register_type, schema, token, worker_token, Worker, ROTATE};
+use crate::remote::{deadlines, each_ran_once, register_type, schema, token, worker_token, Worker, ROTATE};
 
 const NOOP: &str = "lab:analysis:Noop";
 
@@ -193,6 +196,52 @@ async fn reports_in_one_request_are_applied_each_on_its_own(backend: Backend) {
     assert_eq!(app.count("SELECT COUNT(*) FROM job WHERE status = 'running'").await, 3);
 }
 
+/// A worker that claimed a batch and went silent (as if killed -9): the reaper takes every
+/// task of it back when the lease lapses, another worker claims and finishes them all,
+/// and the silent worker's late reports are refused each.
+async fn a_silent_workers_batch_is_requeued_and_finished_by_another(backend: Backend) {
+    // The 1 s lease lapses long before the 10 s worker deadline.
+    let app = TestApp::spawn_with(backend, deadlines(10)).await;
+    let lab = worker_token(&app, &["lab"]).await;
+    register_type(&app, &lab, json!({ "category": "analysis", "name": "Noop", "schema": true })).await;
+    let silent = Worker::register(&app, lab.clone(), &[NOOP]).await;
+    let mut submitted = submit_noops(&app, 12).await;
+    submitted.sort();
+    let (_, answer) = claim_with(&app, &silent, json!({ "max_tasks": 12 })).await;
+    assert_eq!(claimed_ids(&answer), submitted);
+    let other = Worker::register(&app, lab.clone(), &[NOOP]).await;
+    let mut taken: Vec<Value> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while taken.len() < submitted.len() {
+        assert!(Instant::now() < deadline, "only {} of 12 came back: {taken:?}", taken.len());
+        let request = other.client.post(app.url("/tasks/claim")).header("prefer", "wait=5");
+        let body = json!({ "worker_id": other.id, "max_tasks": 12 });
+        let (status, answer) = read(request.json(&body).send().await.unwrap()).await;
+        assert_eq!(status, 200, "{answer}");
+        taken.extend(answer["tasks"].as_array().unwrap().iter().cloned());
+    }
+    assert!(taken.iter().all(|task| task["attempts"] == 2), "{taken:?}");
+    let reports: Vec<Value> = taken
+        .iter()
+        .map(|task| json!({ "worker_id": other.id, "id": task["id"], "attempt": 2, "status": "succeeded" }))
+        .collect();
+    let (status, answer) = report_many(&app, &other.client, json!(reports)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["results"].as_array().unwrap().iter().all(|result| result["status"] == 200), "{answer}");
+    let late: Vec<Value> = submitted
+        .iter()
+        .map(|id| json!({ "worker_id": silent.id, "id": id, "attempt": 1, "status": "succeeded" }))
+        .collect();
+    let (status, answer) = report_many(&app, &silent.client, json!(late)).await;
+    assert_eq!(status, 200, "{answer}");
+    let codes: Vec<Option<&str>> =
+        answer["results"].as_array().unwrap().iter().map(|result| result["problem"]["code"].as_str()).collect();
+    assert_eq!(codes, vec![Some("invalid_transition"); 12], "{answer}");
+    assert_eq!(app.count("SELECT COUNT(*) FROM job WHERE status = 'succeeded' AND attempts = 2").await, 12);
+    let requeued = "SELECT COUNT(*) FROM job_event WHERE event = 'job.lease_expired_requeue'";
+    assert_eq!(app.count(requeued).await, 12);
+}
+
 async fn hostile_batches_are_refused_whole(backend: Backend) {
     let (app, lab) = app_with_noop(backend).await;
     let worker = Worker::register(&app, lab.clone(), &[NOOP]).await;
@@ -282,5 +331,6 @@ on_both_backends!(
     a_claim_takes_up_to_max_tasks_oldest_first,
     eight_claimers_taking_batches_run_each_task_once,
     reports_in_one_request_are_applied_each_on_its_own,
+    a_silent_workers_batch_is_requeued_and_finished_by_another,
     hostile_batches_are_refused_whole,
 );
