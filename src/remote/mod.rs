@@ -15,6 +15,7 @@ pub mod schema;
 pub mod settings;
 pub mod sweeper;
 pub mod tasks;
+pub mod tasks_api;
 pub mod types;
 pub mod workers;
 
@@ -94,19 +95,19 @@ pub const ROUTES: &[Route] = &[
         path: "/tasks/claim",
         allow: WRITE,
         access: Access::Worker,
-        handlers: |r| r.route(web::post().to(api::claim)),
+        handlers: |r| r.route(web::post().to(tasks_api::claim)),
     },
     Route {
         path: "/tasks:report",
         allow: WRITE,
         access: Access::Worker,
-        handlers: |r| r.route(web::post().to(api::report_many)),
+        handlers: |r| r.route(web::post().to(tasks_api::report_many)),
     },
     Route {
         path: "/tasks/{id}",
         allow: PATCH,
         access: Access::Worker,
-        handlers: |r| r.route(web::patch().to(api::report)),
+        handlers: |r| r.route(web::patch().to(tasks_api::report)),
     },
 ];
 
@@ -118,9 +119,9 @@ pub const ROUTES: &[Route] = &[
         api::register_worker,
         api::heartbeat,
         api::deregister_worker,
-        api::claim,
-        api::report,
-        api::report_many,
+        tasks_api::claim,
+        tasks_api::report,
+        tasks_api::report_many,
     ),
     tags((name = "remote", description = "Registered job types, and remote workers that claim and report their tasks over HTTP"))
 )]
