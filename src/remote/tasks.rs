@@ -208,7 +208,8 @@ pub async fn report(
 }
 
 /// [`report`] on the task as `read` found it (`None`: no such task), for a batch of reports
-/// that read their tasks together.
+/// that read their tasks together. Callers [`Report::check`] a report first, before its
+/// worker is looked up, so a report out of bounds is refused whoever sent it.
 pub async fn report_on(
     remote: &Remote,
     reads: &dyn JobReads,
@@ -218,7 +219,6 @@ pub async fn report_on(
     read: Option<Job>,
     report: Report,
 ) -> Result<Job, ReportError> {
-    report.check()?;
     let job = judge(read, worker, id, report.attempt)?;
     let run = RunRef { id, attempt: report.attempt };
     // The job as the write left it, when the write returns it; `None` when the run was no

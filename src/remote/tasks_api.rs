@@ -170,7 +170,8 @@ pub async fn report_many(
         return Err(ApiError::new(Code::InvalidRequest, format!("1 to {MAX_REPORTS} reports")).at("/reports"));
     }
     let mut named = HashSet::with_capacity(reports.len());
-    for (at, report) in reports.iter().enumerate() {
+    let mut tasks = Vec::with_capacity(reports.len());
+    for (at, report) in reports.into_iter().enumerate() {
         let Some(id) = report.id else {
             return Err(ApiError::new(Code::InvalidRequest, "a report names its task").at(format!("/reports/{at}/id")));
         };
@@ -179,25 +180,24 @@ pub async fn report_many(
             return Err(ApiError::new(Code::InvalidRequest, format!("task {id} is reported twice"))
                 .at(format!("/reports/{at}/id")));
         }
+        tasks.push((id, report));
     }
     let token = caller.identity().token_id;
     let (remote, store) = (&remote, state.store.as_ref());
     // The tasks read together; each report then judged and written on its own.
-    let ids: Vec<Uuid> = named.into_iter().collect();
+    let ids: Vec<Uuid> = tasks.iter().map(|(id, _)| *id).collect();
     let mut read: HashMap<Uuid, Job> = store.get_many(&ids).await?.into_iter().map(|job| (job.id, job)).collect();
-    let reports = reports.into_iter().map(|report| {
-        let job = report.id.and_then(|id| read.remove(&id));
-        (report, job)
-    });
-    let applied = reports.enumerate().map(|(at, (report, job))| async move {
-        let id = report.id.unwrap_or_default();
-        let outcome = match remote.workers.check_lately(report.worker_id, token).await {
-            Ok(worker) => {
-                tasks::report_on(remote, store, store, &worker, id, job, report).await.map_err(ApiError::from)
-            }
-            Err(err) => Err(err.into()),
-        };
-        (id, outcome.map_err(|err| err.at(format!("/reports/{at}"))))
+    let applied = tasks.into_iter().enumerate().map(|(at, (id, report))| {
+        let job = read.remove(&id);
+        async move {
+            let outcome = match remote.workers.check_lately(report.worker_id, token).await {
+                Ok(worker) => {
+                    tasks::report_on(remote, store, store, &worker, id, job, report).await.map_err(ApiError::from)
+                }
+                Err(err) => Err(err.into()),
+            };
+            (id, outcome.map_err(|err| err.at(format!("/reports/{at}"))))
+        }
     });
     let results = futures_util::future::join_all(applied).await.into_iter().map(|(id, outcome)| match outcome {
         Ok(job) => ReportResult { id, status: 200, task: Some(job), problem: None },
