@@ -28,6 +28,8 @@ class DelayRelay:
 
     def __init__(self, target_port, delay):
         self.target, self.delay = target_port, delay
+        self.turns = 0
+        self.lock = threading.Lock()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self.accept, daemon=True).start()
@@ -38,18 +40,26 @@ class DelayRelay:
             upstream = socket.create_connection(("127.0.0.1", self.target))
             for sock in (client, upstream):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for source, sink in ((client, upstream), (upstream, client)):
+            # Which way the last chunk went: a chunk from the client after the server has
+            # answered starts a new round trip.
+            last = {"way": None}
+            for way, (source, sink) in enumerate(((client, upstream), (upstream, client))):
                 chunks = deque()
                 ready = threading.Condition()
-                threading.Thread(target=self.read, args=(source, chunks, ready), daemon=True).start()
+                threading.Thread(target=self.read, args=(source, chunks, ready, way, last), daemon=True).start()
                 threading.Thread(target=self.write, args=(sink, chunks, ready), daemon=True).start()
 
-    def read(self, source, chunks, ready):
+    def read(self, source, chunks, ready, way, last):
         while True:
             try:
                 data = source.recv(65536)
             except OSError:
                 data = b""
+            with self.lock:
+                if data and way == 0 and last["way"] != 0:
+                    self.turns += 1
+                if data:
+                    last["way"] = way
             with ready:
                 chunks.append((time.monotonic() + self.delay, data))
                 ready.notify()
@@ -133,14 +143,21 @@ def main():
                     raise
                 time.sleep(0.2)
         started = time.time()
+        turns_before = db_relay.turns, mq_relay.turns
         while int(psql(near_db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'")) < args.jobs:
             if time.time() - started > 600:
                 raise SystemExit("far worker: jobs did not finish within 10 minutes")
             time.sleep(0.2)
         window = psql(near_db, "SELECT EXTRACT(EPOCH FROM MAX(started_at) - MIN(started_at)) FROM job")
         rate = (args.jobs - 1) / max(float(window), 1e-9)
+        db_turns = (db_relay.turns - turns_before[0]) / args.jobs
+        mq_turns = (mq_relay.turns - turns_before[1]) / args.jobs
         print(f"far worker: {args.jobs} jobs, {args.delay_ms:g} ms each way, concurrency {args.concurrency}, "
               f"prefetch {args.prefetch}: {rate:.1f} jobs started/s ({float(window):.2f} s from first to last start)")
+        print(f"  round trips per job, all connections: {db_turns:.2f} to PostgreSQL, {mq_turns:.2f} to RabbitMQ")
+        if args.delay_ms > 0:
+            per_slot = args.concurrency / rate / (2 * args.delay_ms / 1000)
+            print(f"  time per job per slot, in round trips of {2 * args.delay_ms:g} ms: {per_slot:.1f}")
     finally:
         for process in processes:
             process.terminate()

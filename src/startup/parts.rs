@@ -18,6 +18,10 @@ use crate::transport::{AmqpTransport, InProcessTransport, Transport};
 
 use super::Live;
 
+/// The group-commit writer's connections on PostgreSQL: one each for a batch's claims,
+/// outcomes and lease renewals.
+const WRITER_CONNECTIONS: u32 = 3;
+
 /// Connects, migrates if configured, and reads the database clock (kept in step by an
 /// actor from then on): the pool, the clock's offset in ms, and the actor.
 pub(super) async fn open_database(settings: &Settings) -> anyhow::Result<(DatabaseConnection, i64, Addr<ClockSync>)> {
@@ -46,7 +50,14 @@ pub(super) async fn open_store(
     let mut sea = match settings.store.group_commit() {
         1 => SeaStore::new(db.clone()),
         batch => {
-            let writer_db = store::connect(&StoreSettings { max_connections: 1, ..settings.store.clone() }).await?;
+            // SQLite commits one batch at a time on one connection; PostgreSQL runs a batch's
+            // statements side by side (`autocommit.rs`).
+            let connections = match store::Backend::of_url(&settings.store.url)? {
+                store::Backend::Sqlite => 1,
+                store::Backend::Postgres => WRITER_CONNECTIONS,
+            };
+            let writer_settings = StoreSettings { max_connections: connections, ..settings.store.clone() };
+            let writer_db = store::connect(&writer_settings).await?;
             SeaStore::new(db.clone()).with_group_commit_on(batch, writer_db)
         }
     }

@@ -28,6 +28,9 @@ impl Backend {
     }
 }
 
+/// How long a pooled connection may sit idle before it is pinged when next taken.
+const PING_WHEN_IDLE: Duration = Duration::from_secs(1);
+
 /// How much of a SQLite database file each connection maps (the file may be larger).
 const MMAP_BYTES: u64 = 1 << 30;
 
@@ -40,6 +43,9 @@ pub async fn connect(settings: &StoreSettings) -> anyhow::Result<DatabaseConnect
         .max_connections(settings.max_connections)
         .min_connections(1)
         .connect_timeout(Duration::from_secs(settings.connect_timeout_seconds))
+        // A connection in use is not pinged before each use (a round trip, which a worker
+        // far from its database pays per statement); one idle this long is.
+        .test_before_acquire_if_idle_for(PING_WHEN_IDLE)
         .sqlx_logging(false)
         .map_sqlx_sqlite_opts(|opts| {
             opts.create_if_missing(true)

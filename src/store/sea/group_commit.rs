@@ -92,7 +92,7 @@ type Reply = oneshot::Sender<Result<Written, StoreError>>;
 
 /// Why a group commit failed, and so whether its writes may be tried again.
 #[derive(Debug, thiserror::Error)]
-enum Failure {
+pub(super) enum Failure {
     #[error("{0}")]
     BeforeCommit(StoreError),
     #[error("at commit: {0}")]
@@ -146,7 +146,7 @@ fn gone() -> StoreError {
 
 /// The error each write of a failed group commit gets; a connection failure stays one, so
 /// its writers know nothing was refused for cause (they wait for the database and retry).
-fn failed(failure: &Failure) -> StoreError {
+pub(super) fn failed(failure: &Failure) -> StoreError {
     let (Failure::BeforeCommit(err) | Failure::AtCommit(err)) = failure;
     match err.is_unavailable() {
         true => StoreError::Unavailable(format!("group commit failed: {failure}")),
@@ -161,6 +161,13 @@ impl SeaStore {
     async fn commit_batch(&self, batch: Vec<Request>) {
         let (writes, replies): (Vec<Write>, Vec<Reply>) =
             batch.into_iter().map(|request| (request.write, request.reply)).unzip();
+        if let Some(answers) = self.commit_alone(&writes).await {
+            metrics::histogram!("yardmaster_group_commit_batch_size").record(writes.len() as f64);
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer);
+            }
+            return;
+        }
         match self.commit_writes(&writes).await {
             Ok(answers) => {
                 metrics::histogram!("yardmaster_group_commit_batch_size").record(writes.len() as f64);
@@ -188,7 +195,7 @@ impl SeaStore {
         }
     }
 
-    async fn commit_writes(&self, writes: &[Write]) -> Result<Vec<Written>, Failure> {
+    pub(super) async fn commit_writes(&self, writes: &[Write]) -> Result<Vec<Written>, Failure> {
         let txn = self.write_txn().await.map_err(|err| Failure::BeforeCommit(err.into()))?;
         match self.apply_batch(&txn, writes).await {
             Ok(answers) => {
@@ -288,7 +295,9 @@ impl SeaStore {
             let runs: Vec<(RunRef, &Completion)> =
                 wanted.iter().map(|(_, run, completion)| (*run, *completion)).collect();
             let finished: Vec<(job::Model, Option<NewEvent>)> = match postgres {
-                true => postgres_batch::finish(txn, to, &runs).await?.into_iter().map(|row| (row, None)).collect(),
+                true => {
+                    postgres_batch::finish(txn, to, &runs, true).await?.into_iter().map(|row| (row, None)).collect()
+                }
                 false => self.finish_runs(txn, to, &runs).await?.into_iter().map(|(r, e)| (r, Some(e))).collect(),
             };
             children_ended(txn, finished.iter().map(|(row, _)| row)).await?;

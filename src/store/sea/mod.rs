@@ -6,6 +6,7 @@
 //! This file holds the store itself, how it tells its observers what a commit changed, and
 //! the transition every role shares.
 
+mod autocommit;
 mod commands;
 mod dependencies;
 mod dispatch_book;

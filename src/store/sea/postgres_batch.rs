@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use sea_orm::{DatabaseTransaction, DbBackend, DbErr, EntityTrait, Statement, Value as SqlValue};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, EntityTrait, Statement, Value as SqlValue};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -50,7 +50,8 @@ SELECT * FROM moved";
 
 /// RUNNING → `$2` for every run of `$1` (a JSON array of `{id, attempts, result,
 /// error_code, error_message, event, message, fields, level}`) still RUNNING, each with
-/// its event; `failures` grows by `$4`. A result comes wrapped in a one-element array, so a
+/// its event; `failures` grows by `$4`. A child of a parent (`parent_job_id`) moves only
+/// when `$5`: its parent's counter must move in the same transaction. A result comes wrapped in a one-element array, so a
 /// JSON `null` result stays jsonb `null` (as every other path stores it), not SQL NULL.
 const FINISH: &str = "\
 WITH runs AS (
@@ -62,7 +63,7 @@ WITH runs AS (
         failures = job.failures + $4
     FROM runs
     WHERE job.id = ANY(ARRAY(SELECT id FROM runs)) AND job.id = runs.id AND job.attempts = runs.attempts
-        AND coalesce(job.status = 'running', false)
+        AND coalesce(job.status = 'running', false) AND ($5 OR job.parent_job_id IS NULL)
     RETURNING job.*
 ), ended AS (
     INSERT INTO job_event (job_id, ts, event, message, fields, level)
@@ -73,7 +74,7 @@ SELECT * FROM moved";
 
 /// Claims by one owner, events written: the rows that moved to RUNNING.
 pub(super) async fn claim(
-    txn: &DatabaseTransaction,
+    txn: &impl ConnectionTrait,
     ids: &[Uuid],
     owner: &str,
     lease: Duration,
@@ -84,10 +85,12 @@ pub(super) async fn claim(
 }
 
 /// Plain outcomes of one status, each for its own run, events written: the rows that moved.
+/// A child moves only `with_children` (see [`FINISH`]).
 pub(super) async fn finish(
-    txn: &DatabaseTransaction,
+    txn: &impl ConnectionTrait,
     to: JobStatus,
     runs: &[(RunRef, &Completion)],
+    with_children: bool,
 ) -> Result<Vec<job::Model>, DbErr> {
     let rows: Vec<Value> = runs
         .iter()
@@ -103,6 +106,6 @@ pub(super) async fn finish(
         .collect();
     let failures = i32::from(to == JobStatus::Failed);
     let values: Vec<SqlValue> =
-        vec![Value::Array(rows).into(), to.as_str().into(), clock::now().into(), failures.into()];
+        vec![Value::Array(rows).into(), to.as_str().into(), clock::now().into(), failures.into(), with_children.into()];
     job::Entity::find().from_raw_sql(Statement::from_sql_and_values(DbBackend::Postgres, FINISH, values)).all(txn).await
 }

@@ -111,7 +111,7 @@ impl SeaStore {
     /// whose run was still current.
     pub(super) async fn extend_run_leases(
         &self,
-        txn: &DatabaseTransaction,
+        txn: &impl ConnectionTrait,
         runs: &[RunRef],
         lease: Duration,
     ) -> Result<HashSet<Uuid>, DbErr> {
