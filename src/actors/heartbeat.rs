@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument as _};
 
@@ -82,17 +83,19 @@ impl Handler<StopHeartbeat> for Heartbeat {
 
 /// Runs a claimed job with the executor, renewing its lease with a [`Heartbeat`] once the
 /// first renewal is due (a short job never has one), and stopping it however the run ends.
+/// `returned` hears when the operation is done, as its outcome starts on its way.
 pub async fn run_with_heartbeat(
     executor: &Executor,
     store: Arc<dyn RunWrites>,
     interval: Duration,
     job: Job,
     cancel: CancellationToken,
+    returned: Option<oneshot::Sender<()>>,
 ) -> HandleOutcome {
     let run = RunRef::from(&job);
     // Every line logged while the job runs, its operation's included, names the run.
     let span = tracing::info_span!("job", id = %job.id, attempt = job.attempts, operation = %job.operation);
-    let running = executor.run(job, cancel.clone()).instrument(span);
+    let running = executor.run(job, cancel.clone(), returned).instrument(span);
     tokio::pin!(running);
     let heartbeat = tokio::select! {
         biased;

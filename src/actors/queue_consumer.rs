@@ -1,10 +1,14 @@
 //! `QueueConsumer`: consumes job ids and drives the two-session executor.
 //!
 //! The job row (its lease, renewed by a `Heartbeat` actor for the run) keeps a claimed job,
-//! not the message; the delivery is still held until the run ends, because an unsettled
-//! delivery is what fills this process's window at the broker. Acknowledged at the claim,
-//! the broker would hand the next message to a process with no free slot, where it waits
-//! beside idle workers (and a frozen worker would swallow the job the reaper re-queued).
+//! not the message; the delivery is still held until the operation returns, because an
+//! unsettled delivery is what fills this process's window at the broker. Acknowledged at
+//! the claim, the broker would hand the next message to a process with no free slot, where
+//! it waits beside idle workers (and a frozen worker would swallow the job the reaper
+//! re-queued). It is acknowledged as the outcome starts on its way, not once it is written:
+//! the next delivery then travels while the outcome commits, instead of after, which a
+//! worker far from its broker pays a round trip for per job; it waits for the slot only as
+//! long as that commit takes.
 //! A run that goes on past `ack_running_after` (below the broker's `consumer_timeout`, which
 //! closes the channel of a delivery held longer) has its delivery acknowledged then: the
 //! job's row and lease hold the run from its claim on. If the broker drops the channel
@@ -72,7 +76,14 @@ impl JobMessages {
 
     /// Claims and runs one job; the slot (`permit`) is given back when it ends. `claimed`
     /// hears of a claim that succeeded, as the run begins.
-    async fn run_one(&self, id: Uuid, permit: OwnedSemaphorePermit, claimed: Option<oneshot::Sender<()>>) -> Step {
+    /// `returned` hears when its operation is done, as the outcome starts on its way.
+    async fn run_one(
+        &self,
+        id: Uuid,
+        permit: OwnedSemaphorePermit,
+        claimed: Option<oneshot::Sender<()>>,
+        returned: Option<oneshot::Sender<()>>,
+    ) -> Step {
         // The in-flight slot is taken before the claim, so the shutdown guard sees every claim.
         let Some(mut slot) = self.in_flight.enter() else { return Step::ShuttingDown };
         let step = match self.executor.claim(id).await {
@@ -83,7 +94,7 @@ impl JobMessages {
                 if let Some(claimed) = claimed {
                     let _ = claimed.send(());
                 }
-                run_with_heartbeat(&self.executor, self.store.clone(), self.heartbeat, *job, cancel).await;
+                run_with_heartbeat(&self.executor, self.store.clone(), self.heartbeat, *job, cancel, returned).await;
                 Step::Done
             }
             Ok(Claim::NotClaimable) => Step::Done,
@@ -123,18 +134,26 @@ impl DeliveryHandler for JobMessages {
                 Some(permit) => {
                     slots.done();
                     let (claimed, on_claim) = oneshot::channel();
-                    let run = self.run_one(*id, permit, Some(claimed));
+                    let (returned, on_return) = oneshot::channel();
+                    let run = self.run_one(*id, permit, Some(claimed), Some(returned));
                     tokio::pin!(run);
-                    // Past its claim and `ack_running_after`, the run holds the delivery no longer.
-                    let long_run = async {
+                    // Past its claim and `ack_running_after`, or once its operation has
+                    // returned, the run holds the delivery no longer.
+                    let let_go = async {
                         match on_claim.await {
-                            Ok(()) => tokio::time::sleep(self.ack_running_after).await,
+                            Ok(()) => {
+                                let returned = async { on_return.await.is_ok() };
+                                tokio::select! {
+                                    () = tokio::time::sleep(self.ack_running_after) => {}
+                                    true = returned => {}
+                                }
+                            }
                             Err(_) => std::future::pending().await,
                         }
                     };
                     tokio::select! {
                         step = &mut run => vec![step],
-                        () = long_run => {
+                        () = let_go => {
                             settle(acker.ack().await);
                             run.await;
                             return;
@@ -149,7 +168,7 @@ impl DeliveryHandler for JobMessages {
                 for id in ids {
                     let Some(permit) = slots.take().await else { break };
                     let this = self.clone();
-                    runs.push(actix::spawn(async move { this.run_one(id, permit, None).await }));
+                    runs.push(actix::spawn(async move { this.run_one(id, permit, None, None).await }));
                 }
                 slots.done();
                 // A run that panicked lost nothing: its job's lease expires and the reaper

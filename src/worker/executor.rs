@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
@@ -127,12 +128,21 @@ impl Executor {
 
     /// Executes a claimed job and records its outcome (session 2, or the fallback).
     /// `cancel` fires when the run is cancelled or taken away; cooperative operations stop.
-    pub async fn run(&self, job: Job, cancel: CancellationToken) -> HandleOutcome {
+    /// `returned` hears when the operation is done, as its outcome starts on its way.
+    pub async fn run(
+        &self,
+        job: Job,
+        cancel: CancellationToken,
+        returned: Option<oneshot::Sender<()>>,
+    ) -> HandleOutcome {
         let run = RunRef::from(&job);
         let outcome = match self.parent_cancelled(&job).await {
             true => Outcome::Complete(Completion::CancelledByParent),
             false => self.execute(job, cancel).await,
         };
+        if let Some(returned) = returned {
+            let _ = returned.send(());
+        }
         if matches!(outcome, Outcome::Deferred) {
             return HandleOutcome::Deferred;
         }
