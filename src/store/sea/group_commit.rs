@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::commands::insert_new;
@@ -88,6 +89,10 @@ impl Written {
     }
 }
 
+/// How long a batch in flight has before the next may start beside it: longer than a
+/// commit takes on this machine, shorter than a round trip to another data centre.
+const OVERLAP_AFTER: Duration = Duration::from_millis(2);
+
 type Reply = oneshot::Sender<Result<Written, StoreError>>;
 
 /// Why a group commit failed, and so whether its writes may be tried again.
@@ -112,10 +117,20 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Spawns the writer task on the current tokio runtime; `store` must have no writer.
-    pub(super) fn start(store: SeaStore, max_batch: usize) -> Writer {
+    /// Up to `overlap` batches are in flight at once: a batch still going after
+    /// [`OVERLAP_AFTER`] lets the next one start beside it (PostgreSQL, whose commits far
+    /// away take a round trip each); with 1, one batch at a time (SQLite).
+    pub(super) fn start(store: SeaStore, max_batch: usize, overlap: usize) -> Writer {
         let (requests, mut incoming) = mpsc::unbounded_channel::<Request>();
+        let turns = Arc::new(Semaphore::new(overlap.max(1)));
         tokio::spawn(async move {
+            let mut previous: Option<(Instant, oneshot::Receiver<()>)> = None;
             while let Some(first) = incoming.recv().await {
+                // The batch in flight has its time to end first, so that batches stay full.
+                if let Some((started, mut done)) = previous.take() {
+                    let _ = tokio::time::timeout_at(started + OVERLAP_AFTER, &mut done).await;
+                }
+                let Ok(turn) = turns.clone().acquire_owned().await else { return };
                 let mut batch = vec![first];
                 while batch.len() < max_batch {
                     match incoming.try_recv() {
@@ -123,11 +138,18 @@ impl Writer {
                         Err(_) => break,
                     }
                 }
-                // A panic answers this batch's writers with "writer stopped" (their replies
-                // are dropped); the writer goes on with the next batch.
-                if AssertUnwindSafe(store.commit_batch(batch)).catch_unwind().await.is_err() {
-                    tracing::error!("a group commit panicked; its writes were answered with an error");
-                }
+                let (ended, done) = oneshot::channel();
+                previous = Some((Instant::now(), done));
+                let store = store.clone();
+                tokio::spawn(async move {
+                    // A panic answers this batch's writers with "writer stopped" (their
+                    // replies are dropped); the writer goes on with the next batch.
+                    if AssertUnwindSafe(store.commit_batch(batch)).catch_unwind().await.is_err() {
+                        tracing::error!("a group commit panicked; its writes were answered with an error");
+                    }
+                    drop(turn);
+                    let _ = ended.send(());
+                });
             }
         });
         Writer { requests }

@@ -41,6 +41,9 @@ use super::entity::{job, job_event};
 use super::{Call, Change, Hook, Observer, StoreError};
 use crate::domain::{Job, JobStatus, NewEvent};
 
+/// Group commits in flight at once on PostgreSQL (see `group_commit::Writer::start`).
+const WRITER_OVERLAP: usize = 2;
+
 /// The SQL store. Cheap to clone: it holds a connection pool.
 #[derive(Clone)]
 pub struct SeaStore {
@@ -69,12 +72,17 @@ impl SeaStore {
     }
 
     /// As [`Self::with_group_commit`], the writer committing through `writer_db`: a pool of
-    /// its own (one connection is enough: it commits one batch at a time) keeps its
-    /// connection's page and statement caches warm and never waits behind readers.
+    /// its own keeps its connections' page and statement caches warm and never waits behind
+    /// readers. On SQLite one connection is enough: it commits one batch at a time; on
+    /// PostgreSQL up to [`WRITER_OVERLAP`] batches are in flight, their statements side by side.
     pub fn with_group_commit_on(mut self, max_batch: usize, writer_db: DatabaseConnection) -> Self {
         if max_batch > 1 {
             let writer_store = SeaStore::new(writer_db).sharing_gate(self.gate.clone());
-            self.writer = Some(group_commit::Writer::start(writer_store, max_batch));
+            let overlap = match writer_store.db.get_database_backend() {
+                DbBackend::Postgres => WRITER_OVERLAP,
+                _ => 1,
+            };
+            self.writer = Some(group_commit::Writer::start(writer_store, max_batch, overlap));
         }
         self
     }
