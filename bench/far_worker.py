@@ -5,6 +5,12 @@ another data centre). Prints how many instant jobs per second that worker starts
 concurrency and prefetch given, so fair dispatch can be judged across real latency: with
 the broker window at max(concurrency, prefetch), every free slot has a delivery in flight.
 
+It also counts round trips: a chunk from the worker to PostgreSQL or RabbitMQ after that
+server last sent it something begins one. Two figures per job: the round trips on all the
+worker's connections together, and the time a job holds a slot measured in round trips
+(concurrency / rate / round-trip time), which is what bounds the rate. The last line is
+the same figures as JSON, for `scripts/bench.sh`.
+
 Usage: far_worker.py --bin TARGET/debug/yardmaster [--jobs 300] [--delay-ms 20]
                      [--concurrency 8] [--prefetch 1]
 Uses the local PostgreSQL (database `test`, a scratch database of its own) and RabbitMQ
@@ -155,9 +161,12 @@ def main():
         print(f"far worker: {args.jobs} jobs, {args.delay_ms:g} ms each way, concurrency {args.concurrency}, "
               f"prefetch {args.prefetch}: {rate:.1f} jobs started/s ({float(window):.2f} s from first to last start)")
         print(f"  round trips per job, all connections: {db_turns:.2f} to PostgreSQL, {mq_turns:.2f} to RabbitMQ")
-        if args.delay_ms > 0:
-            per_slot = args.concurrency / rate / (2 * args.delay_ms / 1000)
+        per_slot = args.concurrency / rate / (2 * args.delay_ms / 1000) if args.delay_ms > 0 else None
+        if per_slot is not None:
             print(f"  time per job per slot, in round trips of {2 * args.delay_ms:g} ms: {per_slot:.1f}")
+        print(json.dumps({"delay_ms": args.delay_ms, "concurrency": args.concurrency, "prefetch": args.prefetch,
+                          "jobs": args.jobs, "rate": rate, "db_round_trips": db_turns,
+                          "mq_round_trips": mq_turns, "slot_round_trips": per_slot}))
     finally:
         for process in processes:
             process.terminate()

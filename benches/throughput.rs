@@ -5,18 +5,21 @@
 //! start latency at a fixed offered load, memory per in-flight job, and throughput again with
 //! a large history of finished jobs in the tables, embeddings/s of the inference operations
 //! against the same model run directly, remote workers over HTTP against the broker path, and
-//! the memory of waiting clients. Each ratio is between figures of one kind.
+//! the memory of waiting clients, and a worker 10 and 20 ms from its database and broker (the
+//! round trips a job costs). Each ratio is between figures of one kind.
 //!
 //! `BENCH_JOBS` sets the jobs per throughput case (default 50,000), `BENCH_LATENCY_JOBS` the
 //! jobs of each latency case (default 5,000), `BENCH_HISTORY` the finished jobs of the history
 //! cases (default 1,000,000; 0 skips them), `BENCH_EMBED_INPUTS` the inputs of the inference
 //! cases (default 16,384), `BENCH_ONLY` the groups to run
-//! (`throughput,groupcommit,flow,dag,fairness,fanout,http,latency,history,memory,inference,remote,waiters`;
+//! (`throughput,groupcommit,flow,dag,fairness,fanout,http,latency,history,memory,inference,remote,waiters,far`;
 //! default all but `groupcommit`, `flow`, `dag` and `fairness`). Needs the local PostgreSQL and RabbitMQ (`scripts/bench.sh` starts them,
 //! installs the peer, builds in release and keeps the output in `bench/results/`).
 
 #[path = "support/cpu.rs"]
 mod cpu;
+#[path = "support/far.rs"]
+mod far;
 #[path = "support/inference.rs"]
 mod inference;
 #[path = "support/lateness.rs"]
@@ -276,7 +279,14 @@ async fn run(sizes: Sizes) {
         true => scheduler::figures(jobs).await,
         false => Vec::new(),
     };
+    let distant = match wanted("far") {
+        true => far::figures(),
+        false => Vec::new(),
+    };
     report(&figures, &latencies, &history, &memory, sizes.latency_jobs);
+    for figure in &distant {
+        figure.print();
+    }
     for figure in &late {
         figure.print();
     }
