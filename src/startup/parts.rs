@@ -18,9 +18,9 @@ use crate::transport::{AmqpTransport, InProcessTransport, Transport};
 
 use super::Live;
 
-/// The group-commit writer's connections on PostgreSQL: one each for a batch's claims,
-/// outcomes and lease renewals.
-const WRITER_CONNECTIONS: u32 = 3;
+/// The group-commit writer's connections on PostgreSQL, shared by the statements of the
+/// batches in flight (a batch's claims, outcomes and lease renewals run side by side).
+const WRITER_CONNECTIONS: u32 = 4;
 
 /// Connects, migrates if configured, and reads the database clock (kept in step by an
 /// actor from then on): the pool, the clock's offset in ms, and the actor.

@@ -91,7 +91,7 @@ impl Written {
 
 /// How long a batch in flight has before the next may start beside it: longer than a
 /// commit takes on this machine, shorter than a round trip to another data centre.
-const OVERLAP_AFTER: Duration = Duration::from_millis(2);
+const OVERLAP_AFTER: Duration = Duration::from_millis(10);
 
 type Reply = oneshot::Sender<Result<Written, StoreError>>;
 

@@ -42,7 +42,7 @@ use super::{Call, Change, Hook, Observer, StoreError};
 use crate::domain::{Job, JobStatus, NewEvent};
 
 /// Group commits in flight at once on PostgreSQL (see `group_commit::Writer::start`).
-const WRITER_OVERLAP: usize = 2;
+const WRITER_OVERLAP: usize = 4;
 
 /// The SQL store. Cheap to clone: it holds a connection pool.
 #[derive(Clone)]
