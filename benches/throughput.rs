@@ -93,6 +93,10 @@ fn main() {
         history: number("BENCH_HISTORY", 1_000_000),
         latency_jobs: number("BENCH_LATENCY_JOBS", 5_000),
     };
+    // RUST_LOG=yardmaster=debug prints what the in-process apps log (off by default).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
+    }
     SAMPLER.get_or_init(Sampler::start);
     let system = actix_rt::System::new();
     system.block_on(run(sizes));

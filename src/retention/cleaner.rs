@@ -38,7 +38,7 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(3600);
 const LOOKUP_CHUNK: usize = 500;
 
 /// How long one history batch should hold its transaction, and the first batch's size.
-const BATCH_TIME: Duration = Duration::from_micros(2500);
+const BATCH_TIME: Duration = Duration::from_micros(1000);
 const FIRST_BATCH: u64 = 50;
 
 /// What one pass did.
@@ -103,9 +103,11 @@ pub async fn run_once(
             // cleaner (a passive checkpoint takes no writer's turn), not by whichever
             // submission's commit next finds it long.
             if db.get_database_backend() == DbBackend::Sqlite {
+                let checkpoint = std::time::Instant::now();
                 if let Err(err) = db.execute_unprepared("PRAGMA wal_checkpoint(PASSIVE)").await {
                     warn!(error = %err, "checkpoint after a history batch failed");
                 }
+                tracing::debug!(took = ?checkpoint.elapsed(), next = size, "checkpoint after a history batch");
             }
             tokio::time::sleep(held * 2).await;
         }

@@ -69,6 +69,9 @@ pub(super) async fn open_store(
     if let Some(hook) = hook {
         sea = sea.with_hook(hook);
     }
+    if settings.retention.enabled && store::Backend::of_url(&settings.store.url)? == store::Backend::Sqlite {
+        sea = sea.pruning_on(store::connect_for_pruning(&settings.store).await?);
+    }
     let gate = sea.write_gate();
     Ok((Arc::new(sea), gate))
 }

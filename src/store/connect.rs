@@ -37,6 +37,21 @@ const MMAP_BYTES: u64 = 1 << 30;
 /// Opens a pool. SQLite runs in WAL mode with full sync so a committed transition survives
 /// a crash, and waits on a busy lock instead of failing.
 pub async fn connect(settings: &StoreSettings) -> anyhow::Result<DatabaseConnection> {
+    open(settings, SqliteSynchronous::Full).await
+}
+
+/// One connection for deleting history on SQLite, whose commits are not synced: WAL mode
+/// stays consistent, and what a power cut can take back is only the last batches of an
+/// idempotent prune, which the next pass deletes again. The checkpoint the cleaner runs
+/// after each batch, outside the writer's turn, syncs the log; so the turn a prune batch
+/// holds is its statements, not a disk flush. (A later synced commit of another connection
+/// syncs the log up to itself, these frames included, so nothing after them survives
+/// without them.)
+pub async fn connect_for_pruning(settings: &StoreSettings) -> anyhow::Result<DatabaseConnection> {
+    open(&StoreSettings { max_connections: 1, ..settings.clone() }, SqliteSynchronous::Normal).await
+}
+
+async fn open(settings: &StoreSettings, synchronous: SqliteSynchronous) -> anyhow::Result<DatabaseConnection> {
     Backend::of_url(&settings.url)?;
     let mut options = ConnectOptions::new(settings.url.clone());
     options
@@ -47,10 +62,10 @@ pub async fn connect(settings: &StoreSettings) -> anyhow::Result<DatabaseConnect
         // far from its database pays per statement); one idle this long is.
         .test_before_acquire_if_idle_for(PING_WHEN_IDLE)
         .sqlx_logging(false)
-        .map_sqlx_sqlite_opts(|opts| {
+        .map_sqlx_sqlite_opts(move |opts| {
             opts.create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Full)
+                .synchronous(synchronous)
                 .busy_timeout(Duration::from_secs(30))
                 .foreign_keys(true)
                 // Pages read through a shared mapping, not copied in by a read(2) each time

@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use crate::domain::{BatchOutcome, FanOutForm, Job, JobEvent, JobStatus, NewEvent, NewJob};
 
-pub use connect::{connect, migrate, Backend};
+pub use connect::{connect, connect_for_pruning, migrate, Backend};
 pub use observe::{Call, Change, Hook, Observer};
 pub use overview::QueueFigures;
 pub use sea::write_gate::{WriteGate, WriteTxn};

@@ -285,7 +285,7 @@ impl Maintenance for SeaStore {
         if due().into_tuple::<Uuid>().one(&self.db).await?.is_none() {
             return Ok(Pruned::default());
         }
-        let txn = self.write_txn().await?;
+        let txn = self.pruning_txn().await?;
         let turn = std::time::Instant::now();
         // Locked on PostgreSQL (SQLite's write transaction is exclusive): a manual retry
         // waits for this delete, or comes first and takes its job out of it.
@@ -294,6 +294,7 @@ impl Maintenance for SeaStore {
             roots = roots.lock(LockType::Update);
         }
         let roots: Vec<Uuid> = roots.into_tuple().all(&txn).await?;
+        let found = turn.elapsed();
         let mut kept: HashSet<Uuid> = HashSet::new();
         let mut family: Vec<(Uuid, Uuid)> = Vec::new();
         let mut level: Vec<Uuid> = roots.clone();
@@ -327,6 +328,7 @@ impl Maintenance for SeaStore {
         let children: Vec<Uuid> =
             family.into_iter().filter(|(_, root)| !kept.contains(root)).map(|(child, _)| child).collect();
         let mut pruned = Pruned { jobs: roots.len() as u64, children: children.len() as u64, ..Pruned::default() };
+        let walked = turn.elapsed();
         for chunk in roots.chunks(CHUNK).chain(children.chunks(CHUNK)) {
             let ids = chunk.iter().copied();
             pruned.events += job_event::Entity::delete_many()
@@ -349,11 +351,23 @@ impl Maintenance for SeaStore {
                 .await?;
         }
         // Children first, deepest last found first, so no row ever names a deleted parent.
+        let unlinked = turn.elapsed();
         for chunk in children.rchunks(CHUNK).chain(roots.chunks(CHUNK)) {
             job::Entity::delete_many().filter(job::Column::Id.is_in(chunk.iter().copied())).exec(&txn).await?;
         }
+        let deleted = turn.elapsed();
         txn.commit().await?;
         pruned.held = turn.elapsed();
+        tracing::debug!(
+            jobs = pruned.jobs,
+            children = pruned.children,
+            ?found,
+            ?walked,
+            ?unlinked,
+            ?deleted,
+            held = ?pruned.held,
+            "history batch pruned"
+        );
         Ok(pruned)
     }
 }

@@ -56,12 +56,14 @@ pub struct SeaStore {
     observers: Arc<Vec<Arc<dyn Observer>>>,
     /// Asked before every call and after every commit (fault injection in tests).
     hook: Option<Arc<dyn Hook>>,
+    /// When set, history is pruned through this pool (see [`Self::pruning_on`]).
+    pruner: Option<DatabaseConnection>,
 }
 
 impl SeaStore {
     pub fn new(db: DatabaseConnection) -> Self {
         let gate = WriteGate::for_backend(db.get_database_backend());
-        SeaStore { db, gate, writer: None, observers: Arc::default(), hook: None }
+        SeaStore { db, gate, writer: None, observers: Arc::default(), hook: None, pruner: None }
     }
 
     /// Writes claims and outcomes of concurrent jobs in shared transactions of up to
@@ -106,6 +108,14 @@ impl SeaStore {
         self.gate.clone()
     }
 
+    /// Prunes history through `pruner_db` (in turn with every other writer):
+    /// [`crate::store::connect_for_pruning`]'s connection, whose commits wait for no disk
+    /// flush, so a batch holds SQLite's one writer for its statements alone.
+    pub fn pruning_on(mut self, pruner_db: DatabaseConnection) -> Self {
+        self.pruner = Some(pruner_db);
+        self
+    }
+
     /// Takes write transactions in turn with `gate` (the group-commit writer's store).
     fn sharing_gate(mut self, gate: WriteGate) -> Self {
         self.gate = gate;
@@ -133,6 +143,11 @@ impl SeaStore {
 
     async fn write_txn(&self) -> Result<WriteTxn, DbErr> {
         self.gate.begin(&self.db).await
+    }
+
+    /// A write transaction for pruning: on the pruner's pool when there is one.
+    pub(super) async fn pruning_txn(&self) -> Result<WriteTxn, DbErr> {
+        self.gate.begin(self.pruner.as_ref().unwrap_or(&self.db)).await
     }
 
     /// "Now" by the clock that judges leases and times ([`rows::db_now`]): PostgreSQL's
