@@ -12,7 +12,7 @@ use uuid::Uuid;
 use yardmaster::config::{RetentionSettings, UploadSettings};
 use yardmaster::domain::NewJob;
 use yardmaster::retention::cleaner::run_once;
-use yardmaster::store::entity::{job, job_event};
+use yardmaster::store::entity::{job, job_dependency, job_event};
 use yardmaster::uploads::Uploads;
 
 use crate::helpers::{read, Backend, TestApp, TestOptions, PARKED};
@@ -23,6 +23,20 @@ async fn ended_ago(app: &TestApp, id: &str, days: i64) {
     let id: Uuid = id.parse().unwrap();
     let update = job::Entity::update_many().col_expr(job::Column::FinishedAt, Expr::value(then));
     update.filter(job::Column::Id.eq(id)).exec(&app.db).await.unwrap();
+}
+
+/// Every descendant of job `id`, level by level.
+async fn descendants(app: &TestApp, id: &str) -> Vec<String> {
+    let (mut found, mut level) = (Vec::new(), vec![id.to_owned()]);
+    while let Some(parent) = level.pop() {
+        let (_, children) = app.get(&format!("/jobs/{parent}/children")).await;
+        for child in children["jobs"].as_array().unwrap() {
+            let child = child["id"].as_str().unwrap().to_owned();
+            level.insert(0, child.clone());
+            found.push(child);
+        }
+    }
+    found
 }
 
 fn uploads_of(app: &TestApp) -> Uploads {
@@ -136,7 +150,34 @@ async fn history_past_its_age_is_pruned_in_batches(backend: Backend) {
     let group_id = group["id"].as_str().unwrap().to_owned();
     let children = app.get(&format!("/jobs/{group_id}/children")).await.1["jobs"].as_array().unwrap().len();
     assert_eq!(children, 2);
-    for id in old_succeeded.iter().chain([&group_id, &waiting_parent]) {
+    // Families two levels deep: one ended whole, one whose great-grandchild still waits.
+    let nested = json!({ "operation": "group", "payload": { "jobs": [
+        { "operation": "group", "payload": { "jobs": [{ "operation": "count" }, { "operation": "count" }] } },
+        { "operation": "count" },
+    ] } });
+    let deep = app.submit(nested.clone()).await.1["id"].as_str().unwrap().to_owned();
+    let deep_kept = app.submit(nested).await.1["id"].as_str().unwrap().to_owned();
+    for id in [&deep, &deep_kept] {
+        app.wait_for_status(id, "succeeded").await;
+    }
+    let deep_family = descendants(&app, &deep).await;
+    let deep_kept_family = descendants(&app, &deep_kept).await;
+    assert_eq!((deep_family.len(), deep_kept_family.len()), (4, 4), "{deep_family:?}");
+    let grandchild = deep_kept_family.last().unwrap().parse().unwrap();
+    let great_grandchild = NewJob {
+        parent_job_id: Some(grandchild),
+        queue: yardmaster::domain::QueueName::parse(PARKED).unwrap(),
+        ..NewJob::new("count")
+    };
+    app.store.submit(great_grandchild).await.unwrap();
+    assert_eq!(descendants(&app, &deep_kept).await.len(), 5);
+    // A dependency edge: `dependent` waited for `dependency`, and only the latter is old.
+    let dependency = app.submit(json!({ "operation": "count" })).await.1["id"].as_str().unwrap().to_owned();
+    let dependent = app.submit(json!({ "operation": "count", "depends_on": [dependency] })).await;
+    let dependent = dependent.1["id"].as_str().unwrap().to_owned();
+    app.wait_for_status(&dependent, "succeeded").await;
+    // In this order, so the kept families end the last batch of succeeded jobs.
+    for id in old_succeeded.iter().chain([&group_id, &deep, &dependency, &waiting_parent, &deep_kept]) {
         ended_ago(&app, id, 8).await;
     }
     // Failed history is kept 30 days by default, cancelled 7.
@@ -145,21 +186,29 @@ async fn history_past_its_age_is_pruned_in_batches(backend: Backend) {
     let before = job::Entity::find().count(&app.db).await.unwrap();
     let settings = RetentionSettings { batch: 2, ..RetentionSettings::default() };
     let counts = run_once(app.store.as_ref(), &app.db, &uploads, &settings).await.unwrap();
-    // 5 old succeeded + the old group + the old cancelled; the group's 2 children with it.
-    assert_eq!((counts.jobs_pruned, counts.children_pruned), (7, 2), "{counts:?}");
+    // 5 old succeeded, the old group, the deep family's root, the old dependency and the old
+    // cancelled; the group's 2 children and the deep family's 4 descendants with them.
+    assert_eq!((counts.jobs_pruned, counts.children_pruned), (9, 6), "{counts:?}");
     let after = job::Entity::find().count(&app.db).await.unwrap();
-    assert_eq!(before - after, 9);
-    for id in old_succeeded.iter().chain([&group_id, &cancelled["id"].as_str().unwrap().to_owned()]) {
+    assert_eq!(before - after, 15);
+    let gone = [group_id.clone(), deep, dependency.clone(), cancelled["id"].as_str().unwrap().to_owned()];
+    for id in old_succeeded.iter().chain(gone.iter()).chain(deep_family.iter()) {
         let (status, _) = app.get(&format!("/jobs/{id}")).await;
         assert_eq!(status, 404, "{id} pruned");
         let id: Uuid = id.parse().unwrap();
         let events = job_event::Entity::find().filter(job_event::Column::JobId.eq(id)).count(&app.db).await.unwrap();
         assert_eq!(events, 0, "its events with it");
     }
-    for id in [young["id"].as_str().unwrap(), failed["id"].as_str().unwrap(), &waiting_parent] {
+    let kept = [young["id"].as_str().unwrap(), failed["id"].as_str().unwrap(), &waiting_parent, &dependent, &deep_kept];
+    for id in kept.into_iter().chain(deep_kept_family.iter().map(String::as_str)) {
         let (status, job) = app.get(&format!("/jobs/{id}")).await;
         assert_eq!(status, 200, "{id} kept: {job}");
     }
+    let dependency: Uuid = dependency.parse().unwrap();
+    let edges = job_dependency::Entity::find().filter(job_dependency::Column::DependencyId.eq(dependency));
+    assert_eq!(edges.count(&app.db).await.unwrap(), 0, "the edge to a pruned job goes with it");
+    let (status, _) = app.get(&format!("/jobs/{dependent}/dependencies")).await;
+    assert_eq!(status, 200);
     let again = run_once(app.store.as_ref(), &app.db, &uploads, &settings).await.unwrap();
     assert_eq!(again.total(), 0, "{again:?}");
 }

@@ -15,6 +15,7 @@ mod group_commit;
 mod limits;
 mod maintenance;
 mod postgres_batch;
+mod prune;
 mod reads;
 mod rows;
 
