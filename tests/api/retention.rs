@@ -176,8 +176,11 @@ async fn history_past_its_age_is_pruned_in_batches(backend: Backend) {
     let dependent = app.submit(json!({ "operation": "count", "depends_on": [dependency] })).await;
     let dependent = dependent.1["id"].as_str().unwrap().to_owned();
     app.wait_for_status(&dependent, "succeeded").await;
-    // In this order, so the kept families end the last batch of succeeded jobs.
-    for id in old_succeeded.iter().chain([&group_id, &deep, &dependency, &waiting_parent, &deep_kept]) {
+    // The oldest is a family kept for its child, which does not stop the jobs behind it; the
+    // one kept for a great-grandchild is found by the walk, and ends the pass, so it comes last.
+    for id in
+        [&waiting_parent].into_iter().chain(old_succeeded.iter()).chain([&group_id, &deep, &dependency, &deep_kept])
+    {
         ended_ago(&app, id, 8).await;
     }
     // Failed history is kept 30 days by default, cancelled 7.

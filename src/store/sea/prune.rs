@@ -27,6 +27,12 @@ use crate::store::{clock, Pruned, StoreError};
 /// Ids per `IN (...)` list (far below both engines' bind limits).
 const CHUNK: usize = 500;
 
+/// A root is not due while a child of it is queued or running: it would be kept, and a batch
+/// of such roots would end the pass before the jobs behind them. (A family kept for a
+/// grandchild is found by the walk, and ends its pass early.)
+const NO_LIVE_CHILD: &str = "NOT EXISTS (SELECT 1 FROM job AS child \
+     WHERE child.parent_job_id = job.id AND child.status IN ('queued', 'running'))";
+
 /// A batch on SQLite, as one command (`{status}` a literal, so the planner uses the partial
 /// index on finished history; `?1` the cutoff, `?2` the batch size). The family goes into
 /// a temporary table once; each delete reads it by its index.
@@ -37,7 +43,7 @@ WITH RECURSIVE
   roots (id) AS (
     SELECT id FROM job
     WHERE parent_job_id IS NULL AND status IN ('succeeded', 'failed', 'cancelled') AND status = '{status}'
-      AND finished_at < ?1
+      AND finished_at < ?1 AND {no_live_child}
     ORDER BY finished_at LIMIT ?2),
   family (id, root, status) AS (
     SELECT id, id, 'ended' FROM roots
@@ -84,7 +90,7 @@ impl SeaStore {
         limit: u64,
     ) -> Result<Pruned, StoreError> {
         let cutoff = clock::now() - to_chrono(older_than);
-        let sql = SQLITE_BATCH.replace("{status}", status.as_str());
+        let sql = SQLITE_BATCH.replace("{status}", status.as_str()).replace("{no_live_child}", NO_LIVE_CHILD);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let batch = Statement::from_sql_and_values(DbBackend::Sqlite, sql, [cutoff.into(), limit.into()]);
         let txn = self.pruning_txn().await?;
@@ -209,6 +215,7 @@ fn due(backend: DbBackend, status: JobStatus, older_than: Duration, limit: u64) 
             status.as_str()
         )))
         .filter(Expr::col(job::Column::FinishedAt).lt(db_now_plus(backend, -millis(older_than))))
+        .filter(Expr::cust(NO_LIVE_CHILD))
         .order_by_asc(job::Column::FinishedAt)
         .limit(limit)
 }
