@@ -283,6 +283,8 @@ class Fleet:
         }
         self.processes = {}
         self.stopping = False
+        # Held while a process is restarted, so none starts once `stop` has begun.
+        self.starting = threading.Lock()
         # Names sent SIGTERM whose exit is still to be seen, and the exit codes seen.
         self.terminated = set()
         self.term_exits = []
@@ -305,11 +307,18 @@ class Fleet:
                         self.terminated.discard(name)
                         self.term_exits.append(process.returncode)
                     time.sleep(1)
-                    self.start(name)
+                    with self.starting:
+                        if not self.stopping:
+                            self.start(name)
             time.sleep(0.2)
 
     def signal(self, name, sig):
         process = self.processes[name]
+        if sig == signal.SIGTERM:
+            # A SIGTERM is judged by the exit it gets (143) only once the process catches it:
+            # before its handler is in (the loader mapping libtorch, start-up before the
+            # first line of `build`), the signal's default kills it, as it would any program.
+            wait_until_catching(process, signal.SIGTERM)
         if process.poll() is not None:
             return
         if sig == signal.SIGTERM:
@@ -321,7 +330,10 @@ class Fleet:
 
     def stop(self):
         """SIGTERM to every process still up; their exit codes (143 is a clean stop)."""
-        self.stopping = True
+        with self.starting:
+            self.stopping = True
+        for process in self.processes.values():
+            wait_until_catching(process, signal.SIGTERM)
         alive = {name: process for name, process in self.processes.items() if process.poll() is None}
         for process in alive.values():
             process.send_signal(signal.SIGTERM)
@@ -334,6 +346,25 @@ class Fleet:
                 codes[name] = "hung"
         self.term_exits += list(codes.values())
         return codes
+
+
+def catches(process, sig):
+    """Whether `process` has a handler for `sig` (its `SigCgt` mask in /proc)."""
+    try:
+        with open(f"/proc/{process.pid}/status") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return False
+
+
+def wait_until_catching(process, sig, timeout=60):
+    """Until `process` catches `sig` or has exited (a handler, once in, stays in)."""
+    deadline = time.time() + timeout
+    while process.poll() is None and not catches(process, sig) and time.time() < deadline:
+        time.sleep(0.02)
 
 
 def submit_all(port, token, keys, accepted, pace, deadline):
