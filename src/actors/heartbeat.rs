@@ -88,11 +88,11 @@ pub async fn run_with_heartbeat(
     executor: &Executor,
     store: Arc<dyn RunWrites>,
     interval: Duration,
-    job: Job,
+    job: Box<Job>,
     cancel: CancellationToken,
     returned: Option<oneshot::Sender<()>>,
 ) -> HandleOutcome {
-    let run = RunRef::from(&job);
+    let run = RunRef::from(&*job);
     // Every line logged while the job runs, its operation's included, names the run.
     let span = tracing::info_span!("job", id = %job.id, attempt = job.attempts, operation = %job.operation);
     let running = executor.run(job, cancel.clone(), returned).instrument(span);

@@ -45,14 +45,14 @@ const CURRENT_FOR: Duration = Duration::from_millis(250);
 /// Runs operation messages from the registry.
 pub struct OperationMessages {
     registry: Arc<OperationRegistry>,
-    services: Services,
+    services: Arc<Services>,
     /// Coordinators' runs read current, and when.
     current: Mutex<HashMap<RunRef, Instant>>,
 }
 
 impl OperationMessages {
     pub fn new(registry: Arc<OperationRegistry>, services: Services) -> Self {
-        OperationMessages { registry, services, current: Mutex::default() }
+        OperationMessages { registry, services: Arc::new(services), current: Mutex::default() }
     }
 
     /// Whether `parent`'s run is still current, read at most once per [`CURRENT_FOR`].

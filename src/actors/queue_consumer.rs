@@ -94,7 +94,7 @@ impl JobMessages {
                 if let Some(claimed) = claimed {
                     let _ = claimed.send(());
                 }
-                run_with_heartbeat(&self.executor, self.store.clone(), self.heartbeat, *job, cancel, returned).await;
+                run_with_heartbeat(&self.executor, self.store.clone(), self.heartbeat, job, cancel, returned).await;
                 Step::Done
             }
             Ok(Claim::NotClaimable) => Step::Done,

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::Dispatcher;
 use crate::domain::{scrub_nul, scrub_nul_value, EventLevel, Job, NewEvent};
-use crate::store::{DependencyResult, JobStore, RunRef, RunWrites, StoreError};
+use crate::store::{DependencyResult, JobStore, RunRef, StoreError};
 use crate::transport::Transport;
 
 use super::OperationRegistry;
@@ -34,63 +34,73 @@ pub struct JobContext {
     /// Whose event log `emit` writes to, and for which run: the job's, or a batch's
     /// coordinator's. Writes of a run that is no longer current are dropped.
     events_to: Option<RunRef>,
-    /// The run's writes: its events, its fan-out, its deferral.
-    pub(super) store: Arc<dyn RunWrites>,
-    db: DatabaseConnection,
-    pub(super) transport: Arc<dyn Transport>,
-    pub(super) dispatcher: Dispatcher,
-    registry: Arc<OperationRegistry>,
+    /// The process's store, transport, dispatcher and operations, shared by every run: a
+    /// context is as small as what is its own.
+    pub(super) services: Arc<Services>,
     /// Fires when the job is cancelled (or its run taken away): stop early if you can.
     cancel: CancellationToken,
     /// What the coordinator of a batch resolved before fanning out; `Null` otherwise.
-    snapshot: Arc<Value>,
+    snapshot: Option<Arc<Value>>,
     /// Set once the job fanned out: its batches, not its return, close it.
-    pub(super) deferred: Arc<AtomicBool>,
+    pub(super) deferred: Deferral,
+}
+
+/// Set once a job fans out; shared by its context and whoever reads the run's outcome.
+#[derive(Clone, Default)]
+pub struct Deferral(Arc<AtomicBool>);
+
+impl Deferral {
+    pub(super) fn set(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the job fanned out: its batches, not its return, close it.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 impl JobContext {
     /// The context of a claimed job.
-    pub fn new(job: Job, services: Services, cancel: CancellationToken) -> Self {
+    pub fn new(job: Arc<Job>, services: Arc<Services>, cancel: CancellationToken) -> Self {
         JobContext {
-            events_to: Some(RunRef::from(&job)),
-            job: Some(Arc::new(job)),
-            store: services.store.clone(),
-            db: services.db,
-            transport: services.transport,
-            dispatcher: services.dispatcher,
-            registry: services.registry,
+            events_to: Some(RunRef::from(&*job)),
+            job: Some(job),
+            services,
             cancel,
-            snapshot: Arc::new(Value::Null),
-            deferred: Arc::default(),
+            snapshot: None,
+            deferred: Deferral::default(),
         }
     }
 
     /// The context of ephemeral work (no job row) that reports to its coordinator's run
     /// `parent`, if any, with the coordinator's `snapshot` when it is a batch.
-    pub fn ephemeral(parent: Option<RunRef>, snapshot: Value, services: Services) -> Self {
+    pub fn ephemeral(parent: Option<RunRef>, snapshot: Value, services: Arc<Services>) -> Self {
         JobContext {
             job: None,
             events_to: parent,
-            store: services.store.clone(),
-            db: services.db,
-            transport: services.transport,
-            dispatcher: services.dispatcher,
-            registry: services.registry,
+            services,
             cancel: CancellationToken::new(),
-            snapshot: Arc::new(snapshot),
-            deferred: Arc::default(),
+            snapshot: Some(Arc::new(snapshot)),
+            deferred: Deferral::default(),
         }
     }
 
     /// What a batch's coordinator resolved and copied into every batch (`Null` for work
     /// that is not a batch): read it instead of rows that may have changed since.
     pub fn snapshot(&self) -> &Value {
-        &self.snapshot
+        static NONE: Value = Value::Null;
+        self.snapshot.as_deref().unwrap_or(&NONE)
     }
 
     /// Whether this job fanned out (see [`JobContext::fan_out`]).
     pub fn is_deferred(&self) -> bool {
-        self.deferred.load(Ordering::SeqCst)
+        self.deferred.is_set()
+    }
+
+    /// The flag [`JobContext::is_deferred`] reads, for whoever outlives this context.
+    pub(crate) fn deferral(&self) -> Deferral {
+        self.deferred.clone()
     }
 
     /// True once the job was cancelled: a cooperative operation returns early.
@@ -108,7 +118,8 @@ impl JobContext {
         self.cancel.cancelled().await
     }
 
-    /// The job as it was claimed (status RUNNING, `attempts` counting this run).
+    /// The job as it was claimed (status RUNNING, `attempts` counting this run), without its
+    /// payload: the operation was given that (`Value::Null` here).
     pub fn job(&self) -> Option<&Job> {
         self.job.as_deref()
     }
@@ -118,7 +129,7 @@ impl JobContext {
     pub async fn dependencies(&self) -> Result<Vec<DependencyResult>, StoreError> {
         match &self.job {
             Some(job) if job.on_dependency_failure.is_some() => {
-                self.dispatcher.store().dependency_results(job.id).await
+                self.services.dispatcher.store().dependency_results(job.id).await
             }
             _ => Ok(Vec::new()),
         }
@@ -131,13 +142,13 @@ impl JobContext {
 
     /// The operations of this process.
     pub fn registry(&self) -> &OperationRegistry {
-        &self.registry
+        &self.services.registry
     }
 
     /// The database pool, for operations that keep tables of their own. Each call runs in
     /// its own short transaction; never hold one open across slow work.
     pub fn db(&self) -> &DatabaseConnection {
-        &self.db
+        &self.services.db
     }
 
     /// Appends an event to the job's log (a batch: its coordinator's) in its own short
@@ -164,7 +175,7 @@ impl JobContext {
         if let Some(message) = message {
             new = new.message(scrub_nul(message));
         }
-        if !self.store.record_event(run, new).await? {
+        if !self.services.store.record_event(run, new).await? {
             tracing::info!(job_id = %run.id, attempt = run.attempt, event, "run no longer current; event dropped, run stopped");
             self.cancel.cancel();
         }

@@ -7,8 +7,6 @@
 //! dies in between leaves a leased run: the reaper re-queues it, the new run fans out
 //! afresh, and outcomes for the old run are ignored.
 
-use std::sync::atomic::Ordering;
-
 use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -93,7 +91,7 @@ impl JobContext {
         let run = RunRef::from(job);
         let total = fan_out.batches.len() as i64;
         let store_failed = |err: crate::store::StoreError| OperationError::new(FAN_OUT_FAILED, err.to_string());
-        if self.store.fan_out(run, total, FanOutForm::Batches).await.map_err(store_failed)?.is_none() {
+        if self.services.store.fan_out(run, total, FanOutForm::Batches).await.map_err(store_failed)?.is_none() {
             return Err(OperationError::new(FAN_OUT_FAILED, "the run is no longer current"));
         }
         let FanOut { operation, queue, write_queue, snapshot, batches, max_retries } = fan_out;
@@ -122,7 +120,7 @@ impl JobContext {
         for window in messages.chunks(PUBLISH_WINDOW) {
             // A coordinator's batches travel at its level.
             let priority = crate::store::level(job.effective_priority);
-            let send = |message: &Vec<u8>| self.transport.publish_at(&queue, message.clone(), priority);
+            let send = |message: &Vec<u8>| self.services.transport.publish_at(&queue, message.clone(), priority);
             let sent = join_all(window.iter().map(send)).await;
             if let Some(Err(err)) = sent.into_iter().find(Result::is_err) {
                 return Err(OperationError::new(FAN_OUT_FAILED, format!("sending batches to {queue}: {err}")));
@@ -138,7 +136,7 @@ impl JobContext {
     /// outcomes go to has no consumer anywhere: they wait until a worker for it starts.
     async fn report_unserved(&self, run: RunRef, queues: &[&str]) {
         for &queue in queues {
-            match self.transport.consumers(queue).await {
+            match self.services.transport.consumers(queue).await {
                 Ok(Some(0)) => {
                     warn!(job_id = %run.id, queue, "no process consumes this queue; the coordinator waits for one");
                     let message = format!("no worker consumes queue {queue:?}; start one (yardmaster worker) to go on");
@@ -146,7 +144,7 @@ impl JobContext {
                         .message(message)
                         .fields(serde_json::json!({ "queue": queue }))
                         .level(EventLevel::Warning);
-                    if let Err(err) = self.store.record_event(run, event).await {
+                    if let Err(err) = self.services.store.record_event(run, event).await {
                         warn!(job_id = %run.id, error = %err, "could not record that a queue has no consumer");
                     }
                 }
@@ -172,7 +170,7 @@ impl JobContext {
         let run = RunRef::from(job);
         let store_failed = |err: crate::store::StoreError| OperationError::new(FAN_OUT_FAILED, err.to_string());
         let total = children.len() as i64;
-        if self.store.fan_out(run, total, FanOutForm::Children).await.map_err(store_failed)?.is_none() {
+        if self.services.store.fan_out(run, total, FanOutForm::Children).await.map_err(store_failed)?.is_none() {
             return Err(OperationError::new(FAN_OUT_FAILED, "the run is no longer current"));
         }
         let room = RoomId::parse(&job.room).map_err(|err| OperationError::new(FAN_OUT_FAILED, err))?;
@@ -190,10 +188,10 @@ impl JobContext {
                 ..child
             })
             .collect();
-        let dispatcher = &self.dispatcher;
+        let dispatcher = &self.services.dispatcher;
         let submissions = dispatcher.submit_many(children).await.map_err(store_failed)?;
         // A re-run (after a retry of the coordinator) runs again what failed or was cancelled.
-        for child in self.store.rerun_children(run).await.map_err(store_failed)? {
+        for child in self.services.store.rerun_children(run).await.map_err(store_failed)? {
             dispatcher.publish(&child).await;
         }
         self.defer(run).await;
@@ -203,8 +201,8 @@ impl JobContext {
     /// From here on the batches or children decide the job's outcome, whatever this run
     /// returns.
     async fn defer(&self, run: RunRef) {
-        self.deferred.store(true, Ordering::SeqCst);
-        match self.store.defer(run).await {
+        self.deferred.set();
+        match self.services.store.defer(run).await {
             Ok(Some(_)) => {}
             Ok(None) => info!(job_id = %run.id, "the job was closed before it deferred"),
             // The run keeps its lease until it expires; the reaper re-queues it then.

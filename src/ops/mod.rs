@@ -22,7 +22,7 @@ use crate::domain::RetryPolicy;
 use crate::store::{BatchRows, Reduce, RunRef};
 
 pub use busy::Busy;
-pub use context::{JobContext, Services};
+pub use context::{Deferral, JobContext, Services};
 pub use fail::Fail;
 pub use fan_out::{FanOut, OperationMessage, FAN_OUT_FAILED};
 pub use group::Group;

@@ -50,7 +50,10 @@ impl Operation for Sleep {
     }
 
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
-        let payload = SleepPayload::parse(&payload).map_err(|err| OperationError::new("InvalidPayload", err))?;
+        let parsed = SleepPayload::parse(&payload).map_err(|err| OperationError::new("InvalidPayload", err));
+        // Not held for as long as the sleep lasts.
+        drop(payload);
+        let payload = parsed?;
         let slice = Duration::from_secs_f64(payload.seconds / f64::from(payload.steps));
         for step in 1..=payload.steps {
             tokio::select! {

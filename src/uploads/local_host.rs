@@ -87,7 +87,8 @@ async fn slot_loop(parts: HostParts, stop: CancellationToken) {
                 info!(job_id = %job.id, service = ?job.service, attempt = job.attempts, "script claimed");
                 let cancel = CancellationToken::new();
                 slot.bind(RunRef::from(&job), cancel.clone());
-                run_with_heartbeat(&parts.executor, parts.store.clone(), parts.heartbeat, job, cancel, None).await;
+                run_with_heartbeat(&parts.executor, parts.store.clone(), parts.heartbeat, Box::new(job), cancel, None)
+                    .await;
                 continue;
             }
             Ok(None) => drop(slot),

@@ -91,13 +91,13 @@ enum Outcome {
 /// Runs jobs by id. Shared by every consumer of a process.
 pub struct Executor {
     registry: Arc<OperationRegistry>,
-    services: Services,
+    services: Arc<Services>,
     config: ExecutorConfig,
 }
 
 impl Executor {
     pub fn new(services: Services, registry: Arc<OperationRegistry>, config: ExecutorConfig) -> Self {
-        Executor { registry, services, config }
+        Executor { registry, services: Arc::new(services), config }
     }
 
     pub fn config(&self) -> &ExecutorConfig {
@@ -110,6 +110,12 @@ impl Executor {
             info!(job_id = %id, operation = %job.operation, attempt = job.attempts, "claimed");
             return Ok(Claim::Claimed(Box::new(job)));
         }
+        // Boxed: its row and its writes are no part of the future every run holds.
+        Box::pin(self.not_claimed(id)).await
+    }
+
+    /// What a claim that took nothing found.
+    async fn not_claimed(&self, id: Uuid) -> Result<Claim, StoreError> {
         match self.services.store.get(id).await? {
             Some(job) if job.status == JobStatus::Queued => {
                 // Not due yet (its delay is not over): the message is spent, so the sweep
@@ -129,13 +135,17 @@ impl Executor {
     /// Executes a claimed job and records its outcome (session 2, or the fallback).
     /// `cancel` fires when the run is cancelled or taken away; cooperative operations stop.
     /// `returned` hears when the operation is done, as its outcome starts on its way.
+    ///
+    /// The job comes boxed and stays so until its context holds it: a `Job` by value would
+    /// be a copy of its row in each future this run nests (the run's, its operation's),
+    /// which every in-flight job holds for as long as it runs.
     pub async fn run(
         &self,
-        job: Job,
+        job: Box<Job>,
         cancel: CancellationToken,
         returned: Option<oneshot::Sender<()>>,
     ) -> HandleOutcome {
-        let run = RunRef::from(&job);
+        let run = RunRef::from(&*job);
         let outcome = match self.parent_cancelled(&job).await {
             true => Outcome::Complete(Completion::CancelledByParent),
             false => self.execute(job, cancel).await,
@@ -147,8 +157,10 @@ impl Executor {
             return HandleOutcome::Deferred;
         }
         let mut written = self.write(run, &outcome).await;
+        // The rare paths are boxed, so the future every in-flight job holds does not carry
+        // their pauses and errors.
         if written.as_ref().is_err_and(StoreError::is_unavailable) {
-            written = self.write_when_back(run, &outcome).await;
+            written = Box::pin(self.write_when_back(run, &outcome)).await;
         }
         match written {
             Ok(Some(JobStatus::Queued)) => {
@@ -163,7 +175,7 @@ impl Executor {
                 info!(job_id = %run.id, "run no longer current; outcome dropped");
                 HandleOutcome::Superseded
             }
-            Err(err) => self.record_fallback(run, err).await,
+            Err(err) => Box::pin(self.record_fallback(run, err)).await,
         }
     }
 
@@ -214,18 +226,22 @@ impl Executor {
 
     /// Runs the operation with no transaction open and decides what to record. A panic is a
     /// failure; a failure with retries left becomes a delayed requeue.
-    async fn execute(&self, job: Job, cancel: CancellationToken) -> Outcome {
+    async fn execute(&self, mut job: Box<Job>, cancel: CancellationToken) -> Outcome {
         let Some(operation) = self.registry.get(&job.operation) else {
             let message = format!("this worker has no operation named {:?}", job.operation);
             return Outcome::Complete(Completion::Failed { error_code: UNKNOWN_OPERATION.into(), message });
         };
-        let payload = job.payload.clone();
+        // The operation owns the payload; the context's job keeps none (`JobContext::job`).
+        let payload = std::mem::take(&mut job.payload);
         // A row's timeout is checked at submission; one no duration can hold is no limit.
         let limit = job.timeout_seconds.and_then(|seconds| Duration::try_from_secs_f64(seconds).ok());
         // The run's own token: its timeout stops it without touching the in-flight one.
         let stop = cancel.child_token();
-        let ctx = JobContext::new(job, self.services.clone(), stop.clone());
-        let work = AssertUnwindSafe(operation.execute(ctx.clone(), payload)).catch_unwind();
+        let job: Arc<Job> = Arc::from(job);
+        let ctx = JobContext::new(job.clone(), self.services.clone(), stop.clone());
+        // What is read back once the operation returns; the context itself goes to it.
+        let fanned_out = ctx.deferral();
+        let work = AssertUnwindSafe(operation.execute(ctx, payload)).catch_unwind();
         let executed = match within(limit, work, &stop).await {
             Some(executed) => executed,
             None => {
@@ -234,7 +250,7 @@ impl Executor {
                 Ok(Err(OperationError::Failed { class: TIMEOUT.into(), message }))
             }
         };
-        if ctx.is_deferred() {
+        if fanned_out.is_set() {
             // Its batches are out and decide the outcome, whatever this run returned.
             return Outcome::Deferred;
         }
@@ -251,10 +267,7 @@ impl Executor {
             }
             Err(panic) => (OPERATION_PANICKED.to_owned(), panic_message(&panic)),
         };
-        let Some(job) = ctx.job() else {
-            return Outcome::Complete(Completion::Failed { error_code, message });
-        };
-        match after_failure(job, error_code, message) {
+        match after_failure(&job, error_code, message) {
             Ok(requeue) => Outcome::Requeue(requeue),
             Err(completion) => Outcome::Complete(completion),
         }
@@ -287,9 +300,16 @@ impl Executor {
 }
 
 /// Runs `work`; past `limit` (if any) fires `stop`, gives the work [`STOP_GRACE`] to
-/// return, and answers `None` (the run timed out, whatever it then returned).
+/// return, and answers `None` (the run timed out, whatever it then returned). The timer is
+/// boxed: a run with no timeout, most of them, holds none.
 async fn within<F: Future>(limit: Option<Duration>, work: F, stop: &CancellationToken) -> Option<F::Output> {
-    let Some(limit) = limit else { return Some(work.await) };
+    match limit {
+        None => Some(work.await),
+        Some(limit) => Box::pin(timed(limit, work, stop)).await,
+    }
+}
+
+async fn timed<F: Future>(limit: Duration, work: F, stop: &CancellationToken) -> Option<F::Output> {
     tokio::pin!(work);
     if let Ok(done) = tokio::time::timeout(limit, &mut work).await {
         return Some(done);
