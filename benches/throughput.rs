@@ -27,6 +27,9 @@ mod lateness;
 #[path = "support/scheduler.rs"]
 mod scheduler;
 
+// The in-process cases run with the binary's allocator.
+yardmaster::use_jemalloc!();
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};

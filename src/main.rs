@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use yardmaster::ops::OperationRegistry;
 
+yardmaster::use_jemalloc!();
+
 fn main() -> ExitCode {
     yardmaster::cli::main_with(OperationRegistry::builtin())
 }

@@ -1,5 +1,6 @@
 //! Building and running an instance: `main` and the tests start the app the same way.
 
+pub mod allocator;
 mod consumers;
 mod parts;
 mod server;
