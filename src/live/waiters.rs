@@ -11,6 +11,8 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use crate::telemetry::metrics::Held;
+
 /// Waiters by key.
 pub struct Waiters<K> {
     jobs: Mutex<HashMap<K, Weak<Notify>>>,
@@ -40,6 +42,8 @@ pub struct Watch {
     /// Registered with the `Notify` from the start; it stays ready once woken, however
     /// often it is polled.
     pending: Pin<Box<OwnedNotified>>,
+    /// Counted in `yardmaster_watches_held` while it lives.
+    _held: Held,
 }
 
 impl<K: Eq + Hash> Waiters<K> {
@@ -59,7 +63,7 @@ impl<K: Eq + Hash> Waiters<K> {
             self.sweep(&mut jobs);
             notify
         };
-        Watch::armed(notify)
+        Watch { pending: armed(&notify), notify, _held: crate::telemetry::metrics::watch_held() }
     }
 
     /// Wakes every waiter of `id`.
@@ -100,20 +104,20 @@ impl<K: Eq + Hash> Waiters<K> {
     }
 }
 
-impl Watch {
-    fn armed(notify: Arc<Notify>) -> Watch {
-        let mut pending = Box::pin(notify.clone().notified_owned());
-        // Registers the future now, so a wake before the first poll is kept. A wake from
-        // another thread may already have come: the future is then ready, and stays so.
-        pending.as_mut().enable();
-        Watch { notify, pending }
-    }
+/// A wait on `notify` registered now, so a wake before its first poll is kept. A wake from
+/// another thread may already have come: the future is then ready, and stays so.
+fn armed(notify: &Arc<Notify>) -> Pin<Box<OwnedNotified>> {
+    let mut pending = Box::pin(notify.clone().notified_owned());
+    pending.as_mut().enable();
+    pending
+}
 
+impl Watch {
     /// Resolves at the first change since the watch began or since the last `changed`, and
     /// re-arms for the next.
     pub async fn changed(&mut self) {
         (&mut self.pending).await;
-        *self = Watch::armed(self.notify.clone());
+        self.pending = armed(&self.notify);
     }
 }
 

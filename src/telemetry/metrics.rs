@@ -79,6 +79,10 @@ fn describe() {
         "yardmaster_claims_held",
         "Claims (remote tasks, scripts) held open with Prefer: wait, waiting for a task now"
     );
+    describe_gauge!(
+        "yardmaster_watches_held",
+        "Waits on a job or a registered type held now: long-polls, event streams, held claims, idle script slots"
+    );
     describe_gauge!("yardmaster_queue_paused", "1 while the queue is paused (it starts nothing), 0 once it resumes");
     describe_histogram!("yardmaster_group_commit_batch_size", "Writes committed together by the group-commit writer");
     describe_counter!("yardmaster_http_requests_total", "HTTP requests answered, by route pattern, method and status");
@@ -90,17 +94,28 @@ fn describe() {
 }
 
 /// Counts a held claim while it waits for a task: one more from now until the guard drops.
-pub fn claim_held() -> ClaimHeld {
-    gauge!("yardmaster_claims_held").increment(1.0);
-    ClaimHeld(())
+pub fn claim_held() -> Held {
+    Held::on("yardmaster_claims_held")
 }
 
-/// See [`claim_held`].
-pub struct ClaimHeld(());
+/// Counts a watch (`live::Watch`) while it lives: one more from now until the guard drops.
+pub fn watch_held() -> Held {
+    Held::on("yardmaster_watches_held")
+}
 
-impl Drop for ClaimHeld {
+/// One more on a gauge of things held, from its making until it drops.
+pub struct Held(&'static str);
+
+impl Held {
+    fn on(gauge: &'static str) -> Held {
+        gauge!(gauge).increment(1.0);
+        Held(gauge)
+    }
+}
+
+impl Drop for Held {
     fn drop(&mut self) {
-        gauge!("yardmaster_claims_held").decrement(1.0);
+        gauge!(self.0).decrement(1.0);
     }
 }
 

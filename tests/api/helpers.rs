@@ -494,6 +494,13 @@ impl TestApp {
     }
 }
 
+/// A gauge the server reports at `GET /metrics` now (0 before it is first set).
+pub async fn gauge(app: &TestApp, name: &str) -> f64 {
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let value = text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' '));
+    value.map_or(0.0, |value| value.trim().parse().unwrap())
+}
+
 /// Polls `probe` (every 50 ms) until it yields `Some`, and returns that; fails the test,
 /// naming `what`, when `within` passes first. The one way tests wait for a state.
 pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut probe: F) -> T

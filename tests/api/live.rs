@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::helpers::{client_with, read, Backend, TestApp, TestOptions, PARKED};
+use crate::helpers::{client_with, eventually, gauge, read, Backend, TestApp, TestOptions, PARKED};
 
 /// (status, Preference-Applied, body) of `GET /jobs/{id}` with `Prefer: wait=...`.
 async fn long_poll(client: &reqwest::Client, app: &TestApp, id: &str, prefer: &str) -> (u16, Option<String>, Value) {
@@ -75,6 +75,29 @@ async fn a_long_poll_answers_at_its_cap_with_the_job_as_it_is(backend: Backend) 
     let (status, _, problem) = long_poll(&client_with(&token), &app, id, "wait=30").await;
     assert_eq!((status, problem["code"].as_str()), (404, Some("job_not_found")), "{problem}");
     assert!(started.elapsed() < cap - Duration::from_secs(1), "the other room's job was waited on");
+}
+
+async fn a_held_long_poll_is_counted_until_it_answers(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let (_, job) = app.submit(json!({ "operation": "ping", "queue": PARKED })).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let before = gauge(&app, "yardmaster_watches_held").await;
+    let polling = {
+        let (client, url) = (app.client.clone(), app.url(&format!("/jobs/{id}")));
+        actix_rt::spawn(async move { client.get(url).header("prefer", "wait=60").send().await.unwrap().status() })
+    };
+    eventually("the long-poll is counted", Duration::from_secs(10), || async {
+        (gauge(&app, "yardmaster_watches_held").await >= before + 1.0).then_some(())
+    })
+    .await;
+    // The job ends: the long-poll answers, and is no longer counted.
+    let (code, _) = app.post(&format!("/jobs/{id}/cancel")).await;
+    assert_eq!(code, 200);
+    assert_eq!(polling.await.unwrap(), StatusCode::OK);
+    eventually("the answered long-poll is no longer counted", Duration::from_secs(10), || async {
+        (gauge(&app, "yardmaster_watches_held").await <= before).then_some(())
+    })
+    .await;
 }
 
 async fn member_token(app: &TestApp, room: &str) -> (String, String) {
@@ -251,6 +274,7 @@ async fn a_room_stream_sends_the_rooms_events_in_order_and_resumes(backend: Back
 }
 
 on_both_backends!(
+    a_held_long_poll_is_counted_until_it_answers,
     a_room_stream_sends_the_rooms_events_in_order_and_resumes,
     a_long_poll_answers_as_soon_as_the_job_ends,
     a_long_poll_answers_at_its_cap_with_the_job_as_it_is,

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 use yardmaster::config::RemoteSettings;
 
-use crate::helpers::{client_with, eventually, read, Backend, TestApp, TestOptions};
+use crate::helpers::{client_with, eventually, gauge, read, Backend, TestApp, TestOptions};
 
 pub(crate) const ROTATE: &str = "lab:modifiers:Rotate";
 
@@ -98,13 +98,6 @@ impl Worker {
         let url = app.url(&format!("/workers/{}/heartbeat", self.id));
         call(&self.client, reqwest::Method::POST, url, json!({ "tasks": tasks })).await
     }
-}
-
-/// The claims the server holds open now, waiting for a task (its `yardmaster_claims_held`).
-async fn claims_held(app: &TestApp) -> f64 {
-    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    let line = text.lines().find(|line| line.starts_with("yardmaster_claims_held "));
-    line.and_then(|line| line.split_whitespace().nth(1)).map_or(0.0, |value| value.parse().unwrap())
 }
 
 async fn registration_follows_its_rules(backend: Backend) {
@@ -550,7 +543,7 @@ async fn a_waiting_claim_is_woken_by_the_submission_and_by_a_delay_ending(backen
     // Submitted only once the claim has looked, found nothing and waits: only a wake can
     // bring it the job before its 10 s are over.
     eventually("the claim is held", Duration::from_secs(10), || async {
-        (claims_held(&app).await >= 1.0).then_some(())
+        (gauge(&app, "yardmaster_claims_held").await >= 1.0).then_some(())
     })
     .await;
     let (_, job) =
@@ -648,7 +641,7 @@ async fn a_claim_is_woken_by_a_task_another_process_wrote() {
     };
     // Written only once the claim has looked, found nothing and waits.
     eventually("the claim is held", Duration::from_secs(10), || async {
-        (claims_held(&app).await >= 1.0).then_some(())
+        (gauge(&app, "yardmaster_claims_held").await >= 1.0).then_some(())
     })
     .await;
     // Another process's store: the same database, without this process's notifier.
