@@ -5,11 +5,12 @@
     python3 bench/memory_probe.py BINARY JOBS [WRAPPER...]
     python3 bench/memory_probe.py target/release/yardmaster 4000 heaptrack -o /tmp/inflight
 
+Needs libtorch on LD_LIBRARY_PATH (`source scripts/libtorch.sh`, then `$LIBTORCH/lib`).
 Starts the server (through WRAPPER if given), submits JOBS hour-long `sleep` jobs with
 concurrency JOBS, waits until every one runs with its lease renewed once (its heartbeat
 actor exists), and prints RssAnon per job from idle and the slope over the second half.
-TRIM=1 also reads it after glibc's malloc_trim (gdb); STATS=1 with ERR=FILE writes
-glibc's malloc_stats to FILE, idle and loaded. The server gets SIGTERM at the end.
+TRIM=1 also reads it after glibc's malloc_trim (gdb); STATS=1 with ERR=FILE (the server's
+stderr) prints glibc's malloc_stats totals, idle and loaded. The server gets SIGTERM at the end.
 """
 import base64, json, os, secrets, signal, sqlite3, subprocess, sys, tempfile, time, urllib.request, uuid
 
@@ -46,10 +47,12 @@ def mem():
     return f("RssAnon:"), f("VmRSS:")
 idle = mem()
 def stats(tag):
-    subprocess.run(["gdb","-p",str(pid()),"-batch","-ex","call (void)malloc_stats()"],capture_output=True)
+    """glibc's malloc_stats (written to the server's stderr, ERR): its totals, MiB."""
+    subprocess.run(["gdb", "-p", str(pid()), "-batch", "-ex", "call (void)malloc_stats()"], capture_output=True)
     time.sleep(0.5)
-    t=open(os.environ["ERR"]).read().split("Total (incl. mmap):")[-1].split()
-    print(tag, "in use MiB", int(t[t.index("in")+4 if False else 8])/2**20 if False else t[:12])
+    total = open(os.environ["ERR"]).read().split("Total (incl. mmap):")[-1].split("\n")
+    numbers = [int(line.split("=")[1]) for line in total[1:3]]
+    print(f"{tag}: malloc system {numbers[0] / 2**20:.1f} MiB, in use {numbers[1] / 2**20:.1f} MiB")
 if os.environ.get("STATS"): stats("idle")
 q = "SELECT COUNT(*) FROM job WHERE status='running' AND julianday(leased_until)-julianday(started_at) > 61.0/86400"
 rss = []
@@ -68,8 +71,6 @@ print(f"idle RssAnon {idle[0]/1024:.1f} MiB; per job from idle {(rss[1][0]-idle[
 if os.environ.get("TRIM"):
     subprocess.run(["gdb","-p",str(pid()),"-batch","-ex","call (int)malloc_trim(0)"],capture_output=True)
     t=mem(); print(f"after malloc_trim: per job from idle {(t[0]-idle[0])/n:.2f} KiB")
-if os.environ.get("STATS"):
-    r=subprocess.run(["gdb","-p",str(pid()),"-batch","-ex","call (void)malloc_stats()"],capture_output=True,text=True)
-    open(os.environ["STATS"],"w").write(r.stdout+r.stderr)
+if os.environ.get("STATS"): stats("loaded")
 os.kill(pid(), signal.SIGTERM)
 p.wait(timeout=120)

@@ -5,6 +5,7 @@ case measures it, outside the bench so a profiler can wrap the server:
     python3 bench/waiters_probe.py BINARY N [WRAPPER...]
     KILL9=1 python3 bench/waiters_probe.py target/release/yardmaster 1000 heaptrack -o /tmp/w
 
+Needs libtorch on LD_LIBRARY_PATH (`source scripts/libtorch.sh`, then `$LIBTORCH/lib`).
 Holds N long-polls (`Prefer: wait=300`) and N event streams, each on its own raw socket,
 waits until the server's `yardmaster_watches_held` counts them all, and prints RssAnon
 per waiter at once and after SETTLE seconds (default 5). KILL9=1 ends the server with
