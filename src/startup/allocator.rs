@@ -4,8 +4,8 @@
 //! Measured with glibc's allocator (BENCHMARKS.md, 2026-11-29, memory): every thread that
 //! allocates gets an arena of its own, and memory a burst frees in one (1,000 submissions
 //! parsed by an HTTP worker, rows decoded on SQLite's threads) stays resident there, unused
-//! by the others: 2.5–3.5 KiB per in-flight job. Capping the arenas returns it but costs a third more
-//! CPU per job. jemalloc both returns it and takes less CPU per job. Only Rust's
+//! by the others: 2.5–3.5 KiB per in-flight job. Capping the arenas returns it but costs a
+//! third more CPU per job; jemalloc returns it and takes less CPU per job. Only Rust's
 //! allocations go to it (its symbols are prefixed): SQLite and libtorch keep the C
 //! library's allocator. `_RJEM_MALLOC_CONF` in the environment overrides the settings.
 
