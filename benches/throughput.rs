@@ -78,6 +78,11 @@ fn ids_per_message(default: usize) -> usize {
     std::env::var("BENCH_IDS_PER_MESSAGE").ok().and_then(|n| n.parse().ok()).unwrap_or(default)
 }
 
+/// A coordinator's batches per message on RabbitMQ (`batches_per_message`).
+fn batches_per_message(default: usize) -> usize {
+    std::env::var("BENCH_BATCHES_PER_MESSAGE").ok().and_then(|n| n.parse().ok()).unwrap_or(default)
+}
+
 fn group_commit_max() -> usize {
     std::env::var("BENCH_GROUP_COMMIT").ok().and_then(|n| n.parse().ok()).unwrap_or(64)
 }
@@ -1029,6 +1034,7 @@ fn worker_processes(url: &str, prefix: &str, workers: usize) -> Vec<Process> {
                 .env("YARDMASTER__QUEUES__BATCHES__PREFETCH", (2 * concurrency()).to_string())
                 .env("YARDMASTER__STORE__GROUP_COMMIT_MAX", group_commit_max().to_string())
                 .env("YARDMASTER__QUEUES__DEFAULT__IDS_PER_MESSAGE", ids_per_message(32).to_string())
+                .env("YARDMASTER__QUEUES__BATCHES__BATCHES_PER_MESSAGE", batches_per_message(32).to_string())
                 .env("YARDMASTER__WORKER__ID", format!("bench-{n}"))
                 .envs(flowing().then(|| ("YARDMASTER__JOBS__OPERATIONS__PING__MAX_RUNNING", NON_BINDING.to_string())))
                 .envs(

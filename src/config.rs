@@ -138,7 +138,7 @@ impl Default for Settings {
 /// The queues of the embedded default: jobs, coordinators' batches, inference batches and
 /// batch outcomes.
 fn default_queues() -> BTreeMap<String, QueueSettings> {
-    let queue = |concurrency, prefetch, kind| QueueSettings { concurrency, prefetch, kind, ids_per_message: 1 };
+    let queue = |concurrency, prefetch, kind| QueueSettings { concurrency, prefetch, kind, ..QueueSettings::default() };
     BTreeMap::from([
         (QueueName::DEFAULT.to_owned(), queue(4, 1, QueueKind::Jobs)),
         (crate::ops::BATCH_QUEUE.to_owned(), queue(4, 1, QueueKind::Operations)),

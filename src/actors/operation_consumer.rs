@@ -5,18 +5,21 @@
 //! Unlike a job message, an operation message is the only record of its work, so it is
 //! acknowledged only after the operation finished. A coordinator's batch (a message with a
 //! batch address) is skipped once its parent's run is over (read at most every 250 ms per
-//! run), retried up to its budget, and
-//! its outcome goes to the parent's write queue. A message that cannot be decoded, names
-//! an unknown operation, carries an invalid payload, or fails is dead-lettered with the
-//! reason (operators may replay it); RetryLater sends it to wait out its delay off the queue
-//! (a broker wait queue, or a timer), holding no slot meanwhile.
+//! run), retried up to its budget, and its outcome goes to the parent's write queue; a
+//! message may carry several batches (`batches_per_message`), whose outcomes then travel
+//! together. A batch that can never run (an unknown operation, a payload refused) fails its
+//! parent. Other work that cannot be decoded, names an unknown operation, carries an invalid
+//! payload, or fails is dead-lettered with the reason (operators may replay it); RetryLater
+//! sends a message to wait out its delay off the queue (a broker wait queue, or a timer),
+//! holding no slot meanwhile.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use futures_util::future::{join_all, BoxFuture};
 use futures_util::FutureExt as _;
 use tracing::{debug, warn};
 
@@ -28,7 +31,7 @@ use crate::domain::{BatchAddress, BatchOutcome, BatchResult};
 pub use crate::ops::OperationMessage;
 use crate::ops::{JobContext, OperationError, OperationRegistry, Services};
 use crate::store::RunRef;
-use crate::transport::{Acker, Delivery, Transport, MAX_MESSAGE_BYTES};
+use crate::transport::{bundle, Acker, Delivery, Transport, TransportError, MAX_MESSAGE_BYTES};
 use crate::worker::{unstorable, INVALID_RESULT, OPERATION_PANICKED};
 
 /// Longest a RetryLater batch is held back before it returns to the queue.
@@ -43,16 +46,31 @@ pub type OperationConsumer = Consumer<OperationMessages>;
 const CURRENT_FOR: Duration = Duration::from_millis(250);
 
 /// Runs operation messages from the registry.
+#[derive(Clone)]
 pub struct OperationMessages {
     registry: Arc<OperationRegistry>,
     services: Arc<Services>,
     /// Coordinators' runs read current, and when.
-    current: Mutex<HashMap<RunRef, Instant>>,
+    current: Arc<Mutex<HashMap<RunRef, Instant>>>,
+}
+
+/// What became of one batch of a message, and so what the message sends on.
+enum Step {
+    /// Its parent's run is over: nothing to send.
+    Skipped,
+    /// Its outcome, for the parent's write queue.
+    Outcome(BatchOutcome, String),
+    /// Failed within its retries: sent again, with one failure more.
+    Retry(OperationMessage),
+    /// It asked to run again after a delay (RetryLater).
+    Later(OperationMessage, Duration),
+    /// Its parent could not be read: the whole message comes back after a pause.
+    PutBack,
 }
 
 impl OperationMessages {
     pub fn new(registry: Arc<OperationRegistry>, services: Services) -> Self {
-        OperationMessages { registry, services: Arc::new(services), current: Mutex::default() }
+        OperationMessages { registry, services: Arc::new(services), current: Arc::default() }
     }
 
     /// Whether `parent`'s run is still current, read at most once per [`CURRENT_FOR`].
@@ -82,25 +100,30 @@ impl DeliveryHandler for OperationMessages {
     }
 
     async fn handle(&self, queue: &str, transport: &dyn Transport, delivery: Delivery, mut slots: Slots) {
-        // One slot, held until the work ends; the consumer may take its next delivery now.
-        slots.done();
         let Delivery { body, acker } = delivery;
         if body.len() > MAX_MESSAGE_BYTES {
+            slots.done();
             return dead_letter(transport, queue, body, acker, "oversized").await;
         }
-        let Ok(message) = serde_json::from_slice::<OperationMessage>(&body) else {
+        let Some(messages) = bundle::unpack::<OperationMessage>(&body) else {
+            slots.done();
             fail_stranded_job(self.services.store.as_ref(), queue, "operations", &body).await;
             return dead_letter(transport, queue, body, acker, "undecodable").await;
         };
-        let Some(operation) = self.registry.get(&message.operation) else {
-            let detail = format!("no operation named {:?} here", message.operation);
-            return reject(transport, queue, body, acker, &message, "unknown_operation", detail).await;
-        };
-        if let Err(detail) = operation.validate(&message.payload) {
-            return reject(transport, queue, body, acker, &message, "invalid_payload", detail).await;
+        if messages.iter().all(|message| message.batch.is_some()) {
+            return self.run_batches(queue, transport, acker, messages, slots).await;
         }
-        if let Some(address) = message.batch.clone() {
-            return self.run_batch(queue, transport, acker, message, address).await;
+        // One slot, held until the work ends; the consumer may take its next delivery now.
+        slots.done();
+        // Work that is not a coordinator's batch travels alone.
+        let Ok([message]) = <[OperationMessage; 1]>::try_from(messages) else {
+            return dead_letter(transport, queue, body, acker, "undecodable").await;
+        };
+        let Some(operation) = self.registry.get(&message.operation) else {
+            return dead_letter(transport, queue, body, acker, "unknown_operation").await;
+        };
+        if operation.validate(&message.payload).is_err() {
+            return dead_letter(transport, queue, body, acker, "invalid_payload").await;
         }
         // Only a batch names its coordinator's run, so only a batch reports to a job's log.
         let ctx = JobContext::ephemeral(None, message.snapshot, self.services.clone());
@@ -131,53 +154,103 @@ async fn retry_later(transport: &dyn Transport, queue: &str, body: Vec<u8>, acke
     }
 }
 
-/// A message that can never run is dead-lettered; a batch's fails its parent at once
-/// instead, rather than leave it waiting for an outcome that will not come.
-async fn reject(
-    transport: &dyn Transport,
-    queue: &str,
-    body: Vec<u8>,
-    acker: Box<dyn Acker>,
-    message: &OperationMessage,
-    reason: &str,
-    detail: String,
-) {
-    if let Some(address) = &message.batch {
-        let failed = BatchResult::Failed { error_code: reason.to_owned(), message: detail };
-        if transport.publish(&address.write_queue, BatchOutcome::of(address, failed).encode()).await.is_ok() {
-            return settle(acker.ack().await);
-        }
-    }
-    dead_letter(transport, queue, body, acker, reason).await
-}
-
 impl OperationMessages {
-    /// A coordinator's batch: skipped when its parent's run is over, else run, with a
-    /// failure retried (re-sent with one failure more) up to its `max_retries`, and its
-    /// outcome sent to the write queue before the message is acknowledged.
-    async fn run_batch(
+    /// A message of coordinators' batches (one, or several: `batches_per_message`): each
+    /// runs in a slot of its own as slots come free, then their outcomes go to their write
+    /// queues in one message per queue, the failed ones within their retries back to this
+    /// queue, and the message is acknowledged once all of that is confirmed. A crash before
+    /// then leaves it unacknowledged: its redelivery runs its batches again, and an outcome
+    /// counts once per batch and run.
+    async fn run_batches(
         &self,
         queue: &str,
         transport: &dyn Transport,
         acker: Box<dyn Acker>,
-        message: OperationMessage,
-        address: BatchAddress,
+        messages: Vec<OperationMessage>,
+        mut slots: Slots,
     ) {
+        let total = messages.len();
+        let mut runs = Vec::with_capacity(total);
+        for message in messages {
+            let Some(permit) = slots.take().await else { break };
+            let this = self.clone();
+            runs.push(actix::spawn(async move {
+                let step = this.run_batch(message).await;
+                drop(permit);
+                step
+            }));
+        }
+        slots.done();
+        // A run that panicked outside its operation lost nothing: the message comes back.
+        let steps: Vec<Step> = join_all(runs).await.into_iter().map(|step| step.unwrap_or(Step::PutBack)).collect();
+        if steps.len() < total {
+            // Slots closed (shutdown) before every batch had one: all of it runs again.
+            return settle(acker.requeue().await);
+        }
+        if steps.iter().any(|step| matches!(step, Step::PutBack)) {
+            return requeue_later(acker, RETRY_PAUSE).await;
+        }
+        let mut outcomes: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+        let (mut retries, mut later) = (Vec::new(), Vec::new());
+        for step in steps {
+            match step {
+                Step::Outcome(outcome, write_queue) => outcomes.entry(write_queue).or_default().push(outcome.encode()),
+                Step::Retry(message) => retries.push(message.encode()),
+                Step::Later(message, delay) => later.push((message.encode(), delay)),
+                Step::Skipped | Step::PutBack => {}
+            }
+        }
+        let mut sends: Vec<BoxFuture<'_, Result<(), TransportError>>> = Vec::new();
+        for (write_queue, items) in outcomes {
+            let per_message = items.len();
+            for body in bundle::pack(items, per_message) {
+                let write_queue = write_queue.clone();
+                sends.push(Box::pin(async move { transport.publish(&write_queue, body).await }));
+            }
+        }
+        let per_message = retries.len();
+        for body in bundle::pack(retries, per_message) {
+            sends.push(Box::pin(transport.publish(queue, body)));
+        }
+        for (body, delay) in later {
+            sends.push(Box::pin(transport.publish_after(queue, body, delay.min(MAX_RETRY_PAUSE))));
+        }
+        match join_all(sends).await.into_iter().find_map(Result::err) {
+            None => settle(acker.ack().await),
+            // Run again later; each outcome still counts once.
+            Some(err) => {
+                warn!(error = %err, queue, "could not send on what a message of batches produced; put back");
+                requeue_later(acker, RETRY_PAUSE).await
+            }
+        }
+    }
+
+    /// One batch: refused for good when it can never run (an unknown operation, a payload
+    /// the operation rejects), skipped when its parent's run is over, else run.
+    async fn run_batch(&self, message: OperationMessage) -> Step {
+        let Some(address) = message.batch.clone() else { return Step::Skipped };
+        let failed = |error_code: &str, message: String| {
+            let result = BatchResult::Failed { error_code: error_code.to_owned(), message };
+            Step::Outcome(BatchOutcome::of(&address, result), address.write_queue.clone())
+        };
+        let Some(operation) = self.registry.get(&message.operation) else {
+            return failed("unknown_operation", format!("no operation named {:?} here", message.operation));
+        };
+        if let Err(detail) = operation.validate(&message.payload) {
+            return failed("invalid_payload", detail);
+        }
         let parent = RunRef { id: address.parent_job_id, attempt: address.attempt };
         match self.run_is_current(parent).await {
             Ok(true) => {}
             Ok(false) => {
                 debug!(parent = %parent.id, batch = address.index, "parent's run is over; batch skipped");
-                return settle(acker.ack().await);
+                return Step::Skipped;
             }
             Err(err) => {
                 warn!(error = %err, "cannot read a batch's parent; batch put back");
-                return requeue_later(acker, RETRY_PAUSE).await;
+                return Step::PutBack;
             }
         }
-        let Some(operation) = self.registry.get(&message.operation) else {
-            return settle(acker.ack().await); // `handle` checked it
-        };
         let ctx = JobContext::ephemeral(Some(parent), message.snapshot.clone(), self.services.clone());
         let executed = AssertUnwindSafe(operation.execute(ctx, message.payload.clone())).catch_unwind().await;
         let result = match executed {
@@ -185,9 +258,7 @@ impl OperationMessages {
                 None => BatchResult::Succeeded { output },
                 Some(message) => BatchResult::Failed { error_code: INVALID_RESULT.into(), message },
             },
-            Ok(Err(OperationError::RetryLater { delay, .. })) => {
-                return retry_later(transport, queue, message.encode(), acker, delay).await;
-            }
+            Ok(Err(OperationError::RetryLater { delay, .. })) => return Step::Later(message, delay),
             Ok(Err(OperationError::Failed { class, message })) => {
                 BatchResult::Failed { error_code: scrub_nul(&class).into(), message: scrub_nul(&message).into() }
             }
@@ -195,20 +266,12 @@ impl OperationMessages {
                 BatchResult::Failed { error_code: OPERATION_PANICKED.into(), message: "the batch panicked".into() }
             }
         };
-        let (target, body) = match result {
+        match result {
             BatchResult::Failed { .. } if address.failures < address.max_retries => {
                 let retry = BatchAddress { failures: address.failures + 1, ..address };
-                (queue.to_owned(), OperationMessage { batch: Some(retry), ..message }.encode())
+                Step::Retry(OperationMessage { batch: Some(retry), ..message })
             }
-            result => (address.write_queue.clone(), BatchOutcome::of(&address, result).encode()),
-        };
-        match transport.publish(&target, body).await {
-            Ok(()) => settle(acker.ack().await),
-            // Run again later; its outcome still counts once.
-            Err(err) => {
-                warn!(error = %err, queue = %target, "could not send a batch's outcome; batch put back");
-                requeue_later(acker, RETRY_PAUSE).await
-            }
+            result => Step::Outcome(BatchOutcome::of(&address, result), address.write_queue),
         }
     }
 }

@@ -71,13 +71,32 @@ pub struct QueueSettings {
     /// A message's jobs all go to the worker that takes it, so keep 1 for long jobs.
     #[serde(default = "one")]
     pub ids_per_message: usize,
+    /// Coordinators' batches one message carries, for an operations queue: a fan-out sends
+    /// its batches this many to a message, the worker that takes it runs each in a slot of
+    /// its own, sends their outcomes on in one message per write queue and acknowledges it
+    /// once those are confirmed. For many short batches on RabbitMQ; keep 1 for long ones.
+    #[serde(default = "one")]
+    pub batches_per_message: usize,
 }
 
 fn one() -> usize {
     1
 }
 
+/// Most batches one message carries (`queues.<name>.batches_per_message` is capped here).
+pub const MAX_BATCHES_PER_MESSAGE: usize = 1000;
+
 impl QueueSettings {
+    /// What one message of this queue may carry: job ids on a job queue, batches on an
+    /// operations queue, one outcome per batch on a write queue (they follow their batches).
+    pub fn per_message(&self) -> usize {
+        match self.kind {
+            QueueKind::Jobs => self.ids_per_message,
+            QueueKind::Operations => self.batches_per_message,
+            QueueKind::Writes => 1,
+        }
+    }
+
     /// The broker's window of unacknowledged deliveries: every slot fed, and no more
     /// unless `prefetch` asks for it. A delivery is held until its work ends.
     pub fn window(&self) -> u16 {
@@ -88,7 +107,7 @@ impl QueueSettings {
 
 impl Default for QueueSettings {
     fn default() -> Self {
-        QueueSettings { concurrency: 1, prefetch: 1, kind: QueueKind::Jobs, ids_per_message: 1 }
+        QueueSettings { concurrency: 1, prefetch: 1, kind: QueueKind::Jobs, ids_per_message: 1, batches_per_message: 1 }
     }
 }
 
@@ -105,6 +124,17 @@ pub enum QueueKind {
     Writes,
 }
 
+impl QueueKind {
+    /// What a queue of this kind carries, for messages.
+    fn carries(self) -> &'static str {
+        match self {
+            QueueKind::Jobs => "job ids",
+            QueueKind::Operations => "operation payloads",
+            QueueKind::Writes => "batch outcomes",
+        }
+    }
+}
+
 impl QueueSettings {
     /// Checks the queue `name`'s settings.
     pub fn validate(&self, name: &str) -> anyhow::Result<()> {
@@ -115,6 +145,15 @@ impl QueueSettings {
         anyhow::ensure!(
             (1..=most).contains(&self.ids_per_message),
             "queues.{name}.ids_per_message must be between 1 and {most}"
+        );
+        anyhow::ensure!(
+            (1..=MAX_BATCHES_PER_MESSAGE).contains(&self.batches_per_message),
+            "queues.{name}.batches_per_message must be between 1 and {MAX_BATCHES_PER_MESSAGE}"
+        );
+        anyhow::ensure!(
+            self.batches_per_message == 1 || self.kind == QueueKind::Operations,
+            "queues.{name}.batches_per_message is for operations queues (kind = \"operations\"), and this one carries {}",
+            self.kind.carries()
         );
         Ok(())
     }

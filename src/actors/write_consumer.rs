@@ -1,10 +1,12 @@
-//! `WriteConsumer`: records the outcomes coordinators' batches send to a write queue. Each
-//! is acknowledged once it is committed; one the store cannot take now goes back to the
-//! queue, and a redelivered one counts once (the store keys outcomes by batch).
+//! `WriteConsumer`: records the outcomes coordinators' batches send to a write queue, one or
+//! several to a message. A message is acknowledged once every outcome in it is committed;
+//! one the store cannot take now goes back to the queue, and a redelivered outcome counts
+//! once (the store keys outcomes by batch).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures_util::future::join_all;
 use tracing::{debug, warn};
 
 use super::consumer::{
@@ -13,7 +15,7 @@ use super::consumer::{
 use crate::domain::BatchOutcome;
 use crate::ops::OperationRegistry;
 use crate::store::JobStore;
-use crate::transport::{Delivery, Transport, MAX_MESSAGE_BYTES};
+use crate::transport::{bundle, Delivery, Transport, MAX_MESSAGE_BYTES};
 
 /// The consumer of a write queue.
 pub type WriteConsumer = Consumer<BatchWrites>;
@@ -44,20 +46,24 @@ impl DeliveryHandler for BatchWrites {
         if body.len() > MAX_MESSAGE_BYTES {
             return dead_letter(transport, queue, body, acker, "oversized").await;
         }
-        let Ok(outcome) = serde_json::from_slice::<BatchOutcome>(&body) else {
+        let Some(outcomes) = bundle::unpack::<BatchOutcome>(&body) else {
             fail_stranded_job(self.store.as_ref(), queue, "batch outcomes", &body).await;
             return dead_letter(transport, queue, body, acker, "undecodable").await;
         };
-        let (parent, index) = (outcome.parent_job_id, outcome.index);
-        match self.store.record_batch(outcome, self.registry.clone()).await {
-            Ok(recorded) => {
-                debug!(%parent, batch = index, ?recorded, "batch outcome recorded");
-                settle(acker.ack().await)
+        // The outcomes of one message share the store's group commits.
+        let records = outcomes.into_iter().map(|outcome| async move {
+            let (parent, index) = (outcome.parent_job_id, outcome.index);
+            let recorded = self.store.record_batch(outcome, self.registry.clone()).await;
+            match &recorded {
+                Ok(recorded) => debug!(%parent, batch = index, ?recorded, "batch outcome recorded"),
+                Err(err) => warn!(%parent, batch = index, error = %err, "could not record a batch outcome; put back"),
             }
-            Err(err) => {
-                warn!(%parent, batch = index, error = %err, "could not record a batch outcome; put back");
-                requeue_later(acker, RETRY_PAUSE).await
-            }
+            recorded
+        });
+        match join_all(records).await.iter().all(Result::is_ok) {
+            true => settle(acker.ack().await),
+            // Those recorded already count once when the message comes back.
+            false => requeue_later(acker, RETRY_PAUSE).await,
         }
     }
 }

@@ -76,7 +76,8 @@ fn abandoned(err: tokio::task::JoinError) -> StoreError {
 pub struct Dispatcher {
     store: Arc<dyn JobStore>,
     transport: Arc<dyn Transport>,
-    /// Job ids per message, by queue (1 where not named).
+    /// What one message carries, by queue: job ids, or batches on an operations queue (1
+    /// where not named).
     grouping: Arc<HashMap<String, usize>>,
     /// Rung when this process commits a job that waits for a time: the dispatch sweep
     /// learns at once when to wake, not at its next tick.
@@ -109,15 +110,21 @@ impl Dispatcher {
         Some(start + chrono::Duration::from_std(step).ok()?)
     }
 
-    /// Sends up to `ids_per_message` jobs of a queue that are published together (a batch
-    /// submission, a sweep) in one message.
-    pub fn with_grouping(mut self, ids_per_message: HashMap<String, usize>) -> Self {
-        self.grouping = Arc::new(ids_per_message);
+    /// What one message of each queue carries (`QueueSettings::per_message`): up to that
+    /// many jobs of a job queue published together (a batch submission, a sweep), or a
+    /// coordinator's batches on an operations queue.
+    pub fn with_grouping(mut self, per_message: HashMap<String, usize>) -> Self {
+        self.grouping = Arc::new(per_message);
         self
     }
 
     fn ids_per_message(&self, queue: &str) -> usize {
-        self.grouping.get(queue).copied().unwrap_or(1).clamp(1, MAX_IDS_PER_MESSAGE)
+        self.per_message(queue).min(MAX_IDS_PER_MESSAGE)
+    }
+
+    /// Items one message of `queue` carries: 1 unless its settings ask for more.
+    pub fn per_message(&self, queue: &str) -> usize {
+        self.grouping.get(queue).copied().unwrap_or(1).max(1)
     }
 
     /// Commits the job, then publishes it. A failed publish is logged, not returned: the job

@@ -117,6 +117,8 @@ impl JobContext {
                 message.encode()
             })
             .collect();
+        // Several batches to a message where the queue asks for it (`batches_per_message`).
+        let messages = crate::transport::bundle::pack(messages, self.services.dispatcher.per_message(&queue));
         for window in messages.chunks(PUBLISH_WINDOW) {
             // A coordinator's batches travel at its level.
             let priority = crate::store::level(job.effective_priority);

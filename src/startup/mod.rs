@@ -135,7 +135,7 @@ impl ApplicationBuilder {
                 .with_context(|| format!("opening the upload directory {}", settings.uploads.dir))?,
         );
         let registry = Arc::new(uploads.register(crate::inference::register(self.registry, &settings.inference)));
-        let grouping = settings.queues.iter().map(|(name, queue)| (name.clone(), queue.ids_per_message)).collect();
+        let grouping = settings.queues.iter().map(|(name, queue)| (name.clone(), queue.per_message())).collect();
         let dispatcher =
             Dispatcher::new(store.clone(), transport.clone()).with_grouping(grouping).with_aging(settings.jobs.aging());
         let remote = Arc::new(crate::remote::Remote::new(

@@ -2,6 +2,7 @@
 //! implementations. The store stays the source of truth; a message only says "look at job X".
 
 mod amqp;
+pub mod bundle;
 mod in_process;
 pub mod settings;
 

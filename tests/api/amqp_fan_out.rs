@@ -23,6 +23,8 @@ struct FanOutDeployment {
     url: String,
     deployment: Deployment,
     counting: bool,
+    /// `batches_per_message` of the `batches` queue in every worker.
+    per_message: usize,
     first: Option<Process>,
     second: Option<Process>,
     _database: TestDatabase,
@@ -32,25 +34,35 @@ impl FanOutDeployment {
     /// Two workers, `first` and `second`. `counting`: run the example binary, which adds
     /// `count` and `fan_count`.
     async fn start(counting: bool) -> FanOutDeployment {
-        let mut deployment = FanOutDeployment::start_first(counting).await;
+        let mut deployment = FanOutDeployment::start_first(counting, 1).await;
         deployment.second = Some(deployment.spawn("second"));
         deployment
     }
 
-    /// Only the worker `first`.
-    async fn start_first(counting: bool) -> FanOutDeployment {
+    /// Only the worker `first`, its batches `per_message` to a message.
+    async fn start_first(counting: bool, per_message: usize) -> FanOutDeployment {
         let (database, url) = TestDatabase::create(Backend::Postgres).await;
         seed(&url, "count", 0).await;
         let db = Database::connect(&url).await.unwrap();
         let deployment = Deployment::new(&url);
-        let mut started =
-            FanOutDeployment { db, url, deployment, counting, first: None, second: None, _database: database };
+        let mut started = FanOutDeployment {
+            db,
+            url,
+            deployment,
+            counting,
+            per_message,
+            first: None,
+            second: None,
+            _database: database,
+        };
         started.first = Some(started.spawn("first"));
         started
     }
 
     fn spawn(&self, id: &str) -> Process {
-        let extra = [("YARDMASTER__WORKER__ID", id)];
+        let per_message = self.per_message.to_string();
+        let extra =
+            [("YARDMASTER__WORKER__ID", id), ("YARDMASTER__QUEUES__BATCHES__BATCHES_PER_MESSAGE", &per_message)];
         match self.counting {
             true => self.deployment.spawn_counting(&["worker"], &extra),
             false => self.deployment.spawn(&["worker"], &extra),
@@ -128,18 +140,32 @@ async fn ten_thousand_batches_fan_in_exactly_once_across_two_worker_processes() 
 /// still to run then, the killed worker's included, can only have run there.
 #[actix_rt::test]
 async fn a_batch_worker_killed_mid_run_leaves_the_parent_neither_stuck_nor_double_counted() {
-    let mut deployment = FanOutDeployment::start_first(true).await;
+    killed_mid_run(1).await;
+}
+
+/// The same with 32 batches to a message (`batches_per_message`): a message half run when
+/// its worker dies comes back whole, and what it had recorded still counts once.
+#[actix_rt::test]
+async fn a_worker_killed_mid_message_of_batches_leaves_every_batch_counted_once() {
+    killed_mid_run(32).await;
+}
+
+async fn killed_mid_run(per_message: usize) {
+    let mut deployment = FanOutDeployment::start_first(true, per_message).await;
     let id = insert_job(&deployment.url, "fan_count", json!({ "batches": 2000, "delay_ms": 10 })).await;
     deployment.wait_until("SELECT COUNT(*) FROM execution_log", 200).await;
-    eventually("the worker held a batch delivery", Duration::from_secs(60), || async {
+    let (ready, held) = eventually("the worker held a batch delivery", Duration::from_secs(60), || async {
         // The only consumer: what the broker sees unacknowledged, it holds.
-        let (_, held) = deployment.broker_queue("batches").await;
-        (held > 0).then_some(())
+        let (ready, held) = deployment.broker_queue("batches").await;
+        (held > 0).then_some((ready, held))
     })
     .await;
     drop(deployment.first.take()); // SIGKILL, mid-batch
     let recorded_at_kill = deployment.recorded_batches(id).await.len();
     assert!(recorded_at_kill < 2000, "the killed worker had finished");
+    // 2,000 batches, `per_message` to a message: the broker holds that many messages at most.
+    let most = 2000_u64.div_ceil(per_message as u64) as i64;
+    assert!(ready + held <= most, "{ready} ready and {held} held: more than {most} messages");
     // The broker takes back what the dead worker held: nothing is unacknowledged any more.
     eventually("the broker took the dead worker's deliveries back", Duration::from_secs(60), || async {
         (deployment.broker_queue("batches").await.1 <= 0).then_some(())

@@ -292,6 +292,81 @@ async fn a_batch_that_cannot_run_fails_its_parent(backend: Backend) {
     assert_eq!(child_failed.fields["error_code"], "unknown_operation");
 }
 
+/// `batches_per_message`: a coordinator's batches travel several to a message, and each
+/// still counts once; a failing one is retried inside its bundle's budget.
+async fn bundled_batches_fan_in_exactly_once(backend: Backend) {
+    let options = TestOptions { batches_per_message: 32, ..fan_out_app_options() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let (_, job) = app
+        .submit(json!({ "operation": "sum_squares", "payload": { "start": 1, "end": 10000, "batch_size": 10 } }))
+        .await;
+    let flaky = json!({ "batches": 40, "fail_batch": 33, "fail_times": 2, "max_retries": 2 });
+    let (_, flaky) = app.submit(json!({ "operation": "flaky_fan", "payload": flaky })).await;
+    let (id, flaky) = (job["id"].as_str().unwrap(), flaky["id"].as_str().unwrap());
+
+    let done = app.wait_for_status(id, "succeeded").await;
+    assert_eq!(done["result"], json!({ "batches": 1000, "sum": sum_of_squares(10_000) }));
+    assert_eq!(batch_rows(&app, id.parse().unwrap()).await.len(), 1000);
+    let names = event_names(&app, id.parse().unwrap()).await;
+    assert_eq!(names.iter().filter(|name| *name == "job.succeeded").count(), 1);
+    assert_eq!(app.wait_for_status(flaky, "succeeded").await["result"], json!({ "batches": 40 }));
+    assert_eq!(batch_runs(&app, flaky, 33).await, 3, "one run and two retries");
+}
+
+/// A message of three batches, one of an operation this worker lacks: the good two count,
+/// the bad one fails the parent; then a message of outcomes sent to the write queue
+/// directly counts each of them once.
+async fn a_message_of_batches_settles_each_batch(backend: Backend) {
+    let app = TestApp::spawn_with(backend, fan_out_app_options()).await;
+    let store = app.store.clone();
+    let parked = || NewJob { queue: QueueName::parse("parked").unwrap(), ..NewJob::new("sum_squares") };
+    let claim = |id| store.claim(id, "test", Duration::from_secs(60));
+    let first = RunRef::from(&claim(store.submit(parked()).await.unwrap().job.id).await.unwrap().unwrap());
+    store.fan_out(first, 3, FanOutForm::Batches).await.unwrap().unwrap();
+    let address = |run: RunRef, index| BatchAddress {
+        parent_job_id: run.id,
+        attempt: run.attempt,
+        index,
+        write_queue: "batch_writes".into(),
+        failures: 0,
+        max_retries: 0,
+    };
+    let batch = |run, index, operation: &str, payload| {
+        OperationMessage { batch: Some(address(run, index)), ..OperationMessage::new(operation, payload) }.encode()
+    };
+    let messages = vec![
+        batch(first, 0, "sum_squares.batch", json!({ "index": 0, "from": 1, "to": 2 })),
+        batch(first, 1, "launch_rockets", json!({})),
+        batch(first, 2, "sum_squares.batch", json!({ "index": 2, "from": 3, "to": 3 })),
+    ];
+    let body = yardmaster::transport::bundle::pack(messages, 3);
+    assert_eq!(body.len(), 1, "one message");
+    app.transport.publish("batches", body[0].clone()).await.unwrap();
+    let failed = app.wait_for_status(&first.id.to_string(), "failed").await;
+    assert_eq!(failed["error_code"], "ChildFailed");
+    let events = store.events(first.id, None, 100).await.unwrap();
+    let child_failed: Vec<_> = events.iter().filter(|event| event.event == "child.failed").collect();
+    assert_eq!(child_failed.len(), 1);
+    assert_eq!(
+        (child_failed[0].fields["batch"].as_i64(), child_failed[0].fields["error_code"].as_str()),
+        (Some(1), Some("unknown_operation"))
+    );
+
+    let second = RunRef::from(&claim(store.submit(parked()).await.unwrap().job.id).await.unwrap().unwrap());
+    store.fan_out(second, 2, FanOutForm::Batches).await.unwrap().unwrap();
+    let outcome = |index, sum: u64| {
+        let result = BatchResult::Succeeded { output: json!({ "sum": sum }) };
+        BatchOutcome::of(&address(second, index), result).encode()
+    };
+    // The first outcome twice: it counts once.
+    let outcomes = vec![outcome(0, 1), outcome(0, 1), outcome(1, 4)];
+    let body = yardmaster::transport::bundle::pack(outcomes, 3);
+    app.transport.publish("batch_writes", body[0].clone()).await.unwrap();
+    let done = app.wait_for_status(&second.id.to_string(), "succeeded").await;
+    assert_eq!((done["progress_current"].as_i64(), done["result"]["sum"].as_u64()), (Some(2), Some(5)), "{done}");
+    assert_eq!(batch_rows(&app, second.id).await.len(), 2);
+}
+
 /// Bad coordinator payloads are refused at submit.
 async fn a_bad_range_is_refused(backend: Backend) {
     let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
@@ -316,6 +391,8 @@ on_both_backends!(
     the_reaper_judges_a_deferred_parent_by_its_batches,
     a_batch_that_cannot_run_fails_its_parent,
     a_bad_range_is_refused,
+    bundled_batches_fan_in_exactly_once,
+    a_message_of_batches_settles_each_batch,
 );
 
 mod children {

@@ -160,6 +160,8 @@ pub struct TestOptions {
     pub handle_signals: bool,
     /// `ids_per_message` of every job queue in `queues`.
     pub ids_per_message: usize,
+    /// `batches_per_message` of every queue in `operation_queues`.
+    pub batches_per_message: usize,
     /// `[inference]`: the defaults (a model file that does not exist) unless a test sets it.
     pub inference: Option<yardmaster::config::InferenceSettings>,
     /// `server.max_wait_seconds`: the cap on `Prefer: wait`.
@@ -219,6 +221,7 @@ impl Default for TestOptions {
             max_connections_per_client: 256,
             handle_signals: false,
             ids_per_message: 1,
+            batches_per_message: 1,
             inference: None,
             max_wait_seconds: 60,
             remote: None,
@@ -346,7 +349,13 @@ impl TestApp {
             })
             .collect();
         for name in &options.operation_queues {
-            let operations = QueueSettings { concurrency: 2, kind: QueueKind::Operations, ..Default::default() };
+            let batches_per_message = options.batches_per_message;
+            let operations = QueueSettings {
+                concurrency: 2,
+                kind: QueueKind::Operations,
+                batches_per_message,
+                ..Default::default()
+            };
             settings.queues.insert(name.to_string(), operations);
         }
         for name in &options.write_queues {
