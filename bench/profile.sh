@@ -4,7 +4,8 @@
 # graphs) over each drain's window, then keeps in bench/results/: the case's figures and the
 # share of each process's samples per layer (bench/layers.py), folded stacks of the yardmaster
 # processes, and their flame graph (bench/flamegraph.py). PROFILE_CASES="embedded rabbitmq"
-# picks cases, BENCH_JOBS the jobs.
+# picks cases ("fanout" profiles the RabbitMQ fan-out drain), BENCH_JOBS the jobs, and
+# PROFILE_LABEL names the files further.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
@@ -23,7 +24,7 @@ for line in sys.stdin:
 mkdir -p bench/results
 jobs="${BENCH_JOBS:-50000}"
 for case in ${PROFILE_CASES:-embedded rabbitmq}; do
-    out="bench/results/$(date -u +%Y-%m-%dT%H%M)-profile-$case"
+    out="bench/results/$(date -u +%Y-%m-%dT%H%M)-profile-$case${PROFILE_LABEL:+-$PROFILE_LABEL}"
     echo "commit $(git describe --always --dirty 2>/dev/null || echo unknown)" > "$out.txt"
     BENCH_ONLY="$case" BENCH_JOBS="$jobs" BENCH_PERF="$out.perf.data" "$bench" --bench | tee -a "$out.txt"
     perf script -F pid,tid,comm,ip,sym,dso -i "$out.perf.data" 2>/dev/null |

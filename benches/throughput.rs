@@ -1291,11 +1291,13 @@ async fn fan_out_rabbitmq(batches: usize, workers: usize) -> Figure {
     migrated(&database.url).await.close().await.ok();
     let prefix = queue_prefix();
     let before = sampler().snapshot();
+    let profile = Profile::start();
     let processes = worker_processes(&database.url, &prefix, workers);
     let Publisher { db, dispatcher } = publisher(&database.url, &prefix).await;
     let start = Instant::now();
     let id = dispatcher.submit(coordinator(batches)).await.unwrap().job.id;
     let seconds = wait_for_success(&db, id).await.duration_since(start).as_secs_f64();
+    drop(profile);
     let usage = sampler().since(&before);
     drop(processes);
     db.close().await.ok();
