@@ -242,6 +242,27 @@ mod tests {
     }
 
     #[test]
+    fn batches_per_message_is_bounded_and_for_operations_queues_only() {
+        let refused = |name: &str, queue: QueueSettings| {
+            let mut settings = Settings::default();
+            settings.queues.insert(name.into(), queue);
+            settings.validate().map(drop).map_err(|err| err.to_string())
+        };
+        let operations = |batches_per_message| QueueSettings {
+            kind: QueueKind::Operations,
+            batches_per_message,
+            ..QueueSettings::default()
+        };
+        assert_eq!(refused("batches", operations(32)), Ok(()));
+        let none = refused("batches", operations(0)).unwrap_err();
+        assert!(none.contains("queues.batches.batches_per_message must be between 1 and 1000"), "{none}");
+        assert!(refused("batches", operations(1001)).is_err());
+        let jobs = QueueSettings { batches_per_message: 8, ..QueueSettings::default() };
+        let wrong_kind = refused("default", jobs).unwrap_err();
+        assert!(wrong_kind.contains("is for operations queues") && wrong_kind.contains("job ids"), "{wrong_kind}");
+    }
+
+    #[test]
     fn bad_queue_names_are_refused() {
         let mut settings = Settings::default();
         settings.queues.insert("bad name".into(), QueueSettings::default());
