@@ -68,7 +68,27 @@ const CONCURRENCY: usize = 64;
 /// `BENCH_CONCURRENCY` and `BENCH_GROUP_COMMIT` override yardmaster's concurrency and group
 /// commit size (for sweeps).
 fn concurrency() -> usize {
+    if WIDE.load(std::sync::atomic::Ordering::Relaxed) {
+        return WIDE_CONCURRENCY;
+    }
     std::env::var("BENCH_CONCURRENCY").ok().and_then(|n| n.parse().ok()).unwrap_or(CONCURRENCY)
+}
+
+/// Set around the throughput group's wide drains: yardmaster's processes run
+/// [`WIDE_CONCURRENCY`] jobs at once with group commits of up to [`WIDE_GROUP_COMMIT`], as the
+/// peer runs at the best of its concurrencies. More jobs in flight keep the next group commit
+/// filling while one is written.
+static WIDE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+const WIDE_CONCURRENCY: usize = 512;
+const WIDE_GROUP_COMMIT: usize = 128;
+
+/// Runs `case` wide ([`WIDE`]), its figure named so.
+async fn wide(case: impl std::future::Future<Output = Figure>) -> Figure {
+    WIDE.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut figure = case.await;
+    WIDE.store(false, std::sync::atomic::Ordering::Relaxed);
+    figure.name = format!("{}, {WIDE_CONCURRENCY} at once", figure.name);
+    figure
 }
 
 /// Job ids per message on the benchmark's queue (`BENCH_IDS_PER_MESSAGE`): by default 32
@@ -84,6 +104,9 @@ fn batches_per_message(default: usize) -> usize {
 }
 
 fn group_commit_max() -> usize {
+    if WIDE.load(std::sync::atomic::Ordering::Relaxed) {
+        return WIDE_GROUP_COMMIT;
+    }
     std::env::var("BENCH_GROUP_COMMIT").ok().and_then(|n| n.parse().ok()).unwrap_or(64)
 }
 /// Offered load of the latency cases, jobs/s.
@@ -212,6 +235,8 @@ async fn run(sizes: Sizes) {
         figures.push(in_process(jobs, Store::Postgres, group_commit_max(), 0).await);
         figures.push(with_rabbitmq(jobs, 1, 0).await);
         figures.push(with_rabbitmq(jobs, 2, 0).await);
+        figures.push(wide(in_process(jobs, Store::Sqlite, WIDE_GROUP_COMMIT, 0)).await);
+        figures.push(wide(with_rabbitmq(jobs, 2, 0)).await);
     }
     // One case alone, for bench/profile.sh.
     if wanted("embedded") && !wanted("throughput") {
