@@ -170,19 +170,28 @@ impl OperationMessages {
         mut slots: Slots,
     ) {
         let total = messages.len();
-        let mut runs = Vec::with_capacity(total);
-        for message in messages {
-            let Some(permit) = slots.take().await else { break };
-            let this = self.clone();
-            runs.push(actix::spawn(async move {
-                let step = this.run_batch(message).await;
-                drop(permit);
-                step
-            }));
-        }
-        slots.done();
-        // A run that panicked outside its operation lost nothing: the message comes back.
-        let steps: Vec<Step> = join_all(runs).await.into_iter().map(|step| step.unwrap_or(Step::PutBack)).collect();
+        let steps: Vec<Step> = match <[OperationMessage; 1]>::try_from(messages) {
+            // One batch (the default) runs here, in the delivery's own slot.
+            Ok([message]) => {
+                slots.done();
+                vec![self.run_batch(message).await]
+            }
+            Err(messages) => {
+                let mut runs = Vec::with_capacity(total);
+                for message in messages {
+                    let Some(permit) = slots.take().await else { break };
+                    let this = self.clone();
+                    runs.push(actix::spawn(async move {
+                        let step = this.run_batch(message).await;
+                        drop(permit);
+                        step
+                    }));
+                }
+                slots.done();
+                // A run that panicked outside its operation lost nothing: the message comes back.
+                join_all(runs).await.into_iter().map(|step| step.unwrap_or(Step::PutBack)).collect()
+            }
+        };
         if steps.len() < total {
             // Slots closed (shutdown) before every batch had one: all of it runs again.
             return settle(acker.requeue().await);
