@@ -10,12 +10,13 @@ use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::response::ResponseBuilder;
-use utoipa::openapi::schema::{AnyOfBuilder, Object, ObjectBuilder, Type};
+use utoipa::openapi::schema::{AnyOfBuilder, KnownFormat, Object, ObjectBuilder, SchemaFormat, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, Header, OpenApi as Document, Ref, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
 use super::health;
+use crate::domain::RoomId;
 use crate::http::{Access, ApiError, Code, Problem};
 
 /// The server's own part of the document: its description, its routes (health), the problem
@@ -77,8 +78,13 @@ pub fn document(deployment: &Deployment) -> Arc<String> {
     if let Some(RefOr::T(Schema::Object(submit))) = components.schemas.get_mut("SubmitRequest") {
         let names = |names: &[&str]| Some(names.iter().map(|name| serde_json::json!(name)).collect::<Vec<_>>());
         if let Some(RefOr::T(Schema::Object(operation))) = submit.properties.get_mut("operation") {
-            // A built-in operation of this deployment, or a registered type.
-            let builtin = ObjectBuilder::new().schema_type(Type::String).enum_values(names(&deployment.operations));
+            // A built-in operation of this deployment (by its name, or as `GET /types` lists
+            // it), or a registered type.
+            let typed: Vec<String> =
+                deployment.operations.iter().map(|name| format!("{}:builtin:{name}", RoomId::INTERNAL)).collect();
+            let mut builtins = deployment.operations.clone();
+            builtins.extend(typed.iter().map(String::as_str));
+            let builtin = ObjectBuilder::new().schema_type(Type::String).enum_values(names(&builtins));
             let registered = ObjectBuilder::new().schema_type(Type::String).pattern(Some(TYPE_REFERENCE));
             let description = operation.description.clone();
             let either = AnyOfBuilder::new().item(builtin).item(registered).description(description);
@@ -171,9 +177,37 @@ impl Modify for Completed {
             let access = super::routes().find(|route| route.path == path).map_or(Access::Member, |route| route.access);
             for operation in item_operations(item) {
                 complete(operation, access, path.contains('{'));
+                bodies_by_media_type(operation);
             }
         }
     }
+}
+
+/// Gives every body that is neither JSON nor text the schema of bytes (`format: binary`),
+/// so a generated client reads a ZIP or a file as a file, not as the array of integers a
+/// `Vec<u8>` body would otherwise say. Text keeps its own (an event stream names its events').
+fn bodies_by_media_type(operation: &mut Operation) {
+    let responses = operation.responses.responses.values_mut().filter_map(|response| match response {
+        RefOr::T(response) => Some(response.content.iter_mut()),
+        RefOr::Ref(_) => None,
+    });
+    let requests = operation.request_body.iter_mut().filter_map(|body| match body {
+        RefOr::T(body) => Some(body.content.iter_mut()),
+        RefOr::Ref(_) => None,
+    });
+    for (media_type, content) in responses.flatten().chain(requests.flatten()) {
+        if let (RefOr::T(content), true) = (content, is_binary(media_type)) {
+            let bytes = ObjectBuilder::new().schema_type(Type::String);
+            let bytes = bytes.format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)));
+            content.schema = Some(RefOr::T(Schema::Object(bytes.build())));
+        }
+    }
+}
+
+/// Whether a body of `media_type` is bytes: neither JSON nor text.
+fn is_binary(media_type: &str) -> bool {
+    let essence = media_type.split(';').next().unwrap_or_default().trim();
+    !(essence == "application/json" || essence.ends_with("+json") || essence.starts_with("text/"))
 }
 
 /// The problems an operation can answer whatever it does, by its kind.
@@ -245,7 +279,7 @@ mod tests {
         assert_eq!(codes.as_array().unwrap().len(), Code::ALL.len());
         assert_eq!(spec["paths"]["/jobs"]["get"]["parameters"][5]["schema"]["maximum"], 500);
         let submit = &spec["components"]["schemas"]["SubmitRequest"]["properties"];
-        assert_eq!(submit["operation"]["anyOf"][0]["enum"], serde_json::json!(["ping"]));
+        assert_eq!(submit["operation"]["anyOf"][0]["enum"], serde_json::json!(["ping", "@internal:builtin:ping"]));
         assert_eq!(submit["operation"]["anyOf"][1]["pattern"], TYPE_REFERENCE);
         assert_eq!(submit["queue"]["enum"], serde_json::json!(["default", null]));
         let register = &spec["components"]["schemas"]["RegisterType"]["properties"];
@@ -255,5 +289,32 @@ mod tests {
         let limit =
             capped["paths"]["/jobs"]["get"]["parameters"].as_array().unwrap().iter().find(|p| p["name"] == "limit");
         assert_eq!(limit.unwrap()["schema"]["maximum"], 20);
+    }
+
+    /// Every body that is neither JSON nor text (a ZIP, a file) is described as bytes, never
+    /// as an array of integers.
+    #[test]
+    fn every_body_is_described_by_its_media_type() {
+        let deployment =
+            Deployment { max_page_size: 500, operations: vec!["ping"], job_queues: vec![], categories: vec![] };
+        let spec: serde_json::Value = serde_json::from_str(&document(&deployment)).unwrap();
+        let mut binary = Vec::new();
+        for (path, item) in spec["paths"].as_object().unwrap() {
+            for (method, operation) in item.as_object().unwrap() {
+                let responses = operation["responses"].as_object().into_iter().flat_map(|r| r.values());
+                let bodies = responses.chain(std::iter::once(&operation["requestBody"]));
+                for (media_type, content) in bodies.filter_map(|body| body["content"].as_object()).flatten() {
+                    let schema = &content["schema"];
+                    if is_binary(media_type) {
+                        let bytes = serde_json::json!({ "type": "string", "format": "binary" });
+                        assert_eq!(schema, &bytes, "{method} {path} {media_type}");
+                        binary.push(format!("{method} {path}"));
+                    }
+                }
+            }
+        }
+        assert!(binary.contains(&"get /jobs/{id}/result".to_owned()), "{binary:?}");
+        assert!(!is_binary("application/problem+json") && !is_binary("text/event-stream"));
+        assert!(is_binary("application/zip") && is_binary("application/octet-stream"));
     }
 }

@@ -99,6 +99,16 @@ impl Caller {
         }
     }
 
+    /// Whether tasks (jobs of registered types and uploaded scripts) of `room` exist for this
+    /// caller: as jobs do ([`Self::can_read`]), and for a worker, those of its granted rooms,
+    /// whose types it may serve.
+    pub fn can_read_tasks(&self, room: &str) -> bool {
+        match self.0.role {
+            Role::Worker => self.0.rooms.iter().any(|granted| granted.as_str() == room),
+            _ => self.can_read(room),
+        }
+    }
+
     /// Whether this caller may create, cancel or retry jobs of `room`: `@internal` is the
     /// server's own, `@global` is written by admins only, a member writes its own rooms.
     pub fn may_write(&self, room: &str) -> Result<(), ApiError> {

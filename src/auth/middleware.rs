@@ -51,18 +51,19 @@ async fn admit(access: Access, req: &ServiceRequest) -> Result<Caller, ApiError>
         }
     })?;
     let role = caller.identity().role;
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD);
     let allowed = match access {
         Access::Public => true,
         Access::Member => matches!(role, Role::Admin | Role::Member),
         Access::Admin => role == Role::Admin,
         Access::Worker => matches!(role, Role::Admin | Role::Worker),
         Access::Any => true,
+        Access::WorkerWrites => reads || matches!(role, Role::Admin | Role::Worker),
     };
     if !allowed {
         let detail = format!("a {} token may not use this endpoint", role.as_str());
         return Err(ApiError::new(Code::Forbidden, detail));
     }
-    let reads = matches!(*req.method(), Method::GET | Method::HEAD);
     if caller.identity().read_only && !reads {
         return Err(ApiError::new(Code::ReadOnlyToken, "this token may read, not write"));
     }

@@ -18,6 +18,8 @@ pub enum Access {
     Worker,
     /// Every role: members, workers and admins (rooms decide the rest).
     Any,
+    /// Reads for every role; writes for remote workers (and admins) only.
+    WorkerWrites,
 }
 
 /// One resource of the API: its path, the methods it takes, who may call it, and its
@@ -53,6 +55,7 @@ pub const DELETE: &str = "DELETE";
 pub const PATCH: &str = "PATCH";
 pub const READ_PUT: &str = "GET, HEAD, PUT";
 pub const READ_PATCH_DELETE: &str = "GET, HEAD, PATCH, DELETE";
+pub const READ_PATCH: &str = "GET, HEAD, PATCH";
 
 /// A route for GET and HEAD (actix-web sends a HEAD answer's headers without its body).
 pub fn read() -> actix_web::Route {

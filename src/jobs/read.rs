@@ -35,17 +35,7 @@ pub async fn get(
         let job = find(&state, &caller, *id).await?;
         return Ok(HttpResponse::Ok().json(JobView::of(&state, job).await?));
     };
-    // Watching starts before the first read, so an ending between the two is not missed.
-    let mut watch = state.waiters.watch(*id);
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut job = find(&state, &caller, *id).await?;
-    while !job.status.is_terminal() {
-        tokio::select! {
-            () = watch.changed() => job = find(&state, &caller, *id).await?,
-            () = tokio::time::sleep_until(deadline) => break,
-            () = state.closing.cancelled() => break,
-        }
-    }
+    let job = state.waiters.read_until_ended(*id, wait, &state.closing, || find(&state, &caller, *id)).await?;
     let applied = format!("wait={}", wait.as_secs());
     Ok(HttpResponse::Ok().insert_header(("Preference-Applied", applied)).json(JobView::of(&state, job).await?))
 }

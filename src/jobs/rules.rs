@@ -238,6 +238,21 @@ pub async fn admit_type(remote: &Remote, new: &mut NewJob, wait_for_worker: Opti
     Ok(())
 }
 
+/// A built-in operation named as `GET /types` lists it (`@internal:builtin:NAME`) is that
+/// operation; any other `@internal` type names nothing.
+fn builtin_by_type_name(registry: &OperationRegistry, operation: String) -> Result<String, ApiError> {
+    let Some(rest) = operation.strip_prefix(RoomId::INTERNAL).and_then(|rest| rest.strip_prefix(':')) else {
+        return Ok(operation);
+    };
+    match rest.strip_prefix("builtin:").filter(|name| registry.names().any(|known| known == *name)) {
+        Some(name) => Ok(name.to_owned()),
+        None => {
+            let detail = format!("{operation:?} is no built-in operation of this server (GET /types lists them)");
+            Err(ApiError::new(Code::UnknownOperation, detail).at("/operation"))
+        }
+    }
+}
+
 /// Refuses a NUL character anywhere in a submission, naming where: PostgreSQL cannot
 /// store one, and both backends answer alike.
 pub(super) fn refuse_nul(body: &SubmitRequest, header_key: Option<&str>) -> Result<(), ApiError> {
@@ -322,6 +337,7 @@ pub fn validate_submission(
     default_room: &RoomId,
 ) -> Result<NewJob, ApiError> {
     refuse_nul(&body, header_key.as_deref())?;
+    let body = SubmitRequest { operation: builtin_by_type_name(state.registry, body.operation)?, ..body };
     let room = match body.room.as_deref() {
         Some(room) => crate::http::room_id(room).map_err(|err| err.at("/room"))?,
         None => default_room.clone(),

@@ -3,14 +3,17 @@
 //! and a future each.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use crate::domain::Job;
 use crate::telemetry::metrics::Held;
 
 /// Waiters by key.
@@ -110,6 +113,36 @@ fn armed(notify: &Arc<Notify>) -> Pin<Box<OwnedNotified>> {
     let mut pending = Box::pin(notify.clone().notified_owned());
     pending.as_mut().enable();
     pending
+}
+
+impl JobWaiters {
+    /// The long-poll of `Prefer: wait`: reads job `id` with `read`, and again at each of its
+    /// changes, until it has ended, `wait` has passed or `closing` fires; answers the last
+    /// read. Watching starts before the first read, so an ending between the two is not
+    /// missed, and waiting holds no database connection.
+    pub async fn read_until_ended<E, F, Fut>(
+        &self,
+        id: Uuid,
+        wait: Duration,
+        closing: &tokio_util::sync::CancellationToken,
+        mut read: F,
+    ) -> Result<Job, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Job, E>>,
+    {
+        let mut watch = self.watch(id);
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut job = read().await?;
+        while !job.status.is_terminal() {
+            tokio::select! {
+                () = watch.changed() => job = read().await?,
+                () = tokio::time::sleep_until(deadline) => break,
+                () = closing.cancelled() => break,
+            }
+        }
+        Ok(job)
+    }
 }
 
 impl Watch {

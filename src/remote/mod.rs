@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use actix_web::web;
 
-use crate::http::{read, Access, Route, Surface, DELETE, PATCH, READ_WRITE, WRITE};
+use crate::http::{read, Access, Route, Surface, DELETE, READ_PATCH, READ_WRITE, WRITE};
 use crate::live::TaskWaiters;
 pub use settings::RemoteSettings;
 
@@ -105,9 +105,9 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         path: "/tasks/{id}",
-        allow: PATCH,
-        access: Access::Worker,
-        handlers: |r| r.route(web::patch().to(tasks_api::report)),
+        allow: READ_PATCH,
+        access: Access::WorkerWrites,
+        handlers: |r| r.route(read().to(tasks_api::get)).route(web::patch().to(tasks_api::report)),
     },
 ];
 
@@ -120,6 +120,7 @@ pub const ROUTES: &[Route] = &[
         api::heartbeat,
         api::deregister_worker,
         tasks_api::claim,
+        tasks_api::get,
         tasks_api::report,
         tasks_api::report_many,
     ),

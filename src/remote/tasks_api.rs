@@ -1,5 +1,6 @@
 //! The HTTP face of remote workers' tasks: `POST /tasks/claim` (up to `max_tasks` in one
-//! commit), `PATCH /tasks/{id}` and `POST /tasks:report` (many reports in one request).
+//! commit), `GET /tasks/{id}` (with `Prefer: wait`), `PATCH /tasks/{id}` and
+//! `POST /tasks:report` (many reports in one request).
 
 use std::collections::{HashMap, HashSet};
 
@@ -11,7 +12,7 @@ use uuid::Uuid;
 use super::tasks::{self, Report};
 use super::Remote;
 use crate::auth::Caller;
-use crate::domain::Job;
+use crate::domain::{Job, QueueName};
 use crate::http::{ApiError, AppState, Code, Problem};
 
 /// Most tasks one claim may hand out.
@@ -78,6 +79,46 @@ pub async fn claim(
         response.insert_header(("Preference-Applied", format!("wait={}", wait.as_secs())));
     }
     Ok(response.json(ClaimAnswer { task: tasks.first().cloned(), tasks }))
+}
+
+/// A task (a job of a registered type, or an uploaded script), for a worker or a client of
+/// its room. With `Prefer: wait=N` the answer waits until the task has ended or N seconds
+/// (at most `server.max_wait_seconds`) have passed, as `GET /jobs/{id}` does; waiting holds
+/// no database connection. A job of another queue, or of a room the caller cannot read, is
+/// answered as a missing task.
+#[utoipa::path(
+    get, path = "/tasks/{id}", tag = "remote", operation_id = "get_task",
+    params(
+        ("id" = Uuid, Path, description = "The task's (job's) id"),
+        ("Prefer" = Option<String>, Header, description = "`wait=N`: answer once the task has ended, or after N \
+            seconds (capped by `server.max_wait_seconds`)"),
+    ),
+    responses(
+        (status = 200, description = "The task", body = Job,
+         headers(("Preference-Applied" = String, description = "`wait=N`, the wait applied, when one was asked"))),
+        (status = 404, description = "`task_not_found`: no such task in the caller's rooms", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    id: web::Path<Uuid>,
+) -> Result<HttpResponse, ApiError> {
+    let id = *id;
+    let Some(wait) = crate::http::prefer_wait(req.headers()).map(|asked| asked.min(state.max_wait)) else {
+        return Ok(HttpResponse::Ok().json(find_task(&state, &caller, id).await?));
+    };
+    let task = state.waiters.read_until_ended(id, wait, &state.closing, || find_task(&state, &caller, id)).await?;
+    let applied = format!("wait={}", wait.as_secs());
+    Ok(HttpResponse::Ok().insert_header(("Preference-Applied", applied)).json(task))
+}
+
+/// A task the caller may see: a job of a pulled queue in one of its rooms.
+async fn find_task(state: &AppState, caller: &Caller, id: Uuid) -> Result<Job, ApiError> {
+    let task = state.store.get(id).await?;
+    let visible = task.filter(|job| caller.can_read_tasks(&job.room) && QueueName::pulled(job.queue.as_str()));
+    visible.ok_or_else(|| ApiError::new(Code::TaskNotFound, format!("no task with id {id}")))
 }
 
 /// Reports on a claimed task, by the claiming worker and run only: progress (`running`),

@@ -164,14 +164,21 @@ async fn roles_and_read_only_tokens_are_enforced_on_every_route(backend: Backend
                 let (status, _, body) = call(&app, &method, &path, Some(allowed)).await;
                 assert!(![401, 403].contains(&status.as_u16()), "{method} {path} refused its role: {body}");
             }
-            Access::Any => {
+            Access::WorkerWrites if writes => {
+                let (status, _, body) = call(&app, &method, &path, Some(&member)).await;
+                let refused = (status.as_u16(), code(&method, &body, "forbidden"));
+                assert_eq!(refused, (403, Some("forbidden")), "{method} {path}");
+                let (status, _, body) = call(&app, &method, &path, Some(&worker)).await;
+                assert!(![401, 403].contains(&status.as_u16()), "{method} {path} refused a worker: {body}");
+            }
+            Access::Any | Access::WorkerWrites => {
                 for caller in [&member, &worker] {
                     let (status, _, body) = call(&app, &method, &path, Some(caller)).await;
                     assert!(![401, 403].contains(&status.as_u16()), "{method} {path} refused a caller: {body}");
                 }
             }
         }
-        let members_may = matches!(access, Access::Member | Access::Any);
+        let members_may = matches!(access, Access::Member | Access::Any) || (access == Access::WorkerWrites && !writes);
         for caller in [&reader, &reading_admin] {
             let (status, _, body) = call(&app, &method, &path, Some(caller)).await;
             if writes && (members_may || caller == &reading_admin) {

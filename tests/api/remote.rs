@@ -625,6 +625,115 @@ async fn hostile_worker_requests_are_refused(backend: Backend) {
     assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 0);
 }
 
+/// `GET /tasks/{id}`: a task read by its worker and by its room's members, held with
+/// `Prefer: wait` until it ends; anything else (another room's task, a job that is no task,
+/// no job) is a missing task.
+async fn a_task_is_read_and_long_polled_by_its_worker_and_room(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let lab = worker_token(&app, &["lab"]).await;
+    register_type(&app, &lab, json!({ "category": "modifiers", "name": "Rotate", "schema": schema() })).await;
+    let worker = Worker::register(&app, lab.clone(), &[ROTATE]).await;
+    let member = token(&app, json!({ "user": "m", "rooms": ["lab"] })).await;
+    let stranger = token(&app, json!({ "user": "s", "rooms": ["elsewhere"] })).await;
+    let (_, job) =
+        app.submit(json!({ "room": "lab", "operation": "modifiers:Rotate", "payload": { "angle": 1 } })).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let url = app.url(&format!("/tasks/{id}"));
+    for (client, who) in [(&lab, "its worker"), (&member, "a member of its room"), (&app.client, "an admin")] {
+        let (status, task) = read(client.get(&url).send().await.unwrap()).await;
+        assert_eq!(
+            (status, task["status"].as_str(), task["id"].as_str()),
+            (200, Some("queued"), Some(id.as_str())),
+            "{who}: {task}"
+        );
+    }
+    let (_, ping) = app.submit(json!({ "operation": "ping", "room": "lab" })).await;
+    let missing = Uuid::now_v7().to_string();
+    for (client, of, why) in [
+        (&stranger, id.as_str(), "another room's task"),
+        (&member, ping["id"].as_str().unwrap(), "a job that is no task"),
+        (&lab, missing.as_str(), "no job"),
+    ] {
+        let (status, problem) = read(client.get(app.url(&format!("/tasks/{of}"))).send().await.unwrap()).await;
+        assert_eq!((status, problem["code"].as_str()), (404, Some("task_not_found")), "{why}: {problem}");
+    }
+    for (path, code) in [("/tasks/not-a-uuid", "invalid_job_id"), ("/tasks/%00", "invalid_job_id")] {
+        let (status, problem) = read(member.get(app.url(path)).send().await.unwrap()).await;
+        assert_eq!((status, problem["code"].as_str()), (400, Some(code)), "{path}: {problem}");
+    }
+    // A member may read a task, not report on it.
+    let (status, problem) = call(
+        &member,
+        reqwest::Method::PATCH,
+        url.clone(),
+        json!({ "worker_id": worker.id, "attempt": 1, "status": "succeeded" }),
+    )
+    .await;
+    assert_eq!((status, problem["code"].as_str()), (403, Some("forbidden")), "{problem}");
+    // Held while it runs, answered as it ends.
+    let (_, task) = worker.claim(&app, 0).await;
+    assert_eq!(task["id"].as_str(), Some(id.as_str()));
+    let before = gauge(&app, "yardmaster_watches_held").await;
+    let held = {
+        let (client, url) = (member.clone(), url.clone());
+        actix_rt::spawn(async move {
+            let response = client.get(url).header("prefer", "wait=60").send().await.unwrap();
+            let applied = response.headers().get("preference-applied").map(|v| v.to_str().unwrap().to_owned());
+            let (status, task) = read(response).await;
+            (status, applied, task)
+        })
+    };
+    eventually("the read is held", Duration::from_secs(10), || async {
+        (gauge(&app, "yardmaster_watches_held").await >= before + 1.0).then_some(())
+    })
+    .await;
+    let (status, reported) =
+        worker.report(&app, &id, json!({ "attempt": 1, "status": "succeeded", "result": { "ok": true } })).await;
+    assert_eq!(status, 200, "{reported}");
+    let (status, applied, task) = held.await.unwrap();
+    assert_eq!(
+        (status, applied.as_deref(), task["status"].as_str(), &task["result"]),
+        (200, Some("wait=60"), Some("succeeded"), &json!({ "ok": true })),
+        "{task}"
+    );
+    // An ended task answers at once.
+    let started = Instant::now();
+    let (status, task) = read(lab.get(&url).header("prefer", "wait=60").send().await.unwrap()).await;
+    assert!(status == 200 && task["status"] == "succeeded" && started.elapsed() < Duration::from_secs(30), "{task}");
+}
+
+/// A built-in operation is submittable by the name `GET /types` lists it under.
+async fn a_builtin_operation_is_submitted_by_its_type_name(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions::default()).await;
+    let (status, types) = app.get("/types?room=@internal").await;
+    let listed: Vec<&str> = types["types"].as_array().unwrap().iter().filter_map(|t| t["id"].as_str()).collect();
+    assert!(status == 200 && listed.contains(&"@internal:builtin:ping"), "{types}");
+    let (status, job) = app.submit(json!({ "operation": "@internal:builtin:ping" })).await;
+    assert_eq!(
+        (status, job["operation"].as_str(), job["queue"].as_str()),
+        (201, Some("ping"), Some("default")),
+        "{job}"
+    );
+    let id = job["id"].as_str().unwrap().to_owned();
+    app.wait_for_status(&id, "succeeded").await;
+    let body = json!({ "jobs": [{ "operation": "@internal:builtin:ping" }, { "operation": "ping" }] });
+    let (status, batch) = read(app.client.post(app.url("/jobs:batch")).json(&body).send().await.unwrap()).await;
+    assert_eq!(status, 201, "{batch}");
+    let operations: Vec<&str> =
+        batch["jobs"].as_array().unwrap().iter().filter_map(|j| j["operation"].as_str()).collect();
+    assert_eq!(operations, ["ping", "ping"], "{batch}");
+    for (operation, status, code, why) in [
+        ("@internal:builtin:nope", 422, "unknown_operation", "no such built-in"),
+        ("@internal:modifiers:ping", 422, "unknown_operation", "not a built-in category"),
+        ("@internal:builtin:", 422, "unknown_operation", "no name"),
+        ("@internal:builtin:ping\u{0}", 422, "nul_character", "a NUL"),
+    ] {
+        let (got, problem) = app.submit(json!({ "operation": operation })).await;
+        let answer = (got, problem["code"].as_str(), problem["pointer"].as_str());
+        assert_eq!(answer, (status, Some(code), Some("/operation")), "{why}: {problem}");
+    }
+}
+
 /// On PostgreSQL, a claim held by this process is woken by a task another process wrote:
 /// the write here goes straight to the database (no in-process notifier), so only the
 /// trigger's NOTIFY can wake the claimer.
@@ -743,4 +852,6 @@ on_both_backends!(
     a_waiting_claim_is_woken_by_the_submission_and_by_a_delay_ending,
     hostile_worker_requests_are_refused,
     the_example_worker_runs_tasks_and_stops_on_cancel,
+    a_task_is_read_and_long_polled_by_its_worker_and_room,
+    a_builtin_operation_is_submitted_by_its_type_name,
 );
