@@ -7,7 +7,8 @@
 # random, nothing lost). After the tests, the dashboard in headless Chromium (Debian's
 # chromium and playwright-core from npm, installed when missing; tests/browser) and the
 # contract test: schemathesis (installed into a virtual environment under
-# ~/.cache/yardmaster) against a live server (tests/contract). A failed stage does not stop
+# ~/.cache/yardmaster) against a live server (tests/contract), and the Python SDK's lint,
+# types and tests against live servers on both deployments (tests/python). A failed stage does not stop
 # the rest: the end prints one line per stage (outcome, wall time) and exits 1 if any failed.
 # First of all, `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`: a broken
 # build stops the run there, in a minute or two, not after the suite.
@@ -115,6 +116,9 @@ stage otel cargo nextest run --features otel --test api --no-fail-fast otel
 stage browser bash tests/browser/run.sh
 # The API against its published contract: schemathesis, every check (tests/contract).
 stage contract bash tests/contract/run.sh
+# The Python client and worker SDK (clients/python): ruff, mypy --strict, and pytest against
+# live servers on both deployments (tests/python).
+stage python bash tests/python/run.sh
 stage fuzzing env FUZZ_SECONDS="${FUZZ_SECONDS:-15}" bash scripts/fuzz.sh
 stage chaos bash tests/chaos/run.sh
 

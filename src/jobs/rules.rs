@@ -17,7 +17,7 @@ use crate::domain::{
     LOWEST_PRIORITY,
 };
 use crate::http::{ApiError, AppState, Code};
-use crate::ops::OperationRegistry;
+use crate::ops::{OperationRegistry, Rejection};
 use crate::remote::names::{is_type_reference, TypeReference};
 use crate::remote::Remote;
 
@@ -348,7 +348,13 @@ pub fn validate_submission(
     let (default_retries, default_policy) = match registered {
         true => (0, RetryPolicy::default()),
         false => {
-            state.registry.validate(&body.operation, &payload)?;
+            state.registry.validate(&body.operation, &payload).map_err(|rejection| {
+                let at = match rejection {
+                    Rejection::InvalidPayload { .. } => "/payload",
+                    Rejection::UnknownOperation(_) | Rejection::Unavailable { .. } => "/operation",
+                };
+                ApiError::from(rejection).at(at)
+            })?;
             for (at, nested) in state.registry.nested(&body.operation, &payload).into_iter().enumerate() {
                 known_job_queue(state, nested.queue.as_deref())
                     .map_err(|err| err.at(format!("/payload/jobs/{at}/queue")))?;

@@ -110,7 +110,7 @@ async fn a_bad_item_rejects_the_whole_batch(backend: Backend) {
     let unknown = json!({ "jobs": [{ "operation": "ping" }, { "operation": "ping" }, { "operation": "nope" }] });
     let (status, problem) = post_batch(&app, unknown).await;
     assert_eq!((status, problem["code"].as_str()), (422, Some("unknown_operation")), "{problem}");
-    assert_eq!(problem["pointer"], "/jobs/2");
+    assert_eq!(problem["pointer"], "/jobs/2/operation");
 
     let key_twice = json!({ "jobs": [
         { "operation": "ping", "idempotency_key": "k" },

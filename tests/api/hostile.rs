@@ -131,7 +131,7 @@ async fn details_never_echo_a_huge_input(backend: Backend) {
     let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
     let huge = "x".repeat(60 * 1024);
     let body = json!({ "operation": "sleep", "payload": { "seconds": huge } });
-    let problem = refused(&app, "/jobs", body, 422, "invalid_payload", None).await;
+    let problem = refused(&app, "/jobs", body, 422, "invalid_payload", Some("/payload")).await;
     let detail = problem["detail"].as_str().unwrap();
     assert!(detail.len() <= 1100, "{} bytes of detail", detail.len());
 }

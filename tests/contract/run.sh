@@ -14,16 +14,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
 # Always (a no-op when fresh): a stale binary would test yesterday's server.
 source scripts/libtorch.sh
 cargo build --bin yardmaster
-venv="${YARDMASTER_CACHE:-$HOME/.cache/yardmaster}/contract-venv"
+source tests/venv.sh
 tools="schemathesis==4.32.5 openapi-spec-validator==0.7.2"
-if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$tools" ]; then
-  echo "contract: installing $tools into $venv" >&2
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  # shellcheck disable=SC2086
-  "$venv/bin/pip" install --quiet $tools
-  echo "$tools" >"$venv/.installed"
-fi
+ensure_venv contract-venv "$tools"
 
 source tests/serve.sh
 serve_embedded contract --no-workers
