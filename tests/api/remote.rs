@@ -768,77 +768,6 @@ async fn a_claim_is_woken_by_a_task_another_process_wrote() {
     assert!(started.elapsed() < Duration::from_secs(5), "woken only at the wait's end: {:?}", started.elapsed());
 }
 
-/// The example remote worker (`examples/remote_worker.py`, standard-library Python) against
-/// a real server: it registers its type and itself, claims, reports progress and results;
-/// a cancel reaches it through its heartbeat; SIGTERM makes it leave, handing back its task.
-async fn the_example_worker_runs_tasks_and_stops_on_cancel(backend: Backend) {
-    let app = TestApp::spawn_with(backend, quick()).await;
-    let (status, created) = read(
-        app.client
-            .post(app.url("/admin/tokens"))
-            .json(&json!({ "user": "py", "role": "worker", "rooms": ["lab"] }))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, 201);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/remote_worker.py");
-    let mut worker = std::process::Command::new("python3")
-        .args([script, "--url", &app.address, "--room", "lab"])
-        .env("YARDMASTER_TOKEN", created["token"].as_str().unwrap())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("python3 runs the example worker");
-    eventually("the example worker registers", Duration::from_secs(20), || async {
-        (app.count("SELECT COUNT(*) FROM remote_worker WHERE gone_at IS NULL").await == 1).then_some(())
-    })
-    .await;
-    let body = json!({ "room": "lab", "operation": "analysis:WordCount", "payload": { "text": "to be or not to be" } });
-    let (status, job) = app.submit(body).await;
-    assert_eq!(status, 201, "{job}");
-    let id = job["id"].as_str().unwrap().to_owned();
-    let done = app.wait_for_status(&id, "succeeded").await;
-    assert_eq!(done["result"], json!({ "words": 6, "counts": { "to": 2, "be": 2, "or": 1, "not": 1 } }));
-    assert_eq!((done["progress_current"].as_i64(), done["progress_total"].as_i64()), (Some(6), Some(6)));
-    let names = app.event_names(&id).await;
-    assert_eq!(names.iter().filter(|name| *name == "job.progress").count(), 6, "{names:?}");
-    // A long task, cancelled while it runs: the worker hears it in a heartbeat and drops it.
-    let text = vec!["word"; 40].join(" ");
-    let (_, job) = app
-        .submit(json!({ "room": "lab", "operation": "analysis:WordCount", "payload": { "text": text, "pause": 40 } }))
-        .await;
-    let long = job["id"].as_str().unwrap().to_owned();
-    app.wait_for_status(&long, "running").await;
-    assert_eq!(app.post(&format!("/jobs/{long}/cancel")).await.0, 200);
-    // It is free again: the next task runs.
-    let (_, job) =
-        app.submit(json!({ "room": "lab", "operation": "analysis:WordCount", "payload": { "text": "again" } })).await;
-    app.wait_for_status(job["id"].as_str().unwrap(), "succeeded").await;
-    let progressed = app.count("SELECT MAX(progress_current) FROM job WHERE status = 'cancelled'").await;
-    assert!(progressed < 40, "the cancelled task ran to its end");
-    // A task it holds when told to stop goes back to the queue at once.
-    let (_, job) = app
-        .submit(json!({ "room": "lab", "operation": "analysis:WordCount", "payload": { "text": text, "pause": 40 } }))
-        .await;
-    let held = job["id"].as_str().unwrap().to_owned();
-    app.wait_for_status(&held, "running").await;
-    // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
-    unsafe {
-        libc::kill(worker.id() as libc::pid_t, libc::SIGTERM);
-    }
-    // (Not `wait`: this thread also serves the API the worker says goodbye to.)
-    let mut exit = None;
-    eventually("the example worker exits", Duration::from_secs(20), || {
-        exit = worker.try_wait().unwrap();
-        std::future::ready(exit.is_some().then_some(()))
-    })
-    .await;
-    assert!(exit.unwrap().success(), "{exit:?}");
-    let (_, job) = app.get(&format!("/jobs/{held}")).await;
-    assert_eq!(job["status"].as_str(), Some("queued"), "{job}");
-    assert_eq!(app.count("SELECT COUNT(*) FROM remote_worker WHERE gone_at IS NULL").await, 0);
-}
 
 on_both_backends!(
     registration_follows_its_rules,
@@ -851,7 +780,6 @@ on_both_backends!(
     a_held_heartbeat_answers_as_its_task_is_cancelled,
     a_waiting_claim_is_woken_by_the_submission_and_by_a_delay_ending,
     hostile_worker_requests_are_refused,
-    the_example_worker_runs_tasks_and_stops_on_cancel,
     a_task_is_read_and_long_polled_by_its_worker_and_room,
     a_builtin_operation_is_submitted_by_its_type_name,
 );

@@ -21,9 +21,11 @@ cp -r clients/python "$build/python"
 "$venv/bin/pip" install --quiet --no-deps --force-reinstall "$build/python"
 
 config=(--config clients/python/pyproject.toml)
-"$venv/bin/ruff" check "${config[@]}" clients/python tests/python
-"$venv/bin/ruff" format --check "${config[@]}" clients/python tests/python
-MYPYPATH=tests/python "$venv/bin/mypy" --config-file clients/python/pyproject.toml clients/python/yardmaster tests/python
+python=(clients/python tests/python examples/remote_worker.py)
+"$venv/bin/ruff" check "${config[@]}" "${python[@]}"
+"$venv/bin/ruff" format --check "${config[@]}" "${python[@]}"
+MYPYPATH=tests/python "$venv/bin/mypy" --config-file clients/python/pyproject.toml clients/python/yardmaster tests/python \
+  examples/remote_worker.py
 
 # The tests import the installed package, not the source tree.
 cd tests/python
