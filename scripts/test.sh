@@ -74,8 +74,8 @@ quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
 
 lint() {
-  cargo fmt --all -- --check
-  cargo clippy --all-targets -- -D warnings
+  # `&&`: inside `if ! lint`, `set -e` does not stop a function at a failed command.
+  cargo fmt --all -- --check && cargo clippy --all-targets -- -D warnings
 }
 echo "test.sh: lint (cargo fmt --check, cargo clippy -D warnings)" >&2
 lint_started=$SECONDS

@@ -335,7 +335,10 @@ async fn receive_file(
     get, path = "/jobs/{id}/result", tag = "uploads", operation_id = "get_result",
     params(("id" = Uuid, Path, description = "The job")),
     responses(
-        (status = 200, description = "The ZIP of the run's outputs and logs", content_type = "application/zip", body = Vec<u8>),
+        // Also as bytes in general: generated clients (openapi-python-client) read
+        // `application/octet-stream` as a file and drop a media type they do not know.
+        (status = 200, description = "The ZIP of the run's outputs and logs (sent as `application/zip`)",
+         content((Vec<u8> = "application/zip"), (Vec<u8> = "application/octet-stream"))),
         (status = 202, description = "Not finished yet: the job as it is", body = Job),
         (status = 404, description = "`job_not_found`", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "`not_an_upload`, `no_result`", body = Problem, content_type = "application/problem+json"),

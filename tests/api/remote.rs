@@ -768,7 +768,6 @@ async fn a_claim_is_woken_by_a_task_another_process_wrote() {
     assert!(started.elapsed() < Duration::from_secs(5), "woken only at the wait's end: {:?}", started.elapsed());
 }
 
-
 on_both_backends!(
     registration_follows_its_rules,
     an_orphaned_type_is_swept_and_revived,

@@ -12,7 +12,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
 source scripts/libtorch.sh
 cargo build --bin yardmaster
 source tests/venv.sh
-tools="httpx==0.28.1 pydantic==2.14.4 pytest==9.2.0 ruff==0.17.6 mypy==2.4.1"
+tools="httpx==0.28.1 pydantic==2.14.4 pytest==9.2.0 ruff==0.17.6 mypy==2.4.1 openapi-python-client==0.29.1"
 ensure_venv python-venv "$tools"
 # The package as it is now, built and installed the way `pip install ./clients/python` does.
 build="$(mktemp -d)"
