@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import queue
 import signal
 import socket
 import threading
@@ -105,6 +106,56 @@ class TaskContext:
             raise
 
 
+class Reporter:
+    """Sends the outcomes of tasks that end together in one ``POST /tasks:report`` (up to
+    1,000), each task's thread waiting for its own answer, so its slot frees once its outcome
+    is written."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._waiting: queue.SimpleQueue[tuple[dict[str, Any], Future[dict[str, Any]]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._send, name="yardmaster-reports", daemon=True)
+        self._thread.start()
+
+    def report(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Applies one report (with its ``id``): the task as it now is, or :class:`Problem`."""
+        answer: Future[dict[str, Any]] = Future()
+        self._waiting.put((body, answer))
+        result = answer.result()
+        if result["status"] != 200:
+            raise Problem(int(result["status"]), result.get("problem") or {})
+        task: dict[str, Any] = result["task"]
+        return task
+
+    def close(self) -> None:
+        self._waiting.put(None)
+        self._thread.join(timeout=60)
+
+    def _send(self) -> None:
+        while (first := self._waiting.get()) is not None:
+            batch = [first]
+            while len(batch) < 1000:
+                try:
+                    more = self._waiting.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._waiting.put(None)
+                    break
+                batch.append(more)
+            try:
+                call = api.Call("POST", "/tasks:report", json={"reports": [body for body, _ in batch]})
+                results = self._client.request(call)["results"]
+            except Exception as err:
+                for _, answer in batch:
+                    answer.set_exception(err)
+                continue
+            for (_, answer), result in zip(batch, results, strict=True):
+                answer.set_result(result)
+
+
 @dataclass
 class Served:
     """One registered type and the function that runs its tasks."""
@@ -157,6 +208,7 @@ class Worker:
         self._gone = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[str, TaskContext] = {}
+        self._reporter: Reporter | None = None
 
     def task(
         self, type_name: str, *, schema: dict[str, Any] | None = None
@@ -189,6 +241,7 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
         full_names = self._register()
+        self._reporter = Reporter(self.client)
         beating = threading.Thread(target=self._heartbeat, name="yardmaster-heartbeat", daemon=True)
         beating.start()
         slots = threading.Semaphore(concurrency)
@@ -224,6 +277,7 @@ class Worker:
                 with self._lock:
                     for ctx in self._running.values():
                         ctx._cancelled.set()
+            self._reporter.close()
             self._leave()
             log.info("left; served %s", ", ".join(full_names))
 
@@ -304,14 +358,20 @@ class Worker:
             )
 
     def _report(self, ctx: TaskContext, status: str, body: dict[str, Any]) -> api.Job:
+        """Progress goes at once (its answer says whether the task was cancelled); outcomes go
+        through the reporter, several in one request when tasks end together."""
         report = {"worker_id": self.id, "attempt": ctx.attempt, "status": status, **body}
-        return self.client.request(api.Call("PATCH", f"/tasks/{ctx.id}", json=report))
+        if status == "running" or self._reporter is None:
+            return self.client.request(api.Call("PATCH", f"/tasks/{ctx.id}", json=report))
+        return self._reporter.report({"id": ctx.id, **report})
 
     def _report_quietly(self, ctx: TaskContext, status: str, body: dict[str, Any]) -> None:
         try:
             self._report(ctx, status, body)
-        except Problem as problem:
-            log.warning("task %s: the %s report was refused: %s", ctx.id, status, problem)
+        except YardmasterError as err:
+            # Refused (the run is over, or cancelled), or the server stayed away: the task's
+            # lease lapses and the server gives it to another run.
+            log.warning("task %s: the %s report was not applied: %s", ctx.id, status, err)
 
     def _heartbeat(self) -> None:
         # Beats go on through the grace: the running tasks' leases need them until the worker leaves.
