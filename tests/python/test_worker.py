@@ -19,7 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 from conftest import Server, spawn, until
-from yardmaster import Client, Problem
+from yardmaster import Call, Client, Problem
 from yardmaster.worker import Cancelled, RetryLater, TaskContext, TaskFailed, Worker
 
 HERE = Path(__file__).resolve().parent
@@ -212,3 +212,24 @@ def test_sigterm_hands_running_tasks_back(quick: Server) -> None:
     names = [event["event"] for event in client.events(job["id"])]
     assert "job.requeued_on_shutdown" in names, names
     client.cancel(job["id"])
+
+
+def test_a_worker_marked_gone_registers_again(quick: Server) -> None:
+    room, worker_token, member_token = tokens(quick)
+    worker = Worker(quick.base, worker_token, room=room)
+
+    @worker.task("analysis:Again", schema={"type": "object"})
+    def again(ctx: TaskContext, params: dict[str, Any]) -> dict[str, bool]:
+        return {"ok": True}
+
+    running = serve(worker, concurrency=1)
+    first = worker.id
+    # The server forgets it (as after a silence past its deadline): its next claim is refused.
+    with Client(quick.base, worker_token) as same:
+        same.request(Call("DELETE", f"/workers/{first}"))
+    client = Client(quick.base, member_token)
+    job = client.submit("analysis:Again", {}, room=room, wait_for_worker=True)
+    assert client.wait(job["id"], timeout=60)["status"] == "succeeded"
+    assert worker.id not in (None, first)
+    worker.stop()
+    running.join(timeout=60)

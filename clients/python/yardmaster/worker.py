@@ -254,10 +254,15 @@ class Worker:
                     continue
                 try:
                     tasks = self._claim(free)
-                except (Problem, YardmasterError) as err:
-                    log.warning("claim failed: %s", err)
+                except YardmasterError as err:
                     tasks = []
-                    self._stopping.wait(1.0)
+                    if isinstance(err, Problem) and err.code in ("worker_gone", "worker_not_found"):
+                        # Marked gone after a silence (a long pause, the server away): register again.
+                        log.warning("claim refused (%s); registering again", err.code)
+                        full_names = self._register()
+                    else:
+                        log.warning("claim failed: %s", err)
+                        self._stopping.wait(1.0)
                 for _ in range(free - len(tasks)):
                     slots.release()
                 for task in tasks:
