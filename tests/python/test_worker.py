@@ -19,7 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 from conftest import Server, spawn, until
-from yardmaster import Call, Client, Problem
+from yardmaster import Call, Client, Job, Problem
 from yardmaster.worker import Cancelled, RetryLater, TaskContext, TaskFailed, Worker
 
 HERE = Path(__file__).resolve().parent
@@ -162,17 +162,26 @@ def started_task(process: subprocess.Popen[str]) -> str:
     raise AssertionError(f"the worker process ended first: {process.wait()}")
 
 
+def slow_task_running(
+    server: Server, client: Client, worker_token: str, room: str, grace: float
+) -> tuple[subprocess.Popen[str], Job]:
+    """A worker process, and a task of it that runs for good (until stopped)."""
+    process = start_process(server, worker_token, room, grace)
+    try:
+        job = client.submit("analysis:Slow", {"steps": 100_000}, room=room, wait_for_worker=True)
+        assert started_task(process) == job["id"]
+    except BaseException:
+        process.kill()
+        raise
+    return process, job
+
+
 def test_a_task_of_a_worker_killed_mid_run_is_finished_by_another(quick: Server) -> None:
     room, worker_token, member_token = tokens(quick)
     client = Client(quick.base, member_token)
-    first = start_process(quick, worker_token, room, grace=5)
-    try:
-        job = client.submit("analysis:Slow", {"steps": 100_000}, room=room, wait_for_worker=True)
-        assert started_task(first) == job["id"]
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=30)
-    finally:
-        first.kill()
+    first, job = slow_task_running(quick, client, worker_token, room, grace=5)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
     second = Worker(quick.base, worker_token, room=room, name="second")
     ran: list[str] = []
 
@@ -199,10 +208,8 @@ def client_schema(server: Server, room: str) -> dict[str, Any]:
 def test_sigterm_hands_running_tasks_back(quick: Server) -> None:
     room, worker_token, member_token = tokens(quick)
     client = Client(quick.base, member_token)
-    process = start_process(quick, worker_token, room, grace=0.5)
+    process, job = slow_task_running(quick, client, worker_token, room, grace=0.5)
     try:
-        job = client.submit("analysis:Slow", {"steps": 100_000}, room=room, wait_for_worker=True)
-        assert started_task(process) == job["id"]
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:

@@ -195,8 +195,11 @@ def retry_after(response: httpx.Response) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
-    when = email.utils.parsedate_to_datetime(value) if value else None
-    return None if when is None else max(0.0, when.timestamp() - time.time())
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None  # unreadable: the client's own pause applies
+    return max(0.0, when.timestamp() - time.time())
 
 
 def is_transient(response: httpx.Response) -> bool:
