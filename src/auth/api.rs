@@ -116,7 +116,9 @@ fn new_token(request: CreateRequest) -> Result<NewToken, ApiError> {
     Ok(new)
 }
 
-fn from_token_error(err: TokenError) -> ApiError {
+/// The problem a failure of the token store is: 503 `store_unavailable` when the database cannot
+/// be reached.
+pub(super) fn from_token_error(err: TokenError) -> ApiError {
     match err {
         TokenError::Invalid(detail) => ApiError::new(Code::InvalidToken, detail),
         TokenError::Database(err) => ApiError::from(crate::store::StoreError::from(err)),

@@ -1,6 +1,7 @@
 //! The guard every non-public route is wrapped in: no token or a bad one is 401 with
 //! `WWW-Authenticate`, a token in the query string is refused, a role below the route's is
-//! 403, a read-only token that writes is 403; otherwise the [`Caller`] goes into the
+//! 403, a read-only token that writes is 403, a store that cannot be reached to look the token
+//! up is 503 `store_unavailable`; otherwise the [`Caller`] goes into the
 //! request for the handler.
 
 use actix_web::body::BoxBody;
@@ -9,6 +10,7 @@ use actix_web::http::{header, Method};
 use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage as _};
 
+use super::api::from_token_error;
 use super::caller::{Caller, Role};
 use super::verifier::Authenticator;
 use super::verifier::Rejected;
@@ -45,10 +47,8 @@ async fn admit(access: Access, req: &ServiceRequest) -> Result<Caller, ApiError>
     let caller = auth.authenticate(header).await.map_err(|rejected| match rejected {
         Rejected::Missing => ApiError::unauthorized(rejected.to_string()),
         Rejected::Malformed | Rejected::Refused => ApiError::invalid_token(rejected.to_string()),
-        Rejected::Store(err) => {
-            tracing::error!(error = %err, "token lookup failed");
-            ApiError::new(Code::Internal, "the token could not be checked; try again")
-        }
+        // An unreachable store is 503 `store_unavailable` with `Retry-After`, as on every route.
+        Rejected::Store(err) => from_token_error(err),
     })?;
     let role = caller.identity().role;
     let reads = matches!(*req.method(), Method::GET | Method::HEAD);

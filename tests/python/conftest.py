@@ -101,27 +101,40 @@ def backend_env(name: str) -> tuple[dict[str, str], Any]:
     """The environment of a server on a fresh store of the backend under test, and how to drop it."""
     if BACKEND == "sqlite":
         return {}, lambda: None
+    return postgres_env(name, amqp=True)
+
+
+def postgres_env(name: str, amqp: bool) -> tuple[dict[str, str], Any]:
+    """A server on a fresh PostgreSQL database (``database_of`` its environment names it), with
+    a fresh RabbitMQ virtual host or the in-process queues, and how to drop them."""
     database = f"ym_py_{name}_{uuid.uuid4().hex[:12]}"
-    admin = POSTGRES.rsplit("/", 1)[0] + "/postgres"
-    subprocess.run(["psql", admin, "-qc", f"CREATE DATABASE {database}"], check=True, capture_output=True)
+    psql(f"CREATE DATABASE {database}")
+    env = {"YARDMASTER__STORE__URL": POSTGRES.rsplit("/", 1)[0] + f"/{database}"}
     vhost = f"ym_py_{uuid.uuid4().hex[:12]}"
-    subprocess.run(["rabbitmqctl", "-q", "add_vhost", vhost], check=True, capture_output=True)
-    subprocess.run(
-        ["rabbitmqctl", "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"], check=True
-    )
-    env = {
-        "YARDMASTER__STORE__URL": POSTGRES.rsplit("/", 1)[0] + f"/{database}",
-        "YARDMASTER__TRANSPORT__KIND": "amqp",
-        "YARDMASTER__TRANSPORT__AMQP__URL": AMQP.rsplit("/", 1)[0] + f"/{vhost}",
-    }
+    if amqp:
+        subprocess.run(["rabbitmqctl", "-q", "add_vhost", vhost], check=True, capture_output=True)
+        subprocess.run(
+            ["rabbitmqctl", "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"], check=True
+        )
+        env["YARDMASTER__TRANSPORT__KIND"] = "amqp"
+        env["YARDMASTER__TRANSPORT__AMQP__URL"] = AMQP.rsplit("/", 1)[0] + f"/{vhost}"
 
     def drop() -> None:
-        subprocess.run(
-            ["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"], capture_output=True
-        )
-        subprocess.run(["rabbitmqctl", "-q", "delete_vhost", vhost], capture_output=True)
+        psql(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)", check=False)
+        if amqp:
+            subprocess.run(["rabbitmqctl", "-q", "delete_vhost", vhost], capture_output=True)
 
     return env, drop
+
+
+def database_of(env: dict[str, str]) -> str:
+    return env["YARDMASTER__STORE__URL"].rsplit("/", 1)[1]
+
+
+def psql(sql: str, check: bool = True) -> None:
+    """Runs ``sql`` on the machine's PostgreSQL, connected to its ``postgres`` database."""
+    admin = POSTGRES.rsplit("/", 1)[0] + "/postgres"
+    subprocess.run(["psql", admin, "-qc", sql], check=check, capture_output=True)
 
 
 def spawn(tmp_path: Path, name: str, extra: dict[str, str] | None = None) -> Iterator[Server]:
