@@ -163,12 +163,14 @@ def started_task(process: subprocess.Popen[str]) -> str:
 
 
 def slow_task_running(
-    server: Server, client: Client, worker_token: str, room: str, grace: float
+    server: Server, client: Client, worker_token: str, room: str, grace: float, deaf: bool = False
 ) -> tuple[subprocess.Popen[str], Job]:
-    """A worker process, and a task of it that runs for good (until stopped)."""
+    """A worker process, and a task of it that runs for good (until stopped; ``deaf``: one that
+    never reports progress, so it never hears of a stop)."""
     process = start_process(server, worker_token, room, grace)
     try:
-        job = client.submit("analysis:Slow", {"steps": 100_000}, room=room, wait_for_worker=True)
+        payload = {"steps": 100_000, "deaf": deaf}
+        job = client.submit("analysis:Slow", payload, room=room, wait_for_worker=True)
         assert started_task(process) == job["id"]
     except BaseException:
         process.kill()
@@ -205,10 +207,12 @@ def client_schema(server: Server, room: str) -> dict[str, Any]:
     return next(t["schema"] for t in listed if t["id"] == f"{room}:analysis:Slow")
 
 
-def test_sigterm_hands_running_tasks_back(quick: Server) -> None:
+@pytest.mark.parametrize("deaf", [False, True], ids=["progressing", "deaf"])
+def test_sigterm_hands_running_tasks_back(quick: Server, deaf: bool) -> None:
+    # A deaf task (no progress calls) still runs when the grace ends: the process leaves anyway.
     room, worker_token, member_token = tokens(quick)
     client = Client(quick.base, member_token)
-    process, job = slow_task_running(quick, client, worker_token, room, grace=0.5)
+    process, job = slow_task_running(quick, client, worker_token, room, grace=0.5, deaf=deaf)
     try:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0

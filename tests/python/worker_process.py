@@ -1,5 +1,6 @@
 """A worker process for the tests that kill or stop one: serves ``ROOM:analysis:Slow``, whose
-task reports progress every 50 ms for ``steps`` steps, and prints ``started ID`` as each begins.
+task reports progress every 50 ms for ``steps`` steps (or, ``deaf``, sleeps an hour and reports
+nothing), and prints ``started ID`` as each begins.
 
     python worker_process.py URL TOKEN ROOM GRACE_SECONDS
 """
@@ -17,6 +18,7 @@ from yardmaster.worker import TaskContext, Worker
 
 class Slow(BaseModel):
     steps: int
+    deaf: bool = False
 
 
 def main() -> None:
@@ -27,6 +29,8 @@ def main() -> None:
     @worker.task("analysis:Slow")
     def slow(ctx: TaskContext, params: Slow) -> dict[str, int]:
         print(f"started {ctx.id}", flush=True)
+        if params.deaf:
+            time.sleep(3600)
         for step in range(params.steps):
             ctx.progress(step, params.steps)
             time.sleep(0.05)

@@ -31,8 +31,9 @@ import queue
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -156,6 +157,46 @@ class Reporter:
                 answer.set_result(result)
 
 
+#: A function for a task thread to call, and its arguments.
+Work = tuple[Callable[..., None], tuple[Any, ...]]
+
+
+class TaskThreads:
+    """The threads tasks run on: daemon threads, so a task still running when the worker has left
+    (one that never calls ``progress`` and so never sees its cancel) does not keep the process
+    alive after ``run`` returns. Never holds more tasks than threads: the claim loop's slots see
+    to that."""
+
+    def __init__(self, size: int) -> None:
+        self._work: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"yardmaster-task-{n}", daemon=True)
+            for n in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, function: Callable[..., None], *args: Any) -> None:
+        self._work.put((function, args))
+
+    def close(self, grace: float) -> bool:
+        """Lets the running tasks finish within ``grace`` seconds: whether they all did."""
+        for _ in self._threads:
+            self._work.put(None)
+        deadline = time.monotonic() + grace
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
+
+    def _serve(self) -> None:
+        while (work := self._work.get()) is not None:
+            function, args = work
+            try:
+                function(*args)
+            except BaseException:  # a task's SystemExit must not take a thread from the pool
+                log.exception("a task thread caught an escaped exception")
+
+
 @dataclass
 class Served:
     """One registered type and the function that runs its tasks."""
@@ -245,8 +286,7 @@ class Worker:
         beating = threading.Thread(target=self._heartbeat, name="yardmaster-heartbeat", daemon=True)
         beating.start()
         slots = threading.Semaphore(concurrency)
-        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="yardmaster-task")
-        futures: set[Future[None]] = set()
+        pool = TaskThreads(concurrency)
         try:
             while not self._stopping.is_set():
                 free = self._take_free(slots, concurrency)
@@ -266,19 +306,10 @@ class Worker:
                 for _ in range(free - len(tasks)):
                     slots.release()
                 for task in tasks:
-                    futures.add(pool.submit(self._run_task, task, slots))
-                futures = {future for future in futures if not future.done()}
+                    pool.submit(self._run_task, task, slots)
         finally:
             log.info("stopping: %d tasks running, %.0f s of grace", len(self._running), grace)
-            pool.shutdown(wait=False, cancel_futures=True)
-            done = threading.Event()
-
-            def drain() -> None:
-                pool.shutdown(wait=True)
-                done.set()
-
-            threading.Thread(target=drain, daemon=True).start()
-            if not done.wait(grace):
+            if not pool.close(grace):
                 with self._lock:
                     for ctx in self._running.values():
                         ctx._cancelled.set()
