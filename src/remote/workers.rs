@@ -86,8 +86,18 @@ pub fn owner(id: Uuid) -> String {
     format!("remote:{id}")
 }
 
-/// Live workers seen lately: worker id → (its token, what it serves, when).
-type Recent = HashMap<Uuid, (Uuid, Vec<String>, Instant)>;
+/// What this process knows of a live worker it saw lately.
+struct Seen {
+    token: Uuid,
+    types: Vec<String>,
+    /// When it was last found live (by a check or a renewal).
+    checked: Instant,
+    /// When this process last moved its deadline; a check does not.
+    renewed: Option<Instant>,
+}
+
+/// Live workers seen lately, by id.
+type Recent = HashMap<Uuid, Seen>;
 
 pub struct WorkerBook {
     db: DatabaseConnection,
@@ -107,19 +117,30 @@ impl WorkerBook {
         self.ttl / 4
     }
 
-    fn remembered(&self, id: Uuid, token: Uuid) -> Option<LiveWorker> {
+    /// The worker, if this process found it live within [`WorkerBook::fresh`] (`renewed`:
+    /// and moved its deadline within it, which a check does not).
+    fn remembered(&self, id: Uuid, token: Uuid, renewed: bool) -> Option<LiveWorker> {
         let recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (owner_token, types, at) = recent.get(&id)?;
-        (*owner_token == token && at.elapsed() < self.fresh()).then(|| LiveWorker { id, types: types.clone() })
+        let seen = recent.get(&id)?;
+        let at = if renewed { seen.renewed? } else { seen.checked };
+        (seen.token == token && at.elapsed() < self.fresh()).then(|| LiveWorker { id, types: seen.types.clone() })
     }
 
-    fn remember(&self, token: Uuid, worker: &LiveWorker) {
+    fn remember(&self, token: Uuid, worker: &LiveWorker, renewed: bool) {
         let mut recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if recent.len() >= MAX_REMEMBERED {
             let fresh = self.fresh();
-            recent.retain(|_, (_, _, at)| at.elapsed() < fresh);
+            recent.retain(|_, seen| seen.checked.elapsed() < fresh);
         }
-        recent.insert(worker.id, (token, worker.types.clone(), Instant::now()));
+        let now = Instant::now();
+        let before = recent.get(&worker.id).filter(|seen| seen.token == token).and_then(|seen| seen.renewed);
+        let seen = Seen {
+            token,
+            types: worker.types.clone(),
+            checked: now,
+            renewed: if renewed { Some(now) } else { before },
+        };
+        recent.insert(worker.id, seen);
     }
 
     fn forget(&self, id: Uuid) {
@@ -127,9 +148,10 @@ impl WorkerBook {
     }
 
     /// [`WorkerBook::renew`], unless this process renewed it within [`WorkerBook::fresh`]
-    /// (a claim: its deadline is far off).
+    /// (a claim: its deadline is far off). A check in between does not count: a worker that
+    /// only claims and reports would otherwise outlive its deadline unrenewed.
     pub async fn renew_lately(&self, id: Uuid, token: Uuid) -> Result<LiveWorker, WorkerError> {
-        match self.remembered(id, token) {
+        match self.remembered(id, token, true) {
             Some(worker) => Ok(worker),
             None => self.renew(id, token).await,
         }
@@ -138,7 +160,7 @@ impl WorkerBook {
     /// [`WorkerBook::check`], unless this process found it live within
     /// [`WorkerBook::fresh`] (a report).
     pub async fn check_lately(&self, id: Uuid, token: Uuid) -> Result<LiveWorker, WorkerError> {
-        match self.remembered(id, token) {
+        match self.remembered(id, token, false) {
             Some(worker) => Ok(worker),
             None => self.check(id, token).await,
         }
@@ -194,7 +216,7 @@ impl WorkerBook {
             return Err(self.refusal(id, token).await);
         }
         let worker = LiveWorker { id, types: self.types_of(id).await? };
-        self.remember(token, &worker);
+        self.remember(token, &worker, true);
         Ok(worker)
     }
 
@@ -207,7 +229,7 @@ impl WorkerBook {
             Some(row) if row.gone_at.is_some() => Err(WorkerError::Gone(id)),
             Some(_) => {
                 let worker = LiveWorker { id, types: self.types_of(id).await? };
-                self.remember(token, &worker);
+                self.remember(token, &worker, false);
                 Ok(worker)
             }
         }

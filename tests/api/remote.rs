@@ -768,6 +768,39 @@ async fn a_claim_is_woken_by_a_task_another_process_wrote() {
     assert!(started.elapsed() < Duration::from_secs(5), "woken only at the wait's end: {:?}", started.elapsed());
 }
 
+/// A worker that claims and reports, and never heartbeats, stays live: a claim renews its
+/// deadline even when a report found it live in between (a report checks, it does not renew).
+/// Here each claim comes 0.7 s after the last, with reports all along: past a quarter of the
+/// 2 s deadline a report is the first to look again, so a claim that counted that look as a
+/// renewal would let the deadline lapse within a few rounds.
+async fn claims_keep_a_worker_that_also_reports_live(backend: Backend) {
+    let app = TestApp::spawn_with(backend, deadlines(2)).await;
+    let client = worker_token(&app, &["lab"]).await;
+    let body = json!({ "category": "modifiers", "name": "Rotate", "schema": schema() });
+    assert_eq!(register_type(&app, &client, body).await.0, 201);
+    let worker = Worker::register(&app, client, &[ROTATE]).await;
+    for _ in 0..8 {
+        let (status, _) =
+            app.submit(json!({ "room": "lab", "operation": "modifiers:Rotate", "payload": { "angle": 1 } })).await;
+        assert_eq!(status, 201);
+    }
+    let (status, task) = worker.claim(&app, 0).await;
+    assert_eq!(status, 200, "{task}");
+    let (id, attempt) = (task["id"].as_str().unwrap().to_owned(), task["attempts"].clone());
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut round = Instant::now();
+    while Instant::now() < until {
+        let progress = json!({ "attempt": attempt, "status": "running", "progress": { "current": 1 } });
+        let (status, answer) = worker.report(&app, &id, progress).await;
+        assert_eq!(status, 200, "a report was refused: {answer}");
+        if round.elapsed() >= Duration::from_millis(700) {
+            let (status, answer) = worker.claim(&app, 0).await;
+            assert_eq!(status, 200, "a claim was refused: {answer}");
+            round = Instant::now();
+        }
+    }
+}
+
 on_both_backends!(
     registration_follows_its_rules,
     an_orphaned_type_is_swept_and_revived,
@@ -781,4 +814,5 @@ on_both_backends!(
     hostile_worker_requests_are_refused,
     a_task_is_read_and_long_polled_by_its_worker_and_room,
     a_builtin_operation_is_submitted_by_its_type_name,
+    claims_keep_a_worker_that_also_reports_live,
 );
