@@ -23,12 +23,12 @@ const MAX_HELD: usize = 1000;
 
 impl From<TypeError> for ApiError {
     fn from(err: TypeError) -> Self {
-        let code = match &err {
+        let code = match err {
             TypeError::InvalidCategory(..) => Code::InvalidCategory,
             TypeError::InvalidSchema(_) => Code::InvalidSchema,
             TypeError::SchemaConflict(_) => Code::SchemaConflict,
             TypeError::NotFound(_) => Code::UnknownOperation,
-            TypeError::Database(_) => return db(err),
+            TypeError::Database(err) => return db(err),
         };
         ApiError::new(code, err.to_string())
     }
@@ -36,11 +36,11 @@ impl From<TypeError> for ApiError {
 
 impl From<WorkerError> for ApiError {
     fn from(err: WorkerError) -> Self {
-        let code = match &err {
+        let code = match err {
             WorkerError::NotFound(_) => Code::WorkerNotFound,
             WorkerError::NotYours(_) => Code::WorkerForbidden,
             WorkerError::Gone(_) => Code::WorkerGone,
-            WorkerError::Database(_) => return db(err),
+            WorkerError::Database(err) => return db(err),
         };
         ApiError::new(code, err.to_string())
     }
@@ -59,9 +59,9 @@ impl From<ReportError> for ApiError {
     }
 }
 
-fn db(err: impl std::fmt::Display) -> ApiError {
-    let err = StoreError::Database(sea_orm::DbErr::Custom(err.to_string()));
-    ApiError::from(err)
+/// A failure of the worker book's database: 503 `store_unavailable` when it cannot be reached.
+fn db(err: sea_orm::DbErr) -> ApiError {
+    ApiError::from(StoreError::Database(err))
 }
 
 /// Query of `GET /types`.
