@@ -4,7 +4,8 @@
 //! per job of every process involved, fan-out against flat jobs, HTTP submissions, submit →
 //! start latency at a fixed offered load, memory per in-flight job, and throughput again with
 //! a large history of finished jobs in the tables, embeddings/s of the inference operations
-//! against the same model run directly, remote workers over HTTP against the broker path, and
+//! against the same model run directly, remote workers over HTTP (Rust claimers, and one Python
+//! SDK worker process against the pre-SDK loop) against the broker path, and
 //! the memory of waiting clients, and a worker 10 and 20 ms from its database and broker (the
 //! round trips a job costs). Each ratio is between figures of one kind.
 //!
@@ -12,7 +13,7 @@
 //! jobs of each latency case (default 5,000), `BENCH_HISTORY` the finished jobs of the history
 //! cases (default 1,000,000; 0 skips them), `BENCH_EMBED_INPUTS` the inputs of the inference
 //! cases (default 16,384), `BENCH_ONLY` the groups to run
-//! (`throughput,groupcommit,flow,dag,fairness,fanout,http,latency,history,memory,inference,remote,waiters,far`;
+//! (`throughput,groupcommit,flow,dag,fairness,fanout,http,latency,history,memory,inference,remote,sdk,waiters,far`;
 //! default all but `groupcommit`, `flow`, `dag` and `fairness`). Needs the local PostgreSQL and RabbitMQ (`scripts/bench.sh` starts them,
 //! installs the peer, builds in release and keeps the output in `bench/results/`).
 
@@ -26,6 +27,8 @@ mod inference;
 mod lateness;
 #[path = "support/scheduler.rs"]
 mod scheduler;
+#[path = "support/sdk.rs"]
+mod sdk;
 
 // The in-process cases run with the binary's allocator.
 yardmaster::use_jemalloc!();
@@ -281,13 +284,19 @@ async fn run(sizes: Sizes) {
         latencies.push(embedded_latency(sizes.history, sizes.latency_jobs).await);
         latencies.push(rabbitmq_latency(sizes.history, sizes.latency_jobs).await);
     }
-    if wanted("remote") {
+    if wanted("remote") || wanted("sdk") {
         let tasks = jobs.min(REMOTE_TASKS);
         let mut broker = with_rabbitmq(tasks, 2, 0).await;
         broker.kind = Kind::Remote;
         figures.push(broker);
-        figures.push(remote_http(tasks, 8, 1).await);
-        figures.push(remote_http(tasks, 8, REMOTE_BATCH).await);
+        if wanted("remote") {
+            figures.push(remote_http(tasks, 8, 1).await);
+            figures.push(remote_http(tasks, 8, REMOTE_BATCH).await);
+        }
+        if wanted("sdk") {
+            figures.push(sdk::python_worker(tasks, sdk::Mode::Loop).await);
+            figures.push(sdk::python_worker(tasks, sdk::Mode::Sdk).await);
+        }
     }
     if wanted("memory") {
         memory = self::memory().await;
@@ -350,21 +359,23 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
     println!();
     println!("== CPU per job over each case's window, µs (all processes share the machine's cores) ==");
     println!(
-        "{:<72} {:>8} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8}",
-        "case", "total", "bench", "yardmaster", "pg conns", "pg own", "broker", "peer"
+        "{:<72} {:>8} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "case", "total", "bench", "yardmaster", "pg conns", "pg own", "broker", "peer", "python"
     );
     for figure in figures.iter().filter(|figure| figure.kind != Kind::Inference) {
         let Some((usage, jobs)) = &figure.cpu else { continue };
         let per_job = |seconds: f64| format!("{:.1}", seconds * 1e6 / *jobs as f64);
-        let [bench, yardmaster, postgres, background, broker, node] = Role::ALL.map(|role| per_job(usage.get(role)));
+        let [bench, yardmaster, postgres, background, broker, node, python] =
+            Role::ALL.map(|role| per_job(usage.get(role)));
         println!(
-            "{:<72} {:>8} {bench:>8} {yardmaster:>10} {postgres:>8} {background:>8} {broker:>8} {node:>8}",
+            "{:<72} {:>8} {bench:>8} {yardmaster:>10} {postgres:>8} {background:>8} {broker:>8} {node:>8} {python:>8}",
             figure.name,
             per_job(usage.total())
         );
     }
     println!("(bench: this process, which hosts yardmaster in the in-process and HTTP cases and publishes in the RabbitMQ ones;");
-    println!(" pg conns: PostgreSQL's backend processes; pg own: its autovacuum, WAL writer, checkpointer and background writer)");
+    println!(" pg conns: PostgreSQL's backend processes; pg own: its autovacuum, WAL writer, checkpointer and background writer;");
+    println!(" python: the Python worker process of the SDK cases)");
 
     let flat =
         |prefix: &str| figures.iter().find(|figure| figure.kind == Kind::Throughput && figure.name.starts_with(prefix));
@@ -1626,7 +1637,9 @@ const REMOTE_BATCH: usize = 32;
 /// (succeeded: `PATCH /tasks/{id}` for one, one `POST /tasks:report` for more) over `tasks`
 /// no-op tasks, each claimer its own registered worker. The API and the claimers share this
 /// process (bench); the CPU covers both, and PostgreSQL's.
-async fn remote_http(tasks: usize, claimers: usize, per_request: usize) -> Figure {
+/// A yardmaster serving only the API (no workers of its own) on a fresh PostgreSQL database:
+/// the database (to remove), the API's base URL and a connection to the database.
+async fn api_only() -> (Scratch, String, DatabaseConnection) {
     let scratch = Scratch::create(Store::Postgres).await;
     let mut settings = bench_settings(&scratch.url);
     settings.worker.enabled = false;
@@ -1635,6 +1648,11 @@ async fn remote_http(tasks: usize, claimers: usize, per_request: usize) -> Figur
     let base = format!("http://127.0.0.1:{}", app.port().unwrap());
     let db = app.db();
     actix_rt::spawn(app.run_until_stopped());
+    (scratch, base, db)
+}
+
+async fn remote_http(tasks: usize, claimers: usize, per_request: usize) -> Figure {
+    let (scratch, base, db) = api_only().await;
     let client = bench_client();
     let post = |path: &str, body: Value| {
         let request = client.post(format!("{base}{path}")).json(&body);

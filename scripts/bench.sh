@@ -5,7 +5,7 @@
 # the jobs per throughput case (default 50000), BENCH_LATENCY_JOBS those of each latency
 # case (default 5000), BENCH_HISTORY the finished jobs of the history cases (default
 # 1000000, 0 skips them), BENCH_ONLY=a,b the case groups (throughput, groupcommit, fanout,
-# http, latency, history, prune, memory, inference, remote, waiters, uploads, dashboard, lateness,
+# http, latency, history, prune, memory, inference, remote, sdk, waiters, uploads, dashboard, lateness,
 # scheduler, far;
 # default all but groupcommit); BENCH_LABEL names the
 # results file further.
@@ -17,6 +17,9 @@ source scripts/libtorch.sh
 
 . bench/services.sh
 (cd bench/graphile && npm install --no-audit --no-fund --silent)
+# The Python SDK (and its tools) for the sdk cases' worker process.
+source tests/venv.sh
+ensure_sdk_venv
 cargo bench --bench throughput --no-run
 mkdir -p bench/results
 result="bench/results/$(date -u +%Y-%m-%dT%H%M%S)-${BENCH_ONLY:-all}${BENCH_LABEL:+-$BENCH_LABEL}.txt"

@@ -1,6 +1,6 @@
 //! CPU time of every process a benchmark case involves, read from `/proc`: the bench process
 //! itself (which hosts yardmaster in the in-process cases), yardmaster worker processes,
-//! PostgreSQL's backends, the RabbitMQ node and the peer's node process.
+//! PostgreSQL's backends, the RabbitMQ node, the peer's node process and Python clients.
 //!
 //! A sampler thread rescans `/proc` every [`PERIOD`], so the CPU of a process that exits
 //! inside the window (a PostgreSQL backend whose client disconnected) is kept as last seen;
@@ -25,11 +25,20 @@ pub enum Role {
     PostgresBackground,
     Broker,
     Peer,
+    /// A Python client or worker process (the SDK's cases).
+    Client,
 }
 
 impl Role {
-    pub const ALL: [Role; 6] =
-        [Role::Bench, Role::Yardmaster, Role::Postgres, Role::PostgresBackground, Role::Broker, Role::Peer];
+    pub const ALL: [Role; 7] = [
+        Role::Bench,
+        Role::Yardmaster,
+        Role::Postgres,
+        Role::PostgresBackground,
+        Role::Broker,
+        Role::Peer,
+        Role::Client,
+    ];
 
     fn of(pid: u32, comm: &str) -> Option<Role> {
         if pid == std::process::id() {
@@ -44,6 +53,7 @@ impl Role {
             }),
             "beam.smp" | "erl_child_setup" | "epmd" | "inet_gethost" => Some(Role::Broker),
             "node" => Some(Role::Peer),
+            python if python.starts_with("python") => Some(Role::Client),
             _ => None,
         }
     }

@@ -12,20 +12,14 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
 source scripts/libtorch.sh
 cargo build --bin yardmaster
 source tests/venv.sh
-tools="httpx==0.28.1 pydantic==2.14.4 pytest==9.2.0 ruff==0.17.6 mypy==2.4.1 openapi-python-client==0.29.1"
-ensure_venv python-venv "$tools"
-# The package as it is now, built and installed the way `pip install ./clients/python` does.
-build="$(mktemp -d)"
-trap 'rm -rf "$build"' EXIT
-cp -r clients/python "$build/python"
-"$venv/bin/pip" install --quiet --no-deps --force-reinstall "$build/python"
+ensure_sdk_venv
 
 config=(--config clients/python/pyproject.toml)
-python=(clients/python tests/python examples/remote_worker.py)
+python=(clients/python tests/python examples/remote_worker.py bench/sdk_worker.py)
 "$venv/bin/ruff" check "${config[@]}" "${python[@]}"
 "$venv/bin/ruff" format --check "${config[@]}" "${python[@]}"
 MYPYPATH=tests/python "$venv/bin/mypy" --config-file clients/python/pyproject.toml clients/python/yardmaster tests/python \
-  examples/remote_worker.py
+  examples/remote_worker.py bench/sdk_worker.py
 
 # The tests import the installed package, not the source tree.
 cd tests/python
