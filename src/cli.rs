@@ -1,5 +1,5 @@
-//! The command line: `serve`, `worker`, `reaper`, `migrate`, `model init`, `token …`, `script-host`,
-//! and the client commands of [`crate::client`] (`submit`, `status`, `ls`, …). SIGTERM or SIGINT stops a
+//! The command line: `serve`, `worker`, `reaper`, `migrate`, `model init`, `inference check`,
+//! `token …`, `script-host`, and the client commands of [`crate::client`] (`submit`, `status`, `ls`, …). SIGTERM or SIGINT stops a
 //! process gracefully (see `actors::ShutdownGuard`); it then exits with 143. The `yardmaster` binary calls
 //! [`main_with`] with the built-in operations; an application with operations of its own
 //! calls it with its registry (see `examples/custom_operation.rs`).
@@ -40,6 +40,9 @@ enum Command {
     /// The inference model.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Inference on this host.
+    #[command(subcommand)]
+    Inference(InferenceCommand),
     /// API tokens: create, list, revoke (on the store directly; no server needed).
     #[command(subcommand)]
     Token(TokenCommand),
@@ -82,6 +85,13 @@ enum ModelCommand {
     /// Write the default model (a small deterministic text encoder, traced to TorchScript)
     /// to inference.model, unless a file is there already.
     Init(ModelInitArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum InferenceCommand {
+    /// Print the device the model would run on, libtorch's and CUDA's versions, and time a
+    /// forward pass of inference.model (exit 1 when it cannot load or answer).
+    Check,
 }
 
 #[derive(Debug, Args)]
@@ -128,8 +138,21 @@ fn model_init(path: &std::path::Path, vocab: u32, force: bool) -> anyhow::Result
 
 #[cfg(not(feature = "inference"))]
 fn model_init(_path: &std::path::Path, _vocab: u32, _force: bool) -> anyhow::Result<i32> {
-    anyhow::bail!("this yardmaster was built without the `inference` feature (libtorch): `source scripts/libtorch.sh`, then build with default features")
+    anyhow::bail!(WITHOUT_LIBTORCH)
 }
+
+#[cfg(feature = "inference")]
+fn inference_check(settings: &crate::inference::InferenceSettings) -> anyhow::Result<i32> {
+    crate::inference::check::run(settings)
+}
+
+#[cfg(not(feature = "inference"))]
+fn inference_check(_settings: &crate::inference::InferenceSettings) -> anyhow::Result<i32> {
+    anyhow::bail!(WITHOUT_LIBTORCH)
+}
+
+#[cfg(not(feature = "inference"))]
+const WITHOUT_LIBTORCH: &str = "this yardmaster was built without the `inference` feature (libtorch): `source scripts/libtorch.sh`, then build with default features";
 
 /// Parses the command line and runs it with `registry`'s operations; the process exit code.
 pub fn main_with(registry: OperationRegistry) -> ExitCode {
@@ -196,6 +219,7 @@ async fn run(config: Option<&std::path::Path>, command: Command, registry: Opera
             let path = args.out.unwrap_or_else(|| PathBuf::from(&settings.inference.model));
             return model_init(&path, settings.inference.vocab, args.force);
         }
+        Command::Inference(InferenceCommand::Check) => return inference_check(&settings.inference),
         Command::Token(TokenCommand::New) => return crate::auth::commands::print_new(),
         Command::Token(command) => {
             let db = store::connect(&settings.store).await?;

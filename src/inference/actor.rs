@@ -80,9 +80,10 @@ pub struct InferenceActor {
     loaded: Result<Loaded, (String, Instant)>,
 }
 
-struct Loaded {
+/// A model loaded on its device.
+pub(super) struct Loaded {
     module: CModule,
-    device: Device,
+    pub(super) device: Device,
     name: String,
 }
 
@@ -118,7 +119,7 @@ fn device(setting: &str) -> Result<Device, String> {
     }
 }
 
-fn device_name(device: Device) -> String {
+pub(super) fn device_name(device: Device) -> String {
     match device {
         Device::Cuda(n) => format!("cuda:{n}"),
         Device::Mps => "mps".into(),
@@ -127,7 +128,7 @@ fn device_name(device: Device) -> String {
     }
 }
 
-fn load(path: &std::path::Path, setting: &str) -> Result<Loaded, String> {
+pub(super) fn load(path: &std::path::Path, setting: &str) -> Result<Loaded, String> {
     let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
     let loaded = device(setting).and_then(|device| {
         if !path.is_file() {
@@ -186,7 +187,7 @@ impl Handler<Embed> for InferenceActor {
     }
 }
 
-fn forward(model: &Loaded, tokens: &Tokens) -> Result<Vec<Vec<f32>>, InferenceError> {
+pub(super) fn forward(model: &Loaded, tokens: &Tokens) -> Result<Vec<Vec<f32>>, InferenceError> {
     let failed = |err: tch::TchError| InferenceError::Failed(first_line(&err.to_string()).to_owned());
     let (rows, columns) = (tokens.rows as i64, tokens.columns as i64);
     let input = Tensor::f_from_slice(&tokens.ids)

@@ -15,6 +15,8 @@ pub mod tokenizer;
 #[cfg(feature = "inference")]
 pub mod actor;
 #[cfg(feature = "inference")]
+pub mod check;
+#[cfg(feature = "inference")]
 pub mod model;
 #[cfg(feature = "inference")]
 pub mod neighbours;

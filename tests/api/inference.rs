@@ -475,6 +475,37 @@ async fn model_init_writes_the_default_model_once() {
     assert_eq!(embedded.unwrap().vectors[0].len(), 128);
 }
 
+/// `yardmaster inference check` names the device the actor would pick (whatever this host
+/// has), libtorch's version, and times the configured model; a missing model fails it with
+/// the command that writes one.
+#[test]
+fn inference_check_reports_the_device_and_times_the_model() {
+    let models = Models::new();
+    let check = |model: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_yardmaster"))
+            .args(["inference", "check"])
+            .env("YARDMASTER__INFERENCE__MODEL", model)
+            .env("YARDMASTER__INFERENCE__BATCH_SIZE", "8")
+            .output()
+            .unwrap()
+    };
+    let output = check(&models.default_model());
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    let expected = if tch::Cuda::is_available() { "cuda:0" } else { "cpu" };
+    assert!(printed.contains(&format!("device: {expected} (inference.device = auto)")), "{printed}");
+    let libtorch = printed.lines().find(|line| line.starts_with("libtorch: ")).unwrap_or_default();
+    assert!(libtorch.starts_with("libtorch: 2."), "libtorch's version is read: {printed}");
+    let forward = printed.lines().find(|line| line.starts_with("forward: ")).unwrap_or_default();
+    assert!(forward.starts_with("forward: 8 inputs × 128 tokens, vectors of 128:"), "{printed}");
+    assert!(forward.ends_with("inputs/s"), "{printed}");
+
+    let missing = check(&models.path("missing.pt"));
+    assert_eq!(missing.status.code(), Some(1), "{missing:?}");
+    let said = String::from_utf8_lossy(&missing.stderr);
+    assert!(said.contains("does not exist (yardmaster model init writes the default)"), "{said}");
+}
+
 on_both_backends!(
     from_set_embeds_a_stored_set_again,
     compute_embeddings_stores_a_vector_per_input,

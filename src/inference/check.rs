@@ -1,0 +1,85 @@
+//! `yardmaster inference check`: what this host would run the model on (the device, libtorch's
+//! and CUDA's versions) and a timed forward pass of the configured model, with the same
+//! loading, tokeniser and contract as the inference actor, before a worker is started with it.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::actor::{device_name, forward, load};
+use super::settings::InferenceSettings;
+use super::tokenizer::Tokenizer;
+
+/// Timed passes after one warm-up pass.
+const PASSES: usize = 5;
+/// Residues of each sample input: protein-like, at most `inference.max_tokens`.
+const SAMPLE_LENGTH: usize = 128;
+const ALPHABET: &[u8] = b"ACDEFGHIKLMNPQRSTVWY";
+
+/// Prints the report; the exit code is 0 when the model loaded and answered by the contract.
+pub fn run(settings: &InferenceSettings) -> anyhow::Result<i32> {
+    println!("libtorch: {}", libtorch_version());
+    println!("CUDA: {}", cuda());
+    println!("threads: {}", tch::get_num_threads());
+    let started = Instant::now();
+    let model = load(&PathBuf::from(&settings.model), &settings.device).map_err(anyhow::Error::msg)?;
+    println!("device: {} (inference.device = {})", device_name(model.device), settings.device);
+    println!("model: {} (loaded in {:.0} ms)", settings.model, started.elapsed().as_secs_f64() * 1e3);
+    let tokenizer = Tokenizer::new(settings.vocab, settings.max_tokens);
+    let length = SAMPLE_LENGTH.min(settings.max_tokens);
+    let inputs: Vec<String> = (0..settings.batch_size).map(|n| sample(n, length)).collect();
+    let tokens = tokenizer.encode(0, &inputs)?;
+    let pass = || tch::no_grad(|| forward(&model, &tokens)).map_err(|err| anyhow::anyhow!("{err}"));
+    let vectors = pass()?;
+    let mut times = Vec::with_capacity(PASSES);
+    for _ in 0..PASSES {
+        let started = Instant::now();
+        pass()?;
+        times.push(started.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[PASSES / 2];
+    println!(
+        "forward: {} inputs × {length} tokens, vectors of {}: {:.1} ms a pass (median of {PASSES}), {:.0} inputs/s",
+        inputs.len(),
+        vectors.first().map_or(0, Vec::len),
+        median * 1e3,
+        inputs.len() as f64 / median
+    );
+    Ok(0)
+}
+
+/// A deterministic protein-like sequence.
+fn sample(seed: usize, length: usize) -> String {
+    (0..length).map(|at| ALPHABET[(seed * 7 + at * 13) % ALPHABET.len()] as char).collect()
+}
+
+/// libtorch's version, from the `build-version` file beside the library this process loaded
+/// (`scripts/libtorch.sh` writes it, as libtorch's own archives carry it).
+fn libtorch_version() -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let Some(library) = maps.lines().filter_map(|line| line.split_whitespace().nth(5)).find(|path| {
+        path.rsplit('/').next().is_some_and(|name| name.starts_with("libtorch_cpu.") || name.starts_with("libtorch."))
+    }) else {
+        return "unknown (libtorch is not among the loaded libraries)".into();
+    };
+    let root = PathBuf::from(library).parent().and_then(|lib| lib.parent()).map(PathBuf::from).unwrap_or_default();
+    match std::fs::read_to_string(root.join("build-version")) {
+        Ok(version) => format!("{} ({})", version.trim(), root.display()),
+        Err(_) => format!("unknown version ({library}: no build-version beside it)"),
+    }
+}
+
+fn cuda() -> String {
+    if !tch::utils::has_cuda() {
+        return "not built in (a CPU libtorch)".into();
+    }
+    let devices = tch::Cuda::device_count();
+    let runtime = tch::utils::version_cudart();
+    format!(
+        "runtime {}.{}, cuDNN {}, {devices} device(s){}",
+        runtime / 1000,
+        (runtime % 1000) / 10,
+        tch::utils::version_cudnn(),
+        if devices == 0 { ": none visible to this process" } else { "" }
+    )
+}
