@@ -101,7 +101,9 @@ pub async fn python_worker(tasks: usize, mode: Mode) -> Figure {
 
     // SAFETY: kill(2) on the child's own pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    child.wait().unwrap();
+    // Waited for off this thread: it runs the reactor of the API's database connections, which
+    // the worker's leaving (`DELETE /workers/{id}`) needs.
+    tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
     db.close().await.ok();
     scratch.remove().await;
     let name = format!("Python worker process ({}), concurrency 8: PostgreSQL", mode.argument());
