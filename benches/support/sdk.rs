@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, Statement};
 use serde_json::json;
 
-use super::{api_only, bench_client, bench_token, count, sampler, Figure, Kind};
+use super::{api_only, bench_client, bench_token, count, sampler, Figure, Kind, UNFINISHED};
 
 /// The two ways a Python process serves the tasks.
 #[derive(Clone, Copy)]
@@ -47,10 +47,6 @@ fn python() -> PathBuf {
         PathBuf::from(home).join(".cache/yardmaster/python-venv/bin/python")
     })
 }
-
-/// Tasks left to run: one index probe, cheap enough to poll during the measurement.
-const UNFINISHED: &str =
-    "SELECT COUNT(*) FROM (SELECT 1 FROM job WHERE status IN ('queued', 'running') LIMIT 1) unfinished";
 
 pub async fn python_worker(tasks: usize, mode: Mode) -> Figure {
     let (scratch, base, db) = api_only().await;
