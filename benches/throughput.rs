@@ -451,7 +451,8 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
     if !embeddings.is_empty() {
         println!();
         println!(
-            "== inference: embeddings/s on CPU, default model, {} rounds (ratio: to the model run directly with tch in the same round; target ≥ 0.8×) ==",
+            "== inference: embeddings/s on {}, default model, {} rounds (ratio: to the model run directly with tch in the same round; target ≥ 0.9×) ==",
+            std::env::var("BENCH_INFERENCE_DEVICE").unwrap_or_else(|_| "cpu".into()),
             inference::ROUNDS
         );
         let mut ratios = Vec::new();

@@ -4,7 +4,7 @@
 # exits 1 if any is above 4.9 (worse than "OK"), or if systemd-analyze is not installed.
 # A template (name@.service) is checked as its instance name@default.service.
 #
-#   bash scripts/check-units.sh                      # the three units in deploy/
+#   bash scripts/check-units.sh                      # the units in deploy/
 #   bash scripts/check-units.sh path/to/x.service …  # the unit files given instead
 set -euo pipefail
 
@@ -24,6 +24,7 @@ else
         "$root/deploy/yardmaster-api.service"
         "$root/deploy/yardmaster-worker.service"
         "$root/deploy/yardmaster-worker@.service"
+        "$root/deploy/yardmaster-gpu-worker.service"
         "$root/deploy/yardmaster-reaper.service"
     )
 fi

@@ -33,7 +33,9 @@ fn sequence(seed: usize, len: usize) -> String {
 pub async fn figures(inputs: usize) -> Vec<Figure> {
     let dir = std::env::temp_dir().join(format!("yardmaster-bench-model-{}", uuid::Uuid::new_v4().simple()));
     let model = dir.join("default.pt");
-    let settings = InferenceSettings { model: model.display().to_string(), device: "cpu".into(), ..Default::default() };
+    // `BENCH_INFERENCE_DEVICE`: `cpu` (the default) or `cuda` (scripts/gpu-check.sh), both sides.
+    let device = std::env::var("BENCH_INFERENCE_DEVICE").unwrap_or_else(|_| "cpu".into());
+    let settings = InferenceSettings { model: model.display().to_string(), device, ..Default::default() };
     yardmaster::inference::model::write_default(&model, settings.vocab).unwrap();
     // Lengths 50 to 249, as short protein domains.
     let texts: Vec<String> = (0..inputs).map(|i| sequence(i, 50 + (i * 37) % 200)).collect();
@@ -55,12 +57,17 @@ pub const ROUNDS: usize = 3;
 
 /// The model loaded once, then every batch tokenised, run and copied out, one after another.
 fn direct(model: &Path, texts: &[String], settings: &InferenceSettings) -> Figure {
-    let module = CModule::load_on_device(model, Device::Cpu).unwrap();
+    let device = match settings.device.as_str() {
+        "cuda" => Device::Cuda(0),
+        _ => Device::Cpu,
+    };
+    let module = CModule::load_on_device(model, device).unwrap();
     let tokenizer = Tokenizer::new(settings.vocab, settings.max_tokens);
     let run = |chunk: &[String]| -> Vec<Vec<f32>> {
         let tokens = tokenizer.encode(0, chunk).unwrap();
-        let ids = Tensor::from_slice(&tokens.ids).reshape([tokens.rows as i64, tokens.columns as i64]);
-        let out = tch::no_grad(|| module.forward_ts(&[ids]).unwrap());
+        let ids =
+            Tensor::from_slice(&tokens.ids).reshape([tokens.rows as i64, tokens.columns as i64]).to_device(device);
+        let out = tch::no_grad(|| module.forward_ts(&[ids]).unwrap()).to_device(Device::Cpu);
         let dims = out.size()[1] as usize;
         let flat = Vec::<f32>::try_from(&out.to_kind(TensorKind::Float).flatten(0, -1)).unwrap();
         flat.chunks(dims).map(<[f32]>::to_vec).collect()
@@ -75,7 +82,8 @@ fn direct(model: &Path, texts: &[String], settings: &InferenceSettings) -> Figur
     let seconds = start.elapsed().as_secs_f64();
     let usage = sampler().since(&before);
     assert_eq!(vectors, texts.len());
-    let name = format!("tch directly: tokenise, forward, copy out; batches of {}", settings.batch_size);
+    let name =
+        format!("tch directly: tokenise, forward, copy out; batches of {}, {}", settings.batch_size, settings.device);
     Figure::rate(name, texts.len() as f64 / seconds, format!("{} inputs, {seconds:.1} s", texts.len()))
         .of_kind(Kind::Inference)
         .with_cpu(usage, texts.len())
@@ -112,7 +120,7 @@ async fn embedded(texts: &[String], inference: &InferenceSettings) -> Figure {
     drop(app);
     tokio::time::sleep(Duration::from_millis(100)).await;
     scratch.remove().await;
-    let name = "yardmaster embedded: compute_embeddings, SQLite, in-process queues";
+    let name = format!("yardmaster embedded: compute_embeddings, SQLite, in-process queues, {}", inference.device);
     let note = format!("{} inputs, {seconds:.1} s; vectors stored, parent counted", texts.len());
     Figure::rate(name, texts.len() as f64 / seconds, note).of_kind(Kind::Inference).with_cpu(usage, texts.len())
 }
