@@ -77,6 +77,7 @@ pub struct Embed(pub Tokens);
 pub struct InferenceActor {
     path: PathBuf,
     device: String,
+    half: bool,
     loaded: Result<Loaded, (String, Instant)>,
 }
 
@@ -84,6 +85,8 @@ pub struct InferenceActor {
 pub(super) struct Loaded {
     module: CModule,
     pub(super) device: Device,
+    /// The model's floating-point kind: `Float`, or `Half` on CUDA with `inference.half`.
+    pub(super) precision: Kind,
     name: String,
 }
 
@@ -95,14 +98,14 @@ impl InferenceActor {
     /// Loads the model named by `settings` (on the calling thread: the actor's).
     pub fn load(settings: &InferenceSettings) -> InferenceActor {
         let path = PathBuf::from(&settings.model);
-        let loaded = load(&path, &settings.device).map_err(|reason| (reason, Instant::now()));
-        InferenceActor { path, device: settings.device.clone(), loaded }
+        let loaded = load(&path, &settings.device, settings.half).map_err(|reason| (reason, Instant::now()));
+        InferenceActor { path, device: settings.device.clone(), half: settings.half, loaded }
     }
 
     fn model(&mut self) -> Result<&Loaded, InferenceError> {
         if let Err((_, at)) = &self.loaded {
             if at.elapsed() >= RELOAD_AFTER {
-                self.loaded = load(&self.path, &self.device).map_err(|reason| (reason, Instant::now()));
+                self.loaded = load(&self.path, &self.device, self.half).map_err(|reason| (reason, Instant::now()));
             }
         }
         self.loaded.as_ref().map_err(|(reason, _)| InferenceError::ModelUnavailable(reason.clone()))
@@ -128,7 +131,9 @@ pub(super) fn device_name(device: Device) -> String {
     }
 }
 
-pub(super) fn load(path: &std::path::Path, setting: &str) -> Result<Loaded, String> {
+/// Loads the model at `path` onto the device `setting` picks; in half precision when `half`
+/// and that device is a GPU.
+pub(super) fn load(path: &std::path::Path, setting: &str, half: bool) -> Result<Loaded, String> {
     let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
     let loaded = device(setting).and_then(|device| {
         if !path.is_file() {
@@ -137,16 +142,37 @@ pub(super) fn load(path: &std::path::Path, setting: &str) -> Result<Loaded, Stri
                 path.display()
             ));
         }
-        let module = std::panic::catch_unwind(|| CModule::load_on_device(path, device))
+        let mut module = std::panic::catch_unwind(|| CModule::load_on_device(path, device))
             .map_err(|_| format!("loading {} panicked", path.display()))?
             .map_err(|err| format!("cannot load model {}: {}", path.display(), first_line(&err.to_string())))?;
-        Ok(Loaded { module, device, name: name.clone() })
+        let precision = match (half, device) {
+            (true, Device::Cuda(_)) => Kind::Half,
+            _ => Kind::Float,
+        };
+        if precision == Kind::Half {
+            std::panic::catch_unwind(AssertUnwindSafe(|| module.to(device, Kind::Half, false)))
+                .map_err(|_| format!("converting {} to half precision failed", path.display()))?;
+        }
+        Ok(Loaded { module, device, precision, name: name.clone() })
     });
     match &loaded {
-        Ok(model) => info!(model = %path.display(), device = %device_name(model.device), "inference model loaded"),
+        Ok(model) => info!(
+            model = %path.display(),
+            device = %device_name(model.device),
+            precision = precision_name(model.precision),
+            "inference model loaded"
+        ),
         Err(reason) => error!(model = %path.display(), %reason, "inference model unavailable"),
     }
     loaded
+}
+
+/// `float32` or `float16`, as the log and `inference check` say it.
+pub(super) fn precision_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Half => "float16",
+        _ => "float32",
+    }
 }
 
 /// libtorch's errors carry a C++ backtrace after the first line.

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::actor::{device_name, forward, load};
+use super::actor::{device_name, forward, load, precision_name};
 use super::settings::InferenceSettings;
 use super::tokenizer::Tokenizer;
 
@@ -21,10 +21,12 @@ pub fn run(settings: &InferenceSettings) -> anyhow::Result<i32> {
     println!("CUDA: {}", cuda());
     println!("threads: {}", tch::get_num_threads());
     let started = Instant::now();
-    let model = load(&PathBuf::from(&settings.model), &settings.device).map_err(anyhow::Error::msg)?;
+    let model = load(&PathBuf::from(&settings.model), &settings.device, settings.half).map_err(anyhow::Error::msg)?;
     println!("device: {} (inference.device = {})", device_name(model.device), settings.device);
+    println!("precision: {} (inference.half = {})", precision_name(model.precision), settings.half);
     println!("model: {} (loaded in {:.0} ms)", settings.model, started.elapsed().as_secs_f64() * 1e3);
-    let tokenizer = Tokenizer::new(settings.vocab, settings.max_tokens);
+    let tokenizer = Tokenizer::from_settings(settings).map_err(anyhow::Error::msg)?;
+    println!("tokenizer: {}", settings.tokenizer.kind);
     let length = SAMPLE_LENGTH.min(settings.max_tokens);
     let inputs: Vec<String> = (0..settings.batch_size).map(|n| sample(n, length)).collect();
     let tokens = tokenizer.encode(0, &inputs)?;

@@ -39,13 +39,24 @@ pub fn register(registry: OperationRegistry, settings: &InferenceSettings) -> Op
     if OPERATIONS.iter().any(|name| registry.get(name).is_some()) {
         return registry;
     }
-    let tokenizer = tokenizer::Tokenizer::new(settings.vocab, settings.max_tokens);
+    let tokenizer = match tokenizer::Tokenizer::from_settings(settings) {
+        Ok(tokenizer) => tokenizer,
+        Err(reason) => {
+            tracing::error!(%reason, "the inference operations are unavailable");
+            return OPERATIONS.iter().fold(registry, |registry, name| registry.without(name, &reason));
+        }
+    };
     let inference = actor::Inference::new(settings.clone());
     let (batch_size, queue, write_queue) = (settings.batch_size, settings.queue.clone(), settings.write_queue.clone());
     registry
-        .with(ops::ComputeEmbeddings { tokenizer, batch_size, queue: queue.clone(), write_queue: write_queue.clone() })
-        .with(ops::EmbedBatch { inference: inference.clone(), tokenizer })
-        .with(ops::NearestNeighbours { tokenizer, batch_size, queue, write_queue })
+        .with(ops::ComputeEmbeddings {
+            tokenizer: tokenizer.clone(),
+            batch_size,
+            queue: queue.clone(),
+            write_queue: write_queue.clone(),
+        })
+        .with(ops::EmbedBatch { inference: inference.clone(), tokenizer: tokenizer.clone() })
+        .with(ops::NearestNeighbours { tokenizer: tokenizer.clone(), batch_size, queue, write_queue })
         .with(ops::NeighboursBatch { inference, tokenizer, cache: Arc::default() })
 }
 

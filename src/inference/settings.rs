@@ -11,6 +11,9 @@ pub struct InferenceSettings {
     pub model: String,
     /// `auto` (CUDA when available, else CPU), `cpu` or `cuda`.
     pub device: String,
+    /// On CUDA, run the model in half precision (float16): about half the GPU memory and,
+    /// on tensor cores, faster. Vectors still come back as float32. The CPU ignores it.
+    pub half: bool,
     /// Inputs per batch (one forward pass).
     pub batch_size: usize,
     /// Batches the inference actor accepts at once (running and waiting); a batch that
@@ -18,9 +21,13 @@ pub struct InferenceSettings {
     pub mailbox: usize,
     /// How long a batch refused by a full actor waits before it is tried again.
     pub retry_after_ms: u64,
-    /// The tokeniser's vocabulary: token ids are 1 to `vocab - 1` (see `inference::tokenizer`).
+    /// The tokeniser (see `inference::tokenizer`).
+    #[serde(default)]
+    pub tokenizer: TokenizerSettings,
+    /// The `characters` tokeniser's vocabulary: token ids are 1 to `vocab - 1`.
     pub vocab: u32,
-    /// Longest input, in characters (tokens); a longer one fails its job (`InvalidInput`).
+    /// Longest input, in tokens (special tokens included); a longer one fails its job
+    /// (`InvalidInput`).
     pub max_tokens: usize,
     /// The operations queue batches run on: consumed by the processes that hold the model.
     pub queue: String,
@@ -28,11 +35,45 @@ pub struct InferenceSettings {
     pub write_queue: String,
 }
 
+/// `[inference.tokenizer]`: which scheme turns text into token ids, and its file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokenizerSettings {
+    /// `characters` (the default), `vocabulary` or `huggingface`.
+    pub kind: String,
+    /// `vocabulary`: one token a line, its id the line's number from 0. `huggingface`: a
+    /// `tokenizer.json`. A relative path is from the working directory.
+    pub file: String,
+    /// The padding token's name (`vocabulary`: required; `huggingface`: else the file's).
+    pub pad: String,
+    /// `vocabulary`: the tokens put before and after every input (empty: none), and the one
+    /// a run of unknown characters becomes (required).
+    pub start: String,
+    pub end: String,
+    pub unknown: String,
+}
+
+impl Default for TokenizerSettings {
+    fn default() -> Self {
+        let none = String::new;
+        TokenizerSettings {
+            kind: "characters".into(),
+            file: none(),
+            pad: none(),
+            start: none(),
+            end: none(),
+            unknown: none(),
+        }
+    }
+}
+
 impl Default for InferenceSettings {
     fn default() -> Self {
         InferenceSettings {
             model: "models/default.pt".into(),
             device: "auto".into(),
+            half: false,
+            tokenizer: TokenizerSettings::default(),
             batch_size: 64,
             mailbox: 2,
             retry_after_ms: 200,
@@ -54,6 +95,15 @@ impl InferenceSettings {
         anyhow::ensure!((1..=1024).contains(&self.mailbox), "inference.mailbox must be 1 to 1024");
         anyhow::ensure!((2..=1 << 24).contains(&self.vocab), "inference.vocab must be 2 to 16777216");
         anyhow::ensure!((1..=65_536).contains(&self.max_tokens), "inference.max_tokens must be 1 to 65536");
+        anyhow::ensure!(
+            matches!(self.tokenizer.kind.as_str(), "characters" | "vocabulary" | "huggingface"),
+            "inference.tokenizer.kind must be characters, vocabulary or huggingface"
+        );
+        anyhow::ensure!(
+            self.tokenizer.kind == "characters" || !self.tokenizer.file.is_empty(),
+            "inference.tokenizer.file must name the {} file",
+            self.tokenizer.kind
+        );
         Ok(())
     }
 }

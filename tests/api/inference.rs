@@ -52,8 +52,31 @@ impl Drop for Models {
     }
 }
 
+/// The device the tests run inference on: `cpu`, unless `YARDMASTER_TEST_INFERENCE_DEVICE`
+/// says `cuda` (as `scripts/gpu-check.sh` does on a GPU host).
+pub fn test_device() -> String {
+    std::env::var("YARDMASTER_TEST_INFERENCE_DEVICE").unwrap_or_else(|_| "cpu".into())
+}
+
+/// What a result names the test device as.
+fn test_device_name() -> &'static str {
+    match test_device().as_str() {
+        "cuda" => "cuda:0",
+        _ => "cpu",
+    }
+}
+
+/// How far vectors made on the test device may be from the same model run on the CPU:
+/// bit-for-bit kernels on the CPU, others (TF32 matrix products) on a GPU.
+fn tolerance(on_cpu: f32) -> f32 {
+    match test_device().as_str() {
+        "cuda" => 1e-3,
+        _ => on_cpu,
+    }
+}
+
 pub fn settings(model: &Path) -> InferenceSettings {
-    InferenceSettings { model: model.display().to_string(), device: "cpu".into(), ..Default::default() }
+    InferenceSettings { model: model.display().to_string(), device: test_device(), ..Default::default() }
 }
 
 /// A protein-like sequence, the same for the same `seed`.
@@ -156,12 +179,12 @@ async fn the_actor_answers_what_the_model_answers_run_directly() {
     let inference = Inference::new(settings(&path));
     let tokenizer = Tokenizer::new(4096, 512);
     let embedded = inference.embed(tokenizer.encode(0, &inputs).unwrap()).await.unwrap();
-    assert_eq!((embedded.model.as_str(), embedded.device.as_str()), ("mean.pt", "cpu"));
+    assert_eq!((embedded.model.as_str(), embedded.device.as_str()), ("mean.pt", test_device_name()));
     let expected = direct(&path, &inputs);
     assert_eq!(embedded.vectors.len(), inputs.len());
     for (got, want) in embedded.vectors.iter().zip(&expected) {
         assert_eq!(got.len(), 8);
-        assert!(max_difference(got, want) <= 1e-6, "{got:?} vs {want:?}");
+        assert!(max_difference(got, want) <= tolerance(1e-6), "{got:?} vs {want:?}");
     }
 }
 
@@ -232,7 +255,7 @@ async fn compute_embeddings_stores_a_vector_per_input(backend: Backend) {
         (result["set"].as_str(), result["count"].as_u64(), result["dims"].as_u64()),
         (Some("proteins"), Some(1000), Some(128))
     );
-    assert_eq!((result["model"].as_str(), result["device"].as_str()), (Some("default.pt"), Some("cpu")));
+    assert_eq!((result["model"].as_str(), result["device"].as_str()), (Some("default.pt"), Some(test_device_name())));
     assert_eq!(app.count("SELECT COUNT(*) FROM embedding WHERE set_name = 'default:proteins'").await, 1000);
 
     let items = stored_items(&app, "proteins", 300).await;
@@ -244,7 +267,8 @@ async fn compute_embeddings_stores_a_vector_per_input(backend: Backend) {
     let expected = direct(&model, &sample.iter().map(|&at| inputs[at].clone()).collect::<Vec<_>>());
     for (at, want) in sample.iter().zip(&expected) {
         let got = vector(&items[*at]["vector"]);
-        assert!(max_difference(&got, want) <= 1e-5, "item {at}: differs by {}", max_difference(&got, want));
+        let differs = max_difference(&got, want);
+        assert!(differs <= tolerance(1e-5), "item {at}: differs by {differs}");
     }
     let (code, page) = app.get("/embeddings/proteins?limit=1").await;
     assert_eq!((code, page["job_status"].as_str(), page["inputs"].as_i64()), (200, Some("succeeded"), Some(1000)));
@@ -350,7 +374,7 @@ async fn refused_inputs_and_taken_sets_fail_with_their_codes(backend: Backend) {
     let models = Models::new();
     let app = TestApp::spawn_with(backend, inference_options(settings(&models.default_model()))).await;
     let too_long = "A".repeat(513);
-    for (inputs, needle) in [(json!(["MKV", ""]), "input 1 is empty"), (json!([too_long]), "513 characters")] {
+    for (inputs, needle) in [(json!(["MKV", ""]), "input 1 is empty"), (json!([too_long]), "513 tokens")] {
         let (_, job) = app.submit(json!({ "operation": "compute_embeddings", "payload": { "inputs": inputs } })).await;
         let failed = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await;
         assert_eq!(failed["error_code"], "InvalidInput", "{failed}");
@@ -475,38 +499,159 @@ async fn model_init_writes_the_default_model_once() {
     assert_eq!(embedded.unwrap().vectors[0].len(), 128);
 }
 
+/// An ESM-shaped model (ESM-2's alphabet: `<cls>` 0, `<pad>` 1, `<eos>` 2; an embedding, one
+/// attention block that ignores padding, mean-pooled over the residues, normalised) with
+/// random weights, traced here: what `scripts/export-model.py` makes of a real ESM-2.
+fn esm_shaped_model(path: &Path) {
+    const DIM: i64 = 32;
+    tch::manual_seed(7);
+    let random = |shape: &[i64]| Tensor::randn(shape, (Kind::Float, tch::Device::Cpu)) / (DIM as f64).sqrt();
+    let table = random(&[33, DIM]);
+    let (wq, wk, wv, wo, w1, w2) = (
+        random(&[DIM, DIM]),
+        random(&[DIM, DIM]),
+        random(&[DIM, DIM]),
+        random(&[DIM, DIM]),
+        random(&[DIM, 64]),
+        random(&[64, DIM]),
+    );
+    let norm = |x: &Tensor| x.layer_norm([DIM].as_slice(), None::<Tensor>, None::<Tensor>, 1e-5, false);
+    let mut forward = |inputs: &[Tensor]| {
+        let ids = &inputs[0];
+        let x = Tensor::embedding(&table, ids, 1, false, false);
+        let padding = ids.eq(1).to_kind(Kind::Float).unsqueeze(1) * -1e4;
+        let h = norm(&x);
+        let scores = h.matmul(&wq).matmul(&h.matmul(&wk).transpose(-2, -1)) / (DIM as f64).sqrt() + padding;
+        let x = &x + scores.softmax(-1, Kind::Float).matmul(&h.matmul(&wv)).matmul(&wo);
+        let x = norm(&(&x + norm(&x).matmul(&w1).gelu("none").matmul(&w2)));
+        let residues = (ids.gt(2)).to_kind(Kind::Float).unsqueeze(-1);
+        let pooled = (x * &residues).sum_dim_intlist([1_i64].as_slice(), false, Kind::Float)
+            / residues.sum_dim_intlist([1_i64].as_slice(), false, Kind::Float);
+        vec![&pooled / pooled.norm_scalaropt_dim(2, [1_i64].as_slice(), true)]
+    };
+    let example = Tensor::from_slice(&[0_i64, 5, 7, 2, 0, 5, 2, 1]).reshape([2, 4]);
+    CModule::create_by_tracing("esm", "forward", &[example], &mut forward).unwrap().save(path).unwrap();
+}
+
+/// `inference.tokenizer` as ESM-2's vocabulary file, end to end: the vectors stored for
+/// protein sequences are the ESM-shaped model's answers for the ids fair-esm gives them
+/// (`tests/data/tokenizers/golden.json`), each run alone, though the job ran them in padded
+/// batches; a sequence fair-esm refuses fails its job with the characters that are no token.
+async fn an_esm_vocabulary_feeds_the_model_the_ids_fair_esm_gives(backend: Backend) {
+    let models = Models::new();
+    let model = models.path("esm.pt");
+    esm_shaped_model(&model);
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizers");
+    let golden: Value = serde_json::from_str(&std::fs::read_to_string(data.join("golden.json")).unwrap()).unwrap();
+    let esm = &golden["esm2"];
+    let name = |key: &str| esm[key].as_str().unwrap().to_owned();
+    let tokenizer = yardmaster::inference::settings::TokenizerSettings {
+        kind: "vocabulary".into(),
+        file: data.join("esm2-vocab.txt").display().to_string(),
+        pad: name("pad"),
+        start: name("start"),
+        end: name("end"),
+        unknown: String::new(),
+    };
+    let inference = InferenceSettings { tokenizer, batch_size: 4, ..settings(&model) };
+    let app = TestApp::spawn_with(backend, inference_options(inference)).await;
+    let (mut inputs, mut ids, mut refused) = (Vec::new(), Vec::new(), Vec::new());
+    for (sequence, want) in golden["sequences"].as_array().unwrap().iter().zip(esm["ids"].as_array().unwrap()) {
+        let sequence = sequence.as_str().unwrap().to_owned();
+        match want.as_array() {
+            Some(want) => {
+                inputs.push(sequence);
+                ids.push(want.iter().map(|id| id.as_i64().unwrap()).collect::<Vec<i64>>());
+            }
+            None => refused.push(sequence),
+        }
+    }
+    let body = json!({ "operation": "compute_embeddings", "payload": { "set": "esm", "inputs": inputs } });
+    let (code, job) = app.submit(body).await;
+    assert_eq!(code, 201, "{job}");
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let items = stored_items(&app, "esm", 100).await;
+    assert_eq!(items.len(), inputs.len());
+    let module = CModule::load(&model).unwrap();
+    for (at, want_ids) in ids.iter().enumerate() {
+        let tensor = Tensor::from_slice(want_ids).reshape([1, want_ids.len() as i64]);
+        let want = tch::no_grad(|| module.forward_ts(&[tensor]).unwrap()).flatten(0, -1);
+        let want = Vec::<f32>::try_from(&want).unwrap();
+        let differs = max_difference(&vector(&items[at]["vector"]), &want);
+        assert!(differs <= tolerance(1e-5), "{:?}: differs by {differs}", inputs[at]);
+    }
+    assert!(!refused.is_empty(), "the golden file holds a sequence fair-esm refuses");
+    let body = json!({ "operation": "compute_embeddings", "payload": { "inputs": refused } });
+    let (_, job) = app.submit(body).await;
+    let failed = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+    assert_eq!(failed["error_code"], "InvalidInput", "{failed}");
+    assert!(failed["error_message"].as_str().unwrap().contains("is not in the vocabulary"), "{failed}");
+}
+
+/// A tokenizer file that cannot be read leaves the inference operations refused, with the
+/// reason, and the rest of the service serving.
+async fn an_unreadable_tokenizer_refuses_the_operations_with_the_reason(backend: Backend) {
+    let models = Models::new();
+    let tokenizer = yardmaster::inference::settings::TokenizerSettings {
+        kind: "huggingface".into(),
+        file: models.file("tokenizer.json", b"{ not json").display().to_string(),
+        ..Default::default()
+    };
+    let inference = InferenceSettings { tokenizer, ..settings(&models.default_model()) };
+    let app = TestApp::spawn_with(backend, inference_options(inference)).await;
+    let (code, problem) =
+        app.submit(json!({ "operation": "compute_embeddings", "payload": { "inputs": ["MKV"] } })).await;
+    assert_eq!((code, problem["code"].as_str()), (422, Some("operation_unavailable")), "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("as a tokenizer.json"), "{problem}");
+    let (code, job) = app.submit(json!({ "operation": "ping", "payload": {} })).await;
+    assert_eq!(code, 201, "{job}");
+}
+
 /// `yardmaster inference check` names the device the actor would pick (whatever this host
 /// has), libtorch's version, and times the configured model; a missing model fails it with
 /// the command that writes one.
 #[test]
 fn inference_check_reports_the_device_and_times_the_model() {
     let models = Models::new();
-    let check = |model: &Path| {
+    let check = |model: &Path, half: bool| {
         std::process::Command::new(env!("CARGO_BIN_EXE_yardmaster"))
             .args(["inference", "check"])
             .env("YARDMASTER__INFERENCE__MODEL", model)
             .env("YARDMASTER__INFERENCE__BATCH_SIZE", "8")
+            .env("YARDMASTER__INFERENCE__HALF", half.to_string())
             .output()
             .unwrap()
     };
-    let output = check(&models.default_model());
+    let output = check(&models.default_model(), false);
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{output:?}");
-    let expected = if tch::Cuda::is_available() { "cuda:0" } else { "cpu" };
+    let gpu = tch::Cuda::is_available();
+    let expected = if gpu { "cuda:0" } else { "cpu" };
     assert!(printed.contains(&format!("device: {expected} (inference.device = auto)")), "{printed}");
+    assert!(printed.contains("precision: float32 (inference.half = false)"), "{printed}");
     let libtorch = printed.lines().find(|line| line.starts_with("libtorch: ")).unwrap_or_default();
     assert!(libtorch.starts_with("libtorch: 2."), "libtorch's version is read: {printed}");
     let forward = printed.lines().find(|line| line.starts_with("forward: ")).unwrap_or_default();
     assert!(forward.starts_with("forward: 8 inputs × 128 tokens, vectors of 128:"), "{printed}");
     assert!(forward.ends_with("inputs/s"), "{printed}");
 
-    let missing = check(&models.path("missing.pt"));
+    // Half precision is for GPUs: the CPU keeps float32, and the model still answers.
+    let half = check(&models.default_model(), true);
+    let printed = String::from_utf8_lossy(&half.stdout);
+    assert!(half.status.success(), "{half:?}");
+    let precision = if gpu { "float16" } else { "float32" };
+    assert!(printed.contains(&format!("precision: {precision} (inference.half = true)")), "{printed}");
+
+    let missing = check(&models.path("missing.pt"), false);
     assert_eq!(missing.status.code(), Some(1), "{missing:?}");
     let said = String::from_utf8_lossy(&missing.stderr);
     assert!(said.contains("does not exist (yardmaster model init writes the default)"), "{said}");
 }
 
 on_both_backends!(
+    an_esm_vocabulary_feeds_the_model_the_ids_fair_esm_gives,
+    an_unreadable_tokenizer_refuses_the_operations_with_the_reason,
     from_set_embeds_a_stored_set_again,
     compute_embeddings_stores_a_vector_per_input,
     nearest_neighbours_finds_the_known_nearest,
@@ -543,6 +688,7 @@ mod amqp {
             let env = vec![
                 ("YARDMASTER__INFERENCE__MODEL", model.display().to_string()),
                 ("YARDMASTER__INFERENCE__BATCH_SIZE", batch_size.to_string()),
+                ("YARDMASTER__INFERENCE__DEVICE", super::test_device()),
             ];
             let extra: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
             let api = deployment.spawn(&["serve", "--no-workers", "--bind", &bind], &extra);
