@@ -41,8 +41,9 @@ pub fn run(settings: &InferenceSettings) -> anyhow::Result<i32> {
     times.sort_by(f64::total_cmp);
     let median = times[PASSES / 2];
     println!(
-        "forward: {} inputs × {length} tokens, vectors of {}: {:.1} ms a pass (median of {PASSES}), {:.0} inputs/s",
+        "forward: {} inputs × {} tokens, vectors of {}: {:.1} ms a pass (median of {PASSES}), {:.0} inputs/s",
         inputs.len(),
+        tokens.columns,
         vectors.first().map_or(0, Vec::len),
         median * 1e3,
         inputs.len() as f64 / median
