@@ -59,30 +59,42 @@ fn sample(seed: usize, length: usize) -> String {
 /// libtorch's version, from the `build-version` file beside the library this process loaded
 /// (`scripts/libtorch.sh` writes it, as libtorch's own archives carry it).
 fn libtorch_version() -> String {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let Some(library) = maps.lines().filter_map(|line| line.split_whitespace().nth(5)).find(|path| {
-        path.rsplit('/').next().is_some_and(|name| name.starts_with("libtorch_cpu.") || name.starts_with("libtorch."))
-    }) else {
+    let Some(library) = loaded(|name| name.starts_with("libtorch_cpu.") || name.starts_with("libtorch.")) else {
         return "unknown (libtorch is not among the loaded libraries)".into();
     };
-    let root = PathBuf::from(library).parent().and_then(|lib| lib.parent()).map(PathBuf::from).unwrap_or_default();
+    let root = PathBuf::from(&library).parent().and_then(|lib| lib.parent()).map(PathBuf::from).unwrap_or_default();
     match std::fs::read_to_string(root.join("build-version")) {
         Ok(version) => format!("{} ({})", version.trim(), root.display()),
         Err(_) => format!("unknown version ({library}: no build-version beside it)"),
     }
 }
 
+/// The path of the first library this process has mapped whose file name `matches`.
+fn loaded(matches: impl Fn(&str) -> bool) -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    maps.lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .find(|path| path.rsplit('/').next().is_some_and(&matches))
+        .map(str::to_owned)
+}
+
+/// Whether libtorch has CUDA (its CUDA library loaded) and, if it sees a GPU, the versions
+/// and devices. libtorch itself says "no CUDA" for both a CPU build and a CUDA build on a
+/// host without a GPU; the loaded library tells them apart.
 fn cuda() -> String {
-    if !tch::utils::has_cuda() {
+    if loaded(|name| name.starts_with("libtorch_cuda.")).is_none() {
         return "not built in (a CPU libtorch)".into();
+    }
+    if !tch::utils::has_cuda() {
+        return "built in, but no CUDA device is visible to this process (no GPU, no driver, or no device nodes)"
+            .into();
     }
     let devices = tch::Cuda::device_count();
     let runtime = tch::utils::version_cudart();
     format!(
-        "runtime {}.{}, cuDNN {}, {devices} device(s){}",
+        "runtime {}.{}, cuDNN {}, {devices} device(s)",
         runtime / 1000,
         (runtime % 1000) / 10,
         tch::utils::version_cudnn(),
-        if devices == 0 { ": none visible to this process" } else { "" }
     )
 }
