@@ -7,6 +7,7 @@
 //! Without it their submissions are refused as `operation_unavailable`.
 
 pub mod api;
+pub mod batches;
 pub mod entity;
 pub mod sets;
 pub mod settings;
@@ -47,16 +48,17 @@ pub fn register(registry: OperationRegistry, settings: &InferenceSettings) -> Op
         }
     };
     let inference = actor::Inference::new(settings.clone());
-    let (batch_size, queue, write_queue) = (settings.batch_size, settings.queue.clone(), settings.write_queue.clone());
+    let (queue, write_queue) = (settings.queue.clone(), settings.write_queue.clone());
+    let limits = ops::BatchLimits { rows: settings.batch_size, tokens: settings.max_batch_tokens };
     registry
         .with(ops::ComputeEmbeddings {
             tokenizer: tokenizer.clone(),
-            batch_size,
+            limits,
             queue: queue.clone(),
             write_queue: write_queue.clone(),
         })
         .with(ops::EmbedBatch { inference: inference.clone(), tokenizer: tokenizer.clone() })
-        .with(ops::NearestNeighbours { tokenizer: tokenizer.clone(), batch_size, queue, write_queue })
+        .with(ops::NearestNeighbours { tokenizer: tokenizer.clone(), limits, queue, write_queue })
         .with(ops::NeighboursBatch { inference, tokenizer, cache: Arc::default() })
 }
 

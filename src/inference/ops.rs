@@ -2,7 +2,9 @@
 //! like seed 000's embedding and `predict_go_terms` jobs.
 //!
 //! A coordinator checks its inputs with the tokeniser, claims its set, and fans out batches
-//! of `inference.batch_size` inputs on `inference.queue`. A batch worker tokenises its inputs
+//! on `inference.queue`: its inputs sorted by length and cut by `inference.batch_size` and
+//! `inference.max_batch_tokens` (`batches::plan`), each batch naming its inputs' positions
+//! (`items`), so the vectors go back in the caller's order. A batch worker tokenises its inputs
 //! and asks the process's inference actor for vectors; a full actor answers RetryLater (the
 //! batch waits off the queue and says so in the job's log as `inference.busy`). The vectors
 //! travel in the batch's outcome to `inference.write_queue`, where the write consumer stores
@@ -18,6 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::actor::{Inference, InferenceError};
+use super::batches;
 use super::neighbours::{nearest, Neighbour, SetCache};
 use super::sets::{self, check_set_name, ClaimError};
 use super::tokenizer::Tokenizer;
@@ -52,12 +55,50 @@ fn database(err: impl std::fmt::Display) -> OperationError {
     OperationError::new("DatabaseError", err.to_string())
 }
 
+/// How a coordinator cuts its inputs: at most `rows` inputs and `tokens` padded tokens a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimits {
+    pub rows: usize,
+    pub tokens: usize,
+}
+
+impl BatchLimits {
+    /// Every input's length in tokens (the first refused one fails the job), then the batches:
+    /// `{"items": [position, …], <key>: [text, …]}`.
+    fn batches(&self, tokenizer: &Tokenizer, key: &str, texts: &[String]) -> Result<Vec<Value>, OperationError> {
+        let lengths = texts
+            .iter()
+            .enumerate()
+            .map(|(index, text)| tokenizer.check(index, text))
+            .collect::<Result<Vec<usize>, _>>()
+            .map_err(|err| OperationError::new(INVALID_INPUT, err.to_string()))?;
+        let batches = batches::plan(&lengths, self.rows, self.tokens)
+            .into_iter()
+            .map(|items| {
+                let texts: Vec<&String> = items.iter().map(|&at| &texts[at]).collect();
+                json!({ "items": items, key: texts })
+            })
+            .collect();
+        Ok(batches)
+    }
+}
+
+/// A batch's positions: `items`, or, for a batch cut before token budgets, `first` onwards.
+fn positions(items: Option<Vec<usize>>, first: Option<usize>, count: usize) -> Result<Vec<usize>, String> {
+    match (items, first) {
+        (Some(items), _) if items.len() == count => Ok(items),
+        (Some(items), _) => Err(format!("{} items for {count} inputs", items.len())),
+        (None, Some(first)) => Ok((first..first + count).collect()),
+        (None, None) => Err("a batch names its items".into()),
+    }
+}
+
 /// `compute_embeddings`: `{"inputs": [text, …]}` or `{"from_set": name}` (the inputs of a
 /// stored set), optionally `"set": name` (default: the job's id). Result: the set's name,
 /// count, vector length, model and device.
 pub struct ComputeEmbeddings {
     pub(super) tokenizer: Tokenizer,
-    pub(super) batch_size: usize,
+    pub(super) limits: BatchLimits,
     pub(super) queue: String,
     pub(super) write_queue: String,
 }
@@ -127,7 +168,9 @@ impl Operation for ComputeEmbeddings {
         if vectors.iter().any(|bytes| bytes.len() != dims * 4 || dims == 0) {
             return Err("the vectors of a batch must all hold the same number of floats".into());
         }
-        let insert = sets::insert_rows(&output.set, output.first, &output.inputs, vectors);
+        let items = positions(output.items, output.first, output.inputs.len())?;
+        let items: Vec<i64> = items.into_iter().map(|item| item as i64).collect();
+        let insert = sets::insert_rows(&output.set, &items, &output.inputs, vectors);
         let kept = json!({
             "set": sets::name_of(&output.set), "count": output.inputs.len(), "dims": dims,
             "model": output.model, "device": output.device,
@@ -145,9 +188,7 @@ impl Operation for ComputeEmbeddings {
             (None, Some(from)) => stored_inputs(&ctx, &room, &from).await?,
             (None, None) => return Err(invalid("give either inputs or from_set")),
         };
-        for (index, input) in inputs.iter().enumerate() {
-            self.tokenizer.check(index, input).map_err(|err| OperationError::new(INVALID_INPUT, err.to_string()))?;
-        }
+        let batches = self.limits.batches(&self.tokenizer, "inputs", &inputs)?;
         match sets::claim(ctx.db(), &sets::key(&room, &set), job_id, inputs.len() as i64).await {
             Ok(()) => {}
             Err(ClaimError::Taken { name, owner }) => {
@@ -157,11 +198,6 @@ impl Operation for ComputeEmbeddings {
             }
             Err(ClaimError::Database(err)) => return Err(database(err)),
         }
-        let batches = inputs
-            .chunks(self.batch_size)
-            .enumerate()
-            .map(|(at, chunk)| json!({ "first": at * self.batch_size, "inputs": chunk }))
-            .collect();
         ctx.fan_out(FanOut {
             operation: EMBED_BATCH.into(),
             queue: self.queue.clone(),
@@ -199,7 +235,10 @@ async fn stored_inputs(ctx: &JobContext, room: &str, name: &str) -> Result<Vec<S
 #[derive(Debug, Deserialize)]
 struct BatchOutput {
     set: String,
-    first: i64,
+    #[serde(default)]
+    items: Option<Vec<usize>>,
+    #[serde(default)]
+    first: Option<usize>,
     inputs: Vec<String>,
     vectors: Vec<String>,
     #[serde(default)]
@@ -208,27 +247,33 @@ struct BatchOutput {
     device: Value,
 }
 
+/// A batch: its inputs and their positions (`items`; `first` in batches queued before token
+/// budgets, which are read the same way).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EmbedBatchPayload {
-    first: usize,
+    #[serde(default)]
+    items: Option<Vec<usize>>,
+    #[serde(default)]
+    first: Option<usize>,
     inputs: Vec<String>,
 }
 
-/// Vectors for a batch of inputs, from this process's inference actor.
+/// Vectors for a batch of inputs (at `items` of the job's), from this process's inference actor.
 async fn embed(
     ctx: &JobContext,
     inference: &Inference,
     tokenizer: &Tokenizer,
-    first: usize,
+    items: &[usize],
     inputs: &[String],
 ) -> Result<super::actor::Embedded, OperationError> {
-    let tokens = tokenizer.encode(first, inputs).map_err(|err| OperationError::new(INVALID_INPUT, err.to_string()))?;
+    let tokens =
+        tokenizer.encode_items(items, inputs).map_err(|err| OperationError::new(INVALID_INPUT, err.to_string()))?;
     match inference.embed(tokens).await {
         Ok(embedded) => Ok(embedded),
         Err(InferenceError::Busy) => {
             let delay = Duration::from_millis(inference.settings().retry_after_ms);
-            let fields = json!({ "first": first, "retry_after_ms": delay.as_millis() as u64 });
+            let fields = json!({ "inputs": inputs.len(), "retry_after_ms": delay.as_millis() as u64 });
             let message = "the inference actor is full; the batch waits and tries again";
             // Advisory: the batch retries whether or not the event is written.
             let _ = ctx.emit("inference.busy", Some(message), fields, EventLevel::Info).await;
@@ -256,11 +301,12 @@ impl Operation for EmbedBatch {
 
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let batch: EmbedBatchPayload = parse_payload(&payload).map_err(invalid)?;
+        let items = positions(batch.items, batch.first, batch.inputs.len()).map_err(invalid)?;
         let set = ctx.snapshot()["set"].as_str().unwrap_or_default().to_owned();
-        let embedded = embed(&ctx, &self.inference, &self.tokenizer, batch.first, &batch.inputs).await?;
+        let embedded = embed(&ctx, &self.inference, &self.tokenizer, &items, &batch.inputs).await?;
         let vectors: Vec<String> = embedded.vectors.iter().map(|vector| BASE64.encode(sets::encode(vector))).collect();
         Ok(json!({
-            "set": set, "first": batch.first, "inputs": batch.inputs, "vectors": vectors,
+            "set": set, "items": items, "inputs": batch.inputs, "vectors": vectors,
             "model": embedded.model, "device": embedded.device,
         }))
     }
@@ -270,7 +316,7 @@ impl Operation for EmbedBatch {
 /// per query, the `k` stored items most similar to it (cosine), most similar first.
 pub struct NearestNeighbours {
     pub(super) tokenizer: Tokenizer,
-    pub(super) batch_size: usize,
+    pub(super) limits: BatchLimits,
     pub(super) queue: String,
     pub(super) write_queue: String,
 }
@@ -316,19 +362,27 @@ impl Operation for NearestNeighbours {
         true
     }
 
-    /// Every query with its neighbours, in query order.
+    /// Every query with its neighbours, in the caller's order (a batch's `items`, or its
+    /// `first` onwards).
     fn reduce(&self, outputs: Vec<Value>) -> Value {
         let first = outputs.first().cloned().unwrap_or_default();
-        let queries: Vec<Value> =
-            outputs.into_iter().flat_map(|output| output["queries"].as_array().cloned().unwrap_or_default()).collect();
+        let mut placed: Vec<(u64, Value)> = Vec::new();
+        for output in outputs {
+            let items = output["items"].as_array().cloned().unwrap_or_default();
+            let start = output["first"].as_u64().unwrap_or(0);
+            for (at, query) in output["queries"].as_array().cloned().unwrap_or_default().into_iter().enumerate() {
+                let position = items.get(at).and_then(Value::as_u64).unwrap_or(start + at as u64);
+                placed.push((position, query));
+            }
+        }
+        placed.sort_by_key(|(position, _)| *position);
+        let queries: Vec<Value> = placed.into_iter().map(|(_, query)| query).collect();
         json!({ "set": first["set"], "k": first["k"], "model": first["model"], "queries": queries })
     }
 
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let payload = NeighboursPayload::parse(&payload).map_err(invalid)?;
-        for (index, query) in payload.queries.iter().enumerate() {
-            self.tokenizer.check(index, query).map_err(|err| OperationError::new(INVALID_INPUT, err.to_string()))?;
-        }
+        let batches = self.limits.batches(&self.tokenizer, "queries", &payload.queries)?;
         // The set must be whole: every input stored, its job over. It is a set of this job's room.
         let room = ctx.job().map_or_else(|| RoomId::DEFAULT.to_owned(), |job| job.room.clone());
         let key = sets::key(&room, &payload.set);
@@ -341,12 +395,6 @@ impl Operation for NearestNeighbours {
                 format!("set {:?} holds {stored} of its {} inputs: its job has not finished", payload.set, set.inputs);
             return Err(OperationError::new(SET_NOT_READY, message));
         }
-        let batches = payload
-            .queries
-            .chunks(self.batch_size)
-            .enumerate()
-            .map(|(at, chunk)| json!({ "first": at * self.batch_size, "queries": chunk }))
-            .collect();
         let snapshot = json!({ "set": key, "k": payload.k, "inputs": set.inputs, "job_id": set.job_id });
         ctx.fan_out(FanOut {
             operation: NEIGHBOURS_BATCH.into(),
@@ -364,7 +412,10 @@ impl Operation for NearestNeighbours {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NeighboursBatchPayload {
-    first: usize,
+    #[serde(default)]
+    items: Option<Vec<usize>>,
+    #[serde(default)]
+    first: Option<usize>,
     queries: Vec<String>,
 }
 
@@ -392,7 +443,8 @@ impl Operation for NeighboursBatch {
         let k = snapshot["k"].as_u64().unwrap_or(5) as usize;
         let inputs = snapshot["inputs"].as_i64().unwrap_or(0);
         let job_id = snapshot["job_id"].as_str().and_then(|id| id.parse().ok()).unwrap_or_default();
-        let embedded = embed(&ctx, &self.inference, &self.tokenizer, batch.first, &batch.queries).await?;
+        let items = positions(batch.items, batch.first, batch.queries.len()).map_err(invalid)?;
+        let embedded = embed(&ctx, &self.inference, &self.tokenizer, &items, &batch.queries).await?;
         let set = self.cache.get(ctx.db(), name, job_id, inputs).await.map_err(database)?;
         let queries: Vec<Value> = batch
             .queries
@@ -410,6 +462,6 @@ impl Operation for NeighboursBatch {
             })
             .collect::<Result<_, OperationError>>()?;
         let name = sets::name_of(name);
-        Ok(json!({ "set": name, "k": k, "model": embedded.model, "first": batch.first, "queries": queries }))
+        Ok(json!({ "set": name, "k": k, "model": embedded.model, "items": items, "queries": queries }))
     }
 }

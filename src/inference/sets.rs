@@ -87,9 +87,9 @@ pub async fn claim(db: &impl ConnectionTrait, name: &str, job_id: Uuid, inputs: 
     Ok(())
 }
 
-/// The insert of one batch's rows: items `first..`, each vector already [`encode`]d,
+/// The insert of one batch's rows at their items (positions), each vector already [`encode`]d,
 /// skipped where already stored, so a batch written twice (a redelivery) leaves the first.
-pub fn insert_rows(set: &str, first: i64, inputs: &[String], vectors: Vec<Vec<u8>>) -> InsertStatement {
+pub fn insert_rows(set: &str, items: &[i64], inputs: &[String], vectors: Vec<Vec<u8>>) -> InsertStatement {
     let mut insert = Query::insert();
     insert.into_table(embedding::Entity).columns([
         embedding::Column::SetName,
@@ -97,8 +97,8 @@ pub fn insert_rows(set: &str, first: i64, inputs: &[String], vectors: Vec<Vec<u8
         embedding::Column::Input,
         embedding::Column::Vector,
     ]);
-    for (at, (input, vector)) in inputs.iter().zip(vectors).enumerate() {
-        let values = [set.into(), (first + at as i64).into(), input.as_str().into(), vector.into()];
+    for ((item, input), vector) in items.iter().zip(inputs).zip(vectors) {
+        let values = [set.into(), (*item).into(), input.as_str().into(), vector.into()];
         insert.values_panic(values);
     }
     insert.on_conflict(

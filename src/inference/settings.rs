@@ -14,8 +14,11 @@ pub struct InferenceSettings {
     /// On CUDA, run the model in half precision (float16): about half the GPU memory and,
     /// on tensor cores, faster. Vectors still come back as float32. The CPU ignores it.
     pub half: bool,
-    /// Inputs per batch (one forward pass).
+    /// Most inputs per batch (one forward pass).
     pub batch_size: usize,
+    /// Most tokens per batch, padding included (its inputs × its longest input): a job's
+    /// inputs are sorted by length and cut by this and `batch_size`, so a batch pads little.
+    pub max_batch_tokens: usize,
     /// Batches the inference actor accepts at once (running and waiting); a batch that
     /// finds it full is answered RetryLater and waits off the queue, never blocking a slot.
     pub mailbox: usize,
@@ -75,6 +78,7 @@ impl Default for InferenceSettings {
             half: false,
             tokenizer: TokenizerSettings::default(),
             batch_size: 64,
+            max_batch_tokens: 16_384,
             mailbox: 2,
             retry_after_ms: 200,
             vocab: 4096,
@@ -95,6 +99,11 @@ impl InferenceSettings {
         anyhow::ensure!((1..=1024).contains(&self.mailbox), "inference.mailbox must be 1 to 1024");
         anyhow::ensure!((2..=1 << 24).contains(&self.vocab), "inference.vocab must be 2 to 16777216");
         anyhow::ensure!((1..=65_536).contains(&self.max_tokens), "inference.max_tokens must be 1 to 65536");
+        anyhow::ensure!(
+            (self.max_tokens..=1 << 24).contains(&self.max_batch_tokens),
+            "inference.max_batch_tokens must be at least max_tokens ({}) and at most 16777216",
+            self.max_tokens
+        );
         anyhow::ensure!(
             matches!(self.tokenizer.kind.as_str(), "characters" | "vocabulary" | "huggingface"),
             "inference.tokenizer.kind must be characters, vocabulary or huggingface"

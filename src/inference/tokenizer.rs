@@ -132,10 +132,16 @@ impl Tokenizer {
     /// Every input's tokens, padded to the longest; the first refused input stops it
     /// (`first` is the index of `inputs[0]` in the whole set, for the error).
     pub fn encode<S: AsRef<str>>(&self, first: usize, inputs: &[S]) -> Result<Tokens, Refused> {
+        let items: Vec<usize> = (first..first + inputs.len()).collect();
+        self.encode_items(&items, inputs)
+    }
+
+    /// [`Tokenizer::encode`] of inputs at `items` of the whole set (the positions the errors name).
+    pub fn encode_items<S: AsRef<str>>(&self, items: &[usize], inputs: &[S]) -> Result<Tokens, Refused> {
         let rows: Vec<Vec<i64>> = inputs
             .iter()
-            .enumerate()
-            .map(|(at, input)| self.ids(first + at, input.as_ref()))
+            .zip(items)
+            .map(|(input, &index)| self.ids(index, input.as_ref()))
             .collect::<Result<_, _>>()?;
         let columns = rows.iter().map(Vec::len).max().unwrap_or(1).max(1);
         let mut ids = vec![self.pad; rows.len() * columns];

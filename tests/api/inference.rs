@@ -235,20 +235,24 @@ async fn a_full_actor_answers_busy_at_once() {
     assert!(inference.embed(tokenizer.encode(0, &["MKV"]).unwrap()).await.is_ok());
 }
 
-/// 1,000 inputs: the coordinator ends SUCCEEDED with exact progress, one stored vector per
-/// input, each the model's own answer for that input.
+/// 1,000 inputs of mixed lengths, batched sorted by length under a token budget: the
+/// coordinator ends SUCCEEDED with exact progress, one stored vector per input in the
+/// caller's order, each the model's own answer for that input.
 async fn compute_embeddings_stores_a_vector_per_input(backend: Backend) {
     let models = Models::new();
     let model = models.default_model();
-    let app = TestApp::spawn_with(backend, inference_options(settings(&model))).await;
-    let inputs: Vec<String> = (0..1000).map(|i| sequence(i, 20 + i % 40)).collect();
+    let inference = InferenceSettings { max_batch_tokens: 1024, ..settings(&model) };
+    let app = TestApp::spawn_with(backend, inference_options(inference)).await;
+    let inputs: Vec<String> = (0..1000).map(|i| sequence(i, 20 + i * 7 % 40)).collect();
     let body = json!({ "operation": "compute_embeddings", "payload": { "set": "proteins", "inputs": inputs } });
     let (code, job) = app.submit(body).await;
     assert_eq!(code, 201, "{job}");
     let id = job["id"].as_str().unwrap();
     let done = wait_for_end(&app, id, Duration::from_secs(120)).await;
     assert_eq!(done["status"], "succeeded", "{done}");
-    let batches = 1000_u64.div_ceil(64) as i64;
+    let lengths: Vec<usize> = inputs.iter().map(String::len).collect();
+    let batches = yardmaster::inference::batches::plan(&lengths, 64, 1024).len() as i64;
+    assert!(batches > 1000_u64.div_ceil(64) as i64, "the budget, not the count, cuts most batches: {batches}");
     assert_eq!((done["progress_current"].as_i64(), done["progress_total"].as_i64()), (Some(batches), Some(batches)));
     let result = &done["result"];
     assert_eq!(
@@ -294,6 +298,10 @@ async fn nearest_neighbours_finds_the_known_nearest(backend: Backend) {
     assert_eq!(done["status"], "succeeded", "{done}");
     let answers = done["result"]["queries"].as_array().unwrap();
     assert_eq!(answers.len(), 3);
+    // In the caller's order, though the shortest query was batched first.
+    for (answer, query) in answers.iter().zip(&queries) {
+        assert_eq!(answer["query"].as_str(), Some(query.as_str()), "{answer}");
+    }
     for (at, own) in [(0, 17), (1, 150)] {
         let first = &answers[at]["neighbours"][0];
         assert_eq!(first["item"], own, "{}", answers[at]);
