@@ -451,20 +451,27 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
     if !embeddings.is_empty() {
         println!();
         println!(
-            "== inference: embeddings/s on {}, default model, {} rounds (ratio: to the model run directly with tch in the same round; target ≥ 0.9×) ==",
+            "== inference: embeddings/s on {}, default model, {} rounds (ratio: to the model run directly with tch on yardmaster's batches in the same round; target ≥ 0.9×) ==",
             std::env::var("BENCH_INFERENCE_DEVICE").unwrap_or_else(|_| "cpu".into()),
             inference::ROUNDS
         );
         let mut ratios = Vec::new();
-        for (round, pair) in embeddings.chunks(2).enumerate() {
-            let [direct, yardmaster] = pair else { continue };
+        for (round, cases) in embeddings.chunks(inference::PER_ROUND).enumerate() {
+            let [_, direct, yardmaster] = cases else { continue };
             ratios.push(yardmaster.value / direct.value);
-            for figure in pair {
+            for figure in cases {
                 let ratio = format!("{:>6.2}×", figure.value / direct.value);
                 let name = format!("{} #{}", figure.name, round + 1);
                 println!("{name:<72} {:>9.1} {:<3} {ratio}  {}", figure.value, figure.unit, figure.note);
             }
         }
+        let inputs = embeddings.first().and_then(|figure| figure.cpu.as_ref()).map_or(0, |(_, items)| *items);
+        let (in_order, planned, batches_in_order, batches_planned) = inference::padding(inputs);
+        println!(
+            "padding share of the tokens run: {:.1}% in order by count ({batches_in_order} batches), {:.1}% sorted and cut by the token budget ({batches_planned} batches)",
+            in_order * 100.0,
+            planned * 100.0
+        );
         println!("median ratio {:.2}× (spread {:.2}–{:.2})", median(&ratios), min(&ratios), max(&ratios));
         println!("{:<72} {:>8} {:>8} {:>10}", "CPU per embedding, µs", "total", "bench", "pg+broker");
         for figure in &embeddings {

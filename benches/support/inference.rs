@@ -1,7 +1,10 @@
 //! The inference cases: embeddings/s of `compute_embeddings` on the embedded default (batches
 //! through the in-process inference queue and the actor, vectors stored in SQLite by the
 //! write queue), against the same default model run directly with tch in one loop, both in
-//! this run on the same inputs.
+//! this run on the same inputs: protein-like sequences of long-tailed lengths. The direct
+//! loop runs twice: in the caller's order by `batch_size` (batches as they were cut before
+//! token budgets) and by the batches yardmaster cuts (sorted, `max_batch_tokens`), the
+//! baseline of its ratio.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -11,6 +14,7 @@ use tch::{CModule, Device, Kind as TensorKind, Tensor};
 use yardmaster::config::InferenceSettings;
 use yardmaster::dispatch::Dispatcher;
 use yardmaster::domain::NewJob;
+use yardmaster::inference::batches;
 use yardmaster::inference::tokenizer::Tokenizer;
 use yardmaster::{Application, Settings};
 
@@ -37,33 +41,57 @@ pub async fn figures(inputs: usize) -> Vec<Figure> {
     let device = std::env::var("BENCH_INFERENCE_DEVICE").unwrap_or_else(|_| "cpu".into());
     let settings = InferenceSettings { model: model.display().to_string(), device, ..Default::default() };
     yardmaster::inference::model::write_default(&model, settings.vocab).unwrap();
-    // Lengths 50 to 249, as short protein domains.
-    let texts: Vec<String> = (0..inputs).map(|i| sequence(i, 50 + (i * 37) % 200)).collect();
+    // Lengths as UniProt's fall (median 300, long-tailed), up to max_tokens.
+    let lengths = batches::protein_lengths(inputs, settings.max_tokens, 11);
+    let texts: Vec<String> = lengths.iter().enumerate().map(|(i, &len)| sequence(i, len)).collect();
+    let in_order = batches::by_count(texts.len(), settings.batch_size);
+    let planned = batches::plan(&lengths, settings.batch_size, settings.max_batch_tokens);
     // The allocator thresholds the inference actor sets for its process, set for both sides
     // from the start.
     yardmaster::inference::actor::keep_tensor_memory();
     // Alternated, so a slow spell of the machine falls on both sides alike.
     let mut figures = Vec::new();
     for _ in 0..ROUNDS {
-        figures.push(direct(&model, &texts, &settings));
+        let name = format!("tch directly, in order, batches of {}", settings.batch_size);
+        figures.push(direct(&model, &texts, &in_order, &settings, name));
+        let name = format!("tch directly, yardmaster's batches ({} tokens)", settings.max_batch_tokens);
+        figures.push(direct(&model, &texts, &planned, &settings, name));
         figures.push(embedded(&texts, &settings).await);
     }
     let _ = std::fs::remove_dir_all(&dir);
     figures
 }
 
-/// Rounds of the two cases, each round a direct run then a yardmaster one.
+/// Rounds of the three cases, each round the two direct runs then a yardmaster one.
 pub const ROUNDS: usize = 3;
+/// Figures per round, in that order.
+pub const PER_ROUND: usize = 3;
 
-/// The model loaded once, then every batch tokenised, run and copied out, one after another.
-fn direct(model: &Path, texts: &[String], settings: &InferenceSettings) -> Figure {
+/// The padding share of the benchmark's length mix, in the caller's order by count and as
+/// yardmaster cuts it, for `inputs` inputs: `(by count, planned, batches by count, planned)`.
+pub fn padding(inputs: usize) -> (f64, f64, usize, usize) {
+    let settings = InferenceSettings::default();
+    let lengths = batches::protein_lengths(inputs, settings.max_tokens, 11);
+    let in_order = batches::by_count(lengths.len(), settings.batch_size);
+    let planned = batches::plan(&lengths, settings.batch_size, settings.max_batch_tokens);
+    (
+        batches::padding_share(&lengths, &in_order),
+        batches::padding_share(&lengths, &planned),
+        in_order.len(),
+        planned.len(),
+    )
+}
+
+/// The model loaded once, then every batch (positions of `texts`) tokenised, run and copied
+/// out, one after another.
+fn direct(model: &Path, texts: &[String], plan: &[Vec<usize>], settings: &InferenceSettings, name: String) -> Figure {
     let device = match settings.device.as_str() {
         "cuda" => Device::Cuda(0),
         _ => Device::Cpu,
     };
     let module = CModule::load_on_device(model, device).unwrap();
     let tokenizer = Tokenizer::new(settings.vocab, settings.max_tokens);
-    let run = |chunk: &[String]| -> Vec<Vec<f32>> {
+    let run = |chunk: &[&String]| -> Vec<Vec<f32>> {
         let tokens = tokenizer.encode(0, chunk).unwrap();
         let ids =
             Tensor::from_slice(&tokens.ids).reshape([tokens.rows as i64, tokens.columns as i64]).to_device(device);
@@ -72,19 +100,20 @@ fn direct(model: &Path, texts: &[String], settings: &InferenceSettings) -> Figur
         let flat = Vec::<f32>::try_from(&out.to_kind(TensorKind::Float).flatten(0, -1)).unwrap();
         flat.chunks(dims).map(<[f32]>::to_vec).collect()
     };
-    run(&texts[..1]);
+    run(&[&texts[0]]);
     let before = sampler().snapshot();
     let start = Instant::now();
     let mut vectors = 0;
-    for chunk in texts.chunks(settings.batch_size) {
-        vectors += run(chunk).len();
+    for batch in plan {
+        let chunk: Vec<&String> = batch.iter().map(|&at| &texts[at]).collect();
+        vectors += run(&chunk).len();
     }
     let seconds = start.elapsed().as_secs_f64();
     let usage = sampler().since(&before);
     assert_eq!(vectors, texts.len());
-    let name =
-        format!("tch directly: tokenise, forward, copy out; batches of {}, {}", settings.batch_size, settings.device);
-    Figure::rate(name, texts.len() as f64 / seconds, format!("{} inputs, {seconds:.1} s", texts.len()))
+    let name = format!("{name}, {}", settings.device);
+    let note = format!("{} inputs, {} batches, {seconds:.1} s", texts.len(), plan.len());
+    Figure::rate(name, texts.len() as f64 / seconds, note)
         .of_kind(Kind::Inference)
         .with_cpu(usage, texts.len())
 }
@@ -120,7 +149,7 @@ async fn embedded(texts: &[String], inference: &InferenceSettings) -> Figure {
     drop(app);
     tokio::time::sleep(Duration::from_millis(100)).await;
     scratch.remove().await;
-    let name = format!("yardmaster embedded: compute_embeddings, SQLite, in-process queues, {}", inference.device);
+    let name = format!("yardmaster embedded: compute_embeddings, SQLite, {}", inference.device);
     let note = format!("{} inputs, {seconds:.1} s; vectors stored, parent counted", texts.len());
     Figure::rate(name, texts.len() as f64 / seconds, note).of_kind(Kind::Inference).with_cpu(usage, texts.len())
 }
