@@ -113,9 +113,7 @@ fn direct(model: &Path, texts: &[String], plan: &[Vec<usize>], settings: &Infere
     assert_eq!(vectors, texts.len());
     let name = format!("{name}, {}", settings.device);
     let note = format!("{} inputs, {} batches, {seconds:.1} s", texts.len(), plan.len());
-    Figure::rate(name, texts.len() as f64 / seconds, note)
-        .of_kind(Kind::Inference)
-        .with_cpu(usage, texts.len())
+    Figure::rate(name, texts.len() as f64 / seconds, note).of_kind(Kind::Inference).with_cpu(usage, texts.len())
 }
 
 /// One `compute_embeddings` job of every input on the embedded default, after a one-input

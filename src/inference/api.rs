@@ -29,6 +29,8 @@ pub struct StoredItem {
     pub item: i64,
     pub input: String,
     pub vector: Vec<f32>,
+    /// The item's labels (given to `compute_embeddings`), for `transfer_annotations`.
+    pub labels: Vec<String>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -79,7 +81,10 @@ pub async fn get(
     let job_status = state.store.get(set.job_id).await?.map(|job| job.status);
     let items = sets::page(db, &key, query.after, limit).await.map_err(StoreError::from)?;
     let next_after = (items.len() as u64 == limit).then(|| items.last().map(|item| item.item)).flatten();
-    let items = items.into_iter().map(|Item { item, input, vector }| StoredItem { item, input, vector }).collect();
+    let items = items
+        .into_iter()
+        .map(|Item { item, input, vector, labels }| StoredItem { item, input, vector, labels })
+        .collect();
     let set_name = sets::name_of(&set.name).to_owned();
     Ok(web::Json(SetPage {
         set: set_name,

@@ -21,7 +21,8 @@ pub mod embedding_set {
 }
 
 pub mod embedding {
-    //! One row per input of a set: its text and its vector (little-endian f32).
+    //! One row per input of a set: its text, its vector (little-endian f32) and its labels
+    //! (a JSON array of strings, or null; migration `m20261130_000025_embedding_labels`).
     use sea_orm::entity::prelude::*;
 
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
@@ -33,6 +34,7 @@ pub mod embedding {
         pub item: i64,
         pub input: String,
         pub vector: Vec<u8>,
+        pub labels: Option<String>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -23,13 +23,20 @@ pub mod model;
 pub mod neighbours;
 #[cfg(feature = "inference")]
 pub mod ops;
+#[cfg(feature = "inference")]
+pub mod transfer;
 
 use crate::ops::OperationRegistry;
 pub use settings::InferenceSettings;
 
 /// The operations of this capability, by name.
-pub const OPERATIONS: [&str; 4] =
-    ["compute_embeddings", "compute_embeddings.batch", "nearest_neighbours", "nearest_neighbours.batch"];
+pub const OPERATIONS: [&str; 5] = [
+    "compute_embeddings",
+    "compute_embeddings.batch",
+    "nearest_neighbours",
+    "nearest_neighbours.batch",
+    "transfer_annotations",
+];
 
 /// Adds the inference operations to `registry`, one inference actor behind them for the
 /// whole process; operations of the same names already there are kept.
@@ -58,7 +65,13 @@ pub fn register(registry: OperationRegistry, settings: &InferenceSettings) -> Op
             write_queue: write_queue.clone(),
         })
         .with(ops::EmbedBatch { inference: inference.clone(), tokenizer: tokenizer.clone() })
-        .with(ops::NearestNeighbours { tokenizer: tokenizer.clone(), limits, queue, write_queue })
+        .with(ops::NearestNeighbours {
+            tokenizer: tokenizer.clone(),
+            limits,
+            queue: queue.clone(),
+            write_queue: write_queue.clone(),
+        })
+        .with(transfer::TransferAnnotations { tokenizer: tokenizer.clone(), limits, queue, write_queue })
         .with(ops::NeighboursBatch { inference, tokenizer, cache: Arc::default() })
 }
 

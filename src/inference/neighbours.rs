@@ -56,6 +56,16 @@ pub struct Neighbour {
 /// The `k` items most similar to `query`, most similar first (ties: lower item first).
 /// `Err` when the query's length differs from the set's vectors (another model).
 pub fn nearest(set: &StoredSet, query: &[f32], k: usize) -> Result<Vec<Neighbour>, String> {
+    nearest_where(set, query, k, |_| true)
+}
+
+/// [`nearest`] among the items `keep` takes (by index into [`StoredSet::items`]).
+pub fn nearest_where(
+    set: &StoredSet,
+    query: &[f32],
+    k: usize,
+    keep: impl Fn(usize) -> bool,
+) -> Result<Vec<Neighbour>, String> {
     if query.len() != set.dims {
         return Err(format!(
             "the query vectors have {} values but set {:?} has {}: it was computed by another model",
@@ -69,6 +79,7 @@ pub fn nearest(set: &StoredSet, query: &[f32], k: usize) -> Result<Vec<Neighbour
         .unit
         .chunks_exact(set.dims.max(1))
         .enumerate()
+        .filter(|(item, _)| keep(*item))
         .map(|(item, vector)| Neighbour { item, score: vector.iter().zip(&query).map(|(a, b)| a * b).sum() })
         .collect();
     let order = |a: &Neighbour, b: &Neighbour| {
@@ -118,7 +129,7 @@ mod tests {
     use super::*;
 
     fn item(item: i64, vector: Vec<f32>) -> Item {
-        Item { item, input: format!("item {item}"), vector }
+        Item { item, input: format!("item {item}"), vector, labels: Vec::new() }
     }
 
     #[test]

@@ -21,9 +21,10 @@ use serde_json::{json, Value};
 
 use super::actor::{Inference, InferenceError};
 use super::batches;
-use super::neighbours::{nearest, Neighbour, SetCache};
+use super::neighbours::{nearest, Neighbour, SetCache, StoredSet};
 use super::sets::{self, check_set_name, ClaimError};
 use super::tokenizer::Tokenizer;
+use super::transfer;
 use crate::domain::{EventLevel, RoomId};
 use crate::ops::{parse_payload, FanOut, JobContext, Operation, OperationError};
 use crate::store::{BatchRows, RunRef};
@@ -64,8 +65,15 @@ pub struct BatchLimits {
 
 impl BatchLimits {
     /// Every input's length in tokens (the first refused one fails the job), then the batches:
-    /// `{"items": [position, …], <key>: [text, …]}`.
-    fn batches(&self, tokenizer: &Tokenizer, key: &str, texts: &[String]) -> Result<Vec<Value>, OperationError> {
+    /// `{"items": [position, …], <key>: [text, …]}`, and `"labels"` (each input's list) when
+    /// `labels` is given.
+    pub(super) fn batches(
+        &self,
+        tokenizer: &Tokenizer,
+        key: &str,
+        texts: &[String],
+        labels: Option<&[Vec<String>]>,
+    ) -> Result<Vec<Value>, OperationError> {
         let lengths = texts
             .iter()
             .enumerate()
@@ -76,7 +84,12 @@ impl BatchLimits {
             .into_iter()
             .map(|items| {
                 let texts: Vec<&String> = items.iter().map(|&at| &texts[at]).collect();
-                json!({ "items": items, key: texts })
+                let mut batch = json!({ "items": items, key: texts });
+                if let Some(labels) = labels {
+                    let labels: Vec<&Vec<String>> = items.iter().map(|&at| &labels[at]).collect();
+                    batch["labels"] = json!(labels);
+                }
+                batch
             })
             .collect();
         Ok(batches)
@@ -84,7 +97,7 @@ impl BatchLimits {
 }
 
 /// A batch's positions: `items`, or, for a batch cut before token budgets, `first` onwards.
-fn positions(items: Option<Vec<usize>>, first: Option<usize>, count: usize) -> Result<Vec<usize>, String> {
+pub(super) fn positions(items: Option<Vec<usize>>, first: Option<usize>, count: usize) -> Result<Vec<usize>, String> {
     match (items, first) {
         (Some(items), _) if items.len() == count => Ok(items),
         (Some(items), _) => Err(format!("{} items for {count} inputs", items.len())),
@@ -108,6 +121,9 @@ pub struct ComputeEmbeddings {
 struct EmbeddingsPayload {
     #[serde(default)]
     inputs: Option<Vec<String>>,
+    /// One list of labels per input, for `transfer_annotations`.
+    #[serde(default)]
+    labels: Option<Vec<Vec<String>>>,
     #[serde(default)]
     from_set: Option<String>,
     #[serde(default)]
@@ -126,6 +142,11 @@ impl EmbeddingsPayload {
         }
         for name in parsed.set.iter().chain(&parsed.from_set) {
             check_set_name(name)?;
+        }
+        match (&parsed.labels, &parsed.inputs) {
+            (Some(labels), Some(inputs)) => sets::check_labels(labels, inputs.len())?,
+            (Some(_), None) => return Err("labels go with inputs; a set embedded again keeps its own".into()),
+            (None, _) => {}
         }
         Ok(parsed)
     }
@@ -170,7 +191,10 @@ impl Operation for ComputeEmbeddings {
         }
         let items = positions(output.items, output.first, output.inputs.len())?;
         let items: Vec<i64> = items.into_iter().map(|item| item as i64).collect();
-        let insert = sets::insert_rows(&output.set, &items, &output.inputs, vectors);
+        if !output.labels.is_empty() && output.labels.len() != output.inputs.len() {
+            return Err(format!("{} inputs but {} lists of labels", output.inputs.len(), output.labels.len()));
+        }
+        let insert = sets::insert_rows(&output.set, &items, &output.inputs, vectors, &output.labels);
         let kept = json!({
             "set": sets::name_of(&output.set), "count": output.inputs.len(), "dims": dims,
             "model": output.model, "device": output.device,
@@ -183,12 +207,12 @@ impl Operation for ComputeEmbeddings {
         let job_id = ctx.job().map(|job| job.id).unwrap_or_default();
         let room = ctx.job().map_or_else(|| RoomId::DEFAULT.to_owned(), |job| job.room.clone());
         let set = payload.set.unwrap_or_else(|| job_id.to_string());
-        let inputs = match (payload.inputs, payload.from_set) {
-            (Some(inputs), _) => inputs,
+        let (inputs, labels) = match (payload.inputs, payload.from_set) {
+            (Some(inputs), _) => (inputs, payload.labels),
             (None, Some(from)) => stored_inputs(&ctx, &room, &from).await?,
             (None, None) => return Err(invalid("give either inputs or from_set")),
         };
-        let batches = self.limits.batches(&self.tokenizer, "inputs", &inputs)?;
+        let batches = self.limits.batches(&self.tokenizer, "inputs", &inputs, labels.as_deref())?;
         match sets::claim(ctx.db(), &sets::key(&room, &set), job_id, inputs.len() as i64).await {
             Ok(()) => {}
             Err(ClaimError::Taken { name, owner }) => {
@@ -211,8 +235,12 @@ impl Operation for ComputeEmbeddings {
     }
 }
 
-/// The inputs of a stored set of `room`, in item order.
-async fn stored_inputs(ctx: &JobContext, room: &str, name: &str) -> Result<Vec<String>, OperationError> {
+/// The inputs of a stored set of `room`, in item order, and their labels if any has some.
+async fn stored_inputs(
+    ctx: &JobContext,
+    room: &str,
+    name: &str,
+) -> Result<(Vec<String>, Option<Vec<Vec<String>>>), OperationError> {
     let key = sets::key(room, name);
     let Some(set) = sets::find(ctx.db(), &key).await.map_err(database)? else {
         return Err(OperationError::new(UNKNOWN_SET, format!("no embedding set {name:?}")));
@@ -226,7 +254,10 @@ async fn stored_inputs(ctx: &JobContext, room: &str, name: &str) -> Result<Vec<S
             format!("set {name:?} holds {} of its {} inputs: its job has not finished", items.len(), set.inputs);
         return Err(OperationError::new(SET_NOT_READY, message));
     }
-    Ok(items.into_iter().map(|item| item.input).collect())
+    let labelled = items.iter().any(|item| !item.labels.is_empty());
+    let (inputs, labels): (Vec<String>, Vec<Vec<String>>) =
+        items.into_iter().map(|item| (item.input, item.labels)).unzip();
+    Ok((inputs, labelled.then_some(labels)))
 }
 
 /// What a batch of `compute_embeddings` answers, on its way to the write queue: each vector
@@ -241,6 +272,8 @@ struct BatchOutput {
     first: Option<usize>,
     inputs: Vec<String>,
     vectors: Vec<String>,
+    #[serde(default)]
+    labels: Vec<Vec<String>>,
     #[serde(default)]
     model: Value,
     #[serde(default)]
@@ -257,6 +290,8 @@ struct EmbedBatchPayload {
     #[serde(default)]
     first: Option<usize>,
     inputs: Vec<String>,
+    #[serde(default)]
+    labels: Vec<Vec<String>>,
 }
 
 /// Vectors for a batch of inputs (at `items` of the job's), from this process's inference actor.
@@ -306,7 +341,7 @@ impl Operation for EmbedBatch {
         let embedded = embed(&ctx, &self.inference, &self.tokenizer, &items, &batch.inputs).await?;
         let vectors: Vec<String> = embedded.vectors.iter().map(|vector| BASE64.encode(sets::encode(vector))).collect();
         Ok(json!({
-            "set": set, "items": items, "inputs": batch.inputs, "vectors": vectors,
+            "set": set, "items": items, "inputs": batch.inputs, "vectors": vectors, "labels": batch.labels,
             "model": embedded.model, "device": embedded.device,
         }))
     }
@@ -362,51 +397,88 @@ impl Operation for NearestNeighbours {
         true
     }
 
-    /// Every query with its neighbours, in the caller's order (a batch's `items`, or its
-    /// `first` onwards).
+    /// Every query with its neighbours, in the caller's order.
     fn reduce(&self, outputs: Vec<Value>) -> Value {
         let first = outputs.first().cloned().unwrap_or_default();
-        let mut placed: Vec<(u64, Value)> = Vec::new();
-        for output in outputs {
-            let items = output["items"].as_array().cloned().unwrap_or_default();
-            let start = output["first"].as_u64().unwrap_or(0);
-            for (at, query) in output["queries"].as_array().cloned().unwrap_or_default().into_iter().enumerate() {
-                let position = items.get(at).and_then(Value::as_u64).unwrap_or(start + at as u64);
-                placed.push((position, query));
-            }
-        }
-        placed.sort_by_key(|(position, _)| *position);
-        let queries: Vec<Value> = placed.into_iter().map(|(_, query)| query).collect();
+        let queries = in_caller_order(outputs);
         json!({ "set": first["set"], "k": first["k"], "model": first["model"], "queries": queries })
     }
 
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let payload = NeighboursPayload::parse(&payload).map_err(invalid)?;
-        let batches = self.limits.batches(&self.tokenizer, "queries", &payload.queries)?;
-        // The set must be whole: every input stored, its job over. It is a set of this job's room.
+        let search = Search {
+            tokenizer: &self.tokenizer,
+            limits: self.limits,
+            queue: &self.queue,
+            write_queue: &self.write_queue,
+        };
+        search.fan_out(&ctx, &payload.set, &payload.queries, payload.k, Value::Null).await?;
+        Ok(json!({ "set": payload.set }))
+    }
+}
+
+/// What a search coordinator (`nearest_neighbours`, `transfer_annotations`) fans out with.
+pub(super) struct Search<'a> {
+    pub(super) tokenizer: &'a Tokenizer,
+    pub(super) limits: BatchLimits,
+    pub(super) queue: &'a str,
+    pub(super) write_queue: &'a str,
+}
+
+impl Search<'_> {
+    /// Checks the queries, and that set `name` of the job's room is whole (every input
+    /// stored, its job over); then fans out the batches that embed the queries and rank the
+    /// set, `transfer` (when not null) in their snapshot. The set's row.
+    pub(super) async fn fan_out(
+        &self,
+        ctx: &JobContext,
+        name: &str,
+        queries: &[String],
+        k: usize,
+        transfer: Value,
+    ) -> Result<(), OperationError> {
+        let batches = self.limits.batches(self.tokenizer, "queries", queries, None)?;
         let room = ctx.job().map_or_else(|| RoomId::DEFAULT.to_owned(), |job| job.room.clone());
-        let key = sets::key(&room, &payload.set);
+        let key = sets::key(&room, name);
         let Some(set) = sets::find(ctx.db(), &key).await.map_err(database)? else {
-            return Err(OperationError::new(UNKNOWN_SET, format!("no embedding set {:?}", payload.set)));
+            return Err(OperationError::new(UNKNOWN_SET, format!("no embedding set {name:?}")));
         };
         let stored = sets::stored(ctx.db(), &key).await.map_err(database)?;
         if stored as i64 != set.inputs || set.inputs == 0 {
-            let message =
-                format!("set {:?} holds {stored} of its {} inputs: its job has not finished", payload.set, set.inputs);
+            let message = format!("set {name:?} holds {stored} of its {} inputs: its job has not finished", set.inputs);
             return Err(OperationError::new(SET_NOT_READY, message));
         }
-        let snapshot = json!({ "set": key, "k": payload.k, "inputs": set.inputs, "job_id": set.job_id });
+        if !transfer.is_null() && sets::labelled(ctx.db(), &key).await.map_err(database)? == 0 {
+            let message = format!("set {name:?} has no labelled items: give labels to compute_embeddings");
+            return Err(OperationError::new(transfer::SET_UNLABELLED, message));
+        }
+        let snapshot = json!({ "set": key, "k": k, "inputs": set.inputs, "job_id": set.job_id, "transfer": transfer });
         ctx.fan_out(FanOut {
             operation: NEIGHBOURS_BATCH.into(),
-            queue: self.queue.clone(),
-            write_queue: self.write_queue.clone(),
+            queue: self.queue.to_owned(),
+            write_queue: self.write_queue.to_owned(),
             snapshot,
             batches,
             max_retries: 2,
         })
-        .await?;
-        Ok(json!({ "set": payload.set }))
+        .await
     }
+}
+
+/// The `queries` of every batch's output, in the caller's order: by the batch's `items`, or
+/// its `first` onwards.
+pub(super) fn in_caller_order(outputs: Vec<Value>) -> Vec<Value> {
+    let mut placed: Vec<(u64, Value)> = Vec::new();
+    for output in outputs {
+        let items = output["items"].as_array().cloned().unwrap_or_default();
+        let start = output["first"].as_u64().unwrap_or(0);
+        for (at, query) in output["queries"].as_array().cloned().unwrap_or_default().into_iter().enumerate() {
+            let position = items.get(at).and_then(Value::as_u64).unwrap_or(start + at as u64);
+            placed.push((position, query));
+        }
+    }
+    placed.sort_by_key(|(position, _)| *position);
+    placed.into_iter().map(|(_, query)| query).collect()
 }
 
 #[derive(Debug, Deserialize)]
@@ -446,22 +518,29 @@ impl Operation for NeighboursBatch {
         let items = positions(batch.items, batch.first, batch.queries.len()).map_err(invalid)?;
         let embedded = embed(&ctx, &self.inference, &self.tokenizer, &items, &batch.queries).await?;
         let set = self.cache.get(ctx.db(), name, job_id, inputs).await.map_err(database)?;
+        let transfer = snapshot["transfer"]["top"].as_u64().map(|top| top as usize);
         let queries: Vec<Value> = batch
             .queries
             .iter()
             .zip(&embedded.vectors)
-            .map(|(query, vector)| {
-                let found = nearest(&set, vector, k).map_err(|err| OperationError::new(DIMENSION_MISMATCH, err))?;
-                let found: Vec<Value> = found
-                    .into_iter()
-                    .map(|Neighbour { item, score }| {
-                        json!({ "item": set.items[item].item, "input": set.items[item].input, "score": score })
-                    })
-                    .collect();
-                Ok(json!({ "query": query, "neighbours": found }))
+            .map(|(query, vector)| match transfer {
+                Some(top) => transfer::answer(&set, query, vector, k, top),
+                None => neighbours_of(&set, query, vector, k),
             })
             .collect::<Result<_, OperationError>>()?;
         let name = sets::name_of(name);
-        Ok(json!({ "set": name, "k": k, "model": embedded.model, "items": items, "queries": queries }))
+        Ok(json!({ "set": name, "k": k, "top": transfer, "model": embedded.model, "items": items, "queries": queries }))
     }
+}
+
+/// A query's `k` nearest items of `set`, most similar first.
+fn neighbours_of(set: &StoredSet, query: &str, vector: &[f32], k: usize) -> Result<Value, OperationError> {
+    let found = nearest(set, vector, k).map_err(|err| OperationError::new(DIMENSION_MISMATCH, err))?;
+    let found: Vec<Value> = found
+        .into_iter()
+        .map(|Neighbour { item, score }| {
+            json!({ "item": set.items[item].item, "input": set.items[item].input, "score": score })
+        })
+        .collect();
+    Ok(json!({ "query": query, "neighbours": found }))
 }

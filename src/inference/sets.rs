@@ -6,8 +6,8 @@
 
 use sea_orm::sea_query::{InsertStatement, OnConflict, Query};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, TryInsertResult,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect, TryInsertResult,
 };
 use uuid::Uuid;
 
@@ -37,12 +37,48 @@ pub fn name_of(key: &str) -> &str {
     key.split_once(':').map_or(key, |(_, name)| name)
 }
 
-/// One stored input and its vector.
+/// One stored input, its vector and its labels.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Item {
     pub item: i64,
     pub input: String,
     pub vector: Vec<f32>,
+    pub labels: Vec<String>,
+}
+
+/// Most labels on one item, and the longest label.
+pub const MAX_LABELS: usize = 1_000;
+pub const MAX_LABEL: usize = 256;
+
+/// Labels for `count` inputs: one list per input (an empty list: none), each label 1 to
+/// [`MAX_LABEL`] characters without control characters, at most [`MAX_LABELS`] a list.
+pub fn check_labels(labels: &[Vec<String>], count: usize) -> Result<(), String> {
+    if labels.len() != count {
+        return Err(format!("labels must hold one list per input: {} lists for {count} inputs", labels.len()));
+    }
+    for (at, list) in labels.iter().enumerate() {
+        if list.len() > MAX_LABELS {
+            return Err(format!("labels[{at}] holds {} labels; the most is {MAX_LABELS}", list.len()));
+        }
+        let bad = |label: &String| {
+            label.is_empty() || label.chars().count() > MAX_LABEL || label.chars().any(char::is_control)
+        };
+        if let Some(label) = list.iter().find(|label| bad(label)) {
+            return Err(format!(
+                "labels[{at}] holds {label:?}: a label is 1 to {MAX_LABEL} characters, none of them control characters"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Labels as stored: a JSON array, or null for none.
+fn stored_labels(labels: &[String]) -> Option<String> {
+    (!labels.is_empty()).then(|| serde_json::to_string(labels).unwrap_or_default())
+}
+
+fn read_labels(stored: Option<&str>) -> Vec<String> {
+    stored.and_then(|text| serde_json::from_str(text).ok()).unwrap_or_default()
 }
 
 /// Why a set could not be claimed.
@@ -89,22 +125,40 @@ pub async fn claim(db: &impl ConnectionTrait, name: &str, job_id: Uuid, inputs: 
 
 /// The insert of one batch's rows at their items (positions), each vector already [`encode`]d,
 /// skipped where already stored, so a batch written twice (a redelivery) leaves the first.
-pub fn insert_rows(set: &str, items: &[i64], inputs: &[String], vectors: Vec<Vec<u8>>) -> InsertStatement {
+/// `labels` is one list per input, or empty when the batch has none.
+pub fn insert_rows(
+    set: &str,
+    items: &[i64],
+    inputs: &[String],
+    vectors: Vec<Vec<u8>>,
+    labels: &[Vec<String>],
+) -> InsertStatement {
     let mut insert = Query::insert();
     insert.into_table(embedding::Entity).columns([
         embedding::Column::SetName,
         embedding::Column::Item,
         embedding::Column::Input,
         embedding::Column::Vector,
+        embedding::Column::Labels,
     ]);
-    for ((item, input), vector) in items.iter().zip(inputs).zip(vectors) {
-        let values = [set.into(), (*item).into(), input.as_str().into(), vector.into()];
+    for (at, ((item, input), vector)) in items.iter().zip(inputs).zip(vectors).enumerate() {
+        let labels = labels.get(at).and_then(|labels| stored_labels(labels));
+        let values = [set.into(), (*item).into(), input.as_str().into(), vector.into(), labels.into()];
         insert.values_panic(values);
     }
     insert.on_conflict(
         OnConflict::columns([embedding::Column::SetName, embedding::Column::Item]).do_nothing().to_owned(),
     );
     insert
+}
+
+/// How many of a set's stored items carry labels.
+pub async fn labelled(db: &DatabaseConnection, name: &str) -> Result<u64, DbErr> {
+    embedding::Entity::find()
+        .filter(embedding::Column::SetName.eq(name))
+        .filter(embedding::Column::Labels.is_not_null())
+        .count(db)
+        .await
 }
 
 /// The set's row, if it exists.
@@ -119,12 +173,19 @@ pub async fn page(db: &DatabaseConnection, name: &str, after: Option<i64>, limit
         query = query.filter(embedding::Column::Item.gt(after));
     }
     let rows = query.order_by_asc(embedding::Column::Item).limit(limit).all(db).await?;
-    Ok(rows.into_iter().map(|row| Item { item: row.item, input: row.input, vector: decode(&row.vector) }).collect())
+    Ok(rows
+        .into_iter()
+        .map(|row| Item {
+            labels: read_labels(row.labels.as_deref()),
+            item: row.item,
+            input: row.input,
+            vector: decode(&row.vector),
+        })
+        .collect())
 }
 
 /// How many items of the set are stored.
 pub async fn stored(db: &DatabaseConnection, name: &str) -> Result<u64, DbErr> {
-    use sea_orm::PaginatorTrait;
     embedding::Entity::find().filter(embedding::Column::SetName.eq(name)).count(db).await
 }
 

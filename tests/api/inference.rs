@@ -435,6 +435,14 @@ async fn hostile_input_gets_clear_problems(backend: Backend) {
         json!({ "inputs": ["a"], "set": "no/slash" }),
         json!({ "inputs": ["a"], "set": "" }),
         json!({ "inputs": ["a"], "extra": true }),
+        json!({ "inputs": ["a", "b"], "labels": [["GO:1"]] }),
+        json!({ "inputs": ["a"], "labels": [[""]] }),
+        json!({ "inputs": ["a"], "labels": [["GO\u{0007}1"]] }),
+        json!({ "inputs": ["a"], "labels": [["x".repeat(257)]] }),
+        json!({ "inputs": ["a"], "labels": [vec!["GO:1"; 1001]] }),
+        json!({ "inputs": ["a"], "labels": "GO:1" }),
+        json!({ "inputs": ["a"], "labels": [[1]] }),
+        json!({ "from_set": "b", "labels": [["GO:1"]] }),
     ] {
         let (status, body) = app.submit(json!({ "operation": "compute_embeddings", "payload": payload })).await;
         assert_eq!((status, body["code"].as_str()), (422, Some("invalid_payload")), "{payload}: {body}");
@@ -447,11 +455,129 @@ async fn hostile_input_gets_clear_problems(backend: Backend) {
         let (status, body) = app.submit(json!({ "operation": "nearest_neighbours", "payload": payload })).await;
         assert_eq!((status, body["code"].as_str()), (422, Some("invalid_payload")), "{payload}: {body}");
     }
+    for payload in [
+        json!({ "set": "s", "queries": [] }),
+        json!({ "set": "s", "queries": ["a"], "k": 0 }),
+        json!({ "set": "s", "queries": ["a"], "top": 0 }),
+        json!({ "set": "s", "queries": ["a"], "top": 101 }),
+        json!({ "set": "s", "queries": ["a"], "top": "5" }),
+        json!({ "set": "a/b", "queries": ["a"] }),
+        json!({ "queries": ["a"] }),
+    ] {
+        let (status, body) = app.submit(json!({ "operation": "transfer_annotations", "payload": payload })).await;
+        assert_eq!((status, body["code"].as_str()), (422, Some("invalid_payload")), "{payload}: {body}");
+    }
+    let (status, body) = app
+        .submit(
+            json!({ "operation": "compute_embeddings", "payload": { "inputs": ["a"], "labels": [["GO:\u{0000}"]] } }),
+        )
+        .await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("nul_character")), "{body}");
     let (status, body) =
         app.submit(json!({ "operation": "compute_embeddings", "payload": { "inputs": ["a\u{0000}b"] } })).await;
     assert_eq!((status, body["code"].as_str()), (422, Some("nul_character")), "{body}");
     assert_eq!(app.count("SELECT COUNT(*) FROM job").await, 0);
     assert_eq!(app.count("SELECT COUNT(*) FROM embedding_set").await, 0);
+}
+
+/// `sequence(seed, len)` with every `every`-th residue changed by `shift`: a member of the
+/// family of `sequence(seed, len)`.
+fn member(seed: usize, len: usize, every: usize, shift: usize) -> String {
+    const RESIDUES: &[u8] = b"ACDEFGHIKLMNPQRSTVWY";
+    sequence(seed, len)
+        .bytes()
+        .enumerate()
+        .map(|(at, residue)| match at % every == shift % every {
+            true => {
+                RESIDUES[(RESIDUES.iter().position(|&r| r == residue).unwrap() + 1 + shift) % RESIDUES.len()] as char
+            }
+            false => residue as char,
+        })
+        .collect()
+}
+
+/// Label transfer on a set with a known answer: four families of ten related sequences,
+/// family f labelled `GO:f` (families 0 and 1 also `GO:01`), five more members of family 2
+/// without labels, and ten unlabelled strangers.
+/// A new member of a family gets its family's labels at score 1 from five neighbours, all
+/// labelled; a set without labels fails `SetUnlabelled`; a set of another room is unknown.
+async fn transfer_annotations_gives_a_query_its_family_labels(backend: Backend) {
+    let models = Models::new();
+    let app = TestApp::spawn_with(backend, inference_options(settings(&models.default_model()))).await;
+    let (mut inputs, mut labels) = (Vec::new(), Vec::new());
+    for family in 0..4 {
+        for at in 0..10 {
+            inputs.push(member(100 + family, 80, 7, at));
+            let mut own = vec![format!("GO:{family}")];
+            if family < 2 {
+                own.push("GO:01".to_owned());
+            }
+            labels.push(own);
+        }
+    }
+    for at in 0..5 {
+        inputs.push(member(102, 80, 9, at));
+        labels.push(Vec::new());
+    }
+    for stranger in 0..10 {
+        inputs.push(sequence(500 + stranger, 80));
+        labels.push(Vec::new());
+    }
+    let body = json!({ "operation": "compute_embeddings", "payload": { "set": "families", "inputs": inputs, "labels": labels } });
+    let (_, job) = app.submit(body).await;
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let stored = stored_items(&app, "families", 100).await;
+    assert_eq!(stored[3]["labels"], json!(["GO:0", "GO:01"]), "{}", stored[3]);
+    assert_eq!(stored[45]["labels"], json!([]));
+
+    let queries = vec![member(102, 80, 5, 2), member(100, 80, 6, 3)];
+    let body = json!({ "operation": "transfer_annotations", "payload": { "set": "families", "queries": queries, "k": 5, "top": 3 } });
+    let (code, job) = app.submit(body).await;
+    assert_eq!(code, 201, "{job}");
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let answers = done["result"]["queries"].as_array().unwrap();
+    assert_eq!((done["result"]["k"].as_u64(), done["result"]["top"].as_u64()), (Some(5), Some(3)));
+    for (answer, (query, want)) in
+        answers.iter().zip([(&queries[0], vec!["GO:2"]), (&queries[1], vec!["GO:0", "GO:01"])])
+    {
+        assert_eq!(answer["query"].as_str(), Some(query.as_str()));
+        let neighbours = answer["neighbours"].as_array().unwrap();
+        assert_eq!(neighbours.len(), 5, "{answer}");
+        assert!(neighbours.iter().all(|n| n["item"].as_i64().unwrap() < 40), "labelled items only: {answer}");
+        let got: Vec<(&str, f64, u64)> = answer["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| (l["label"].as_str().unwrap(), l["score"].as_f64().unwrap(), l["support"].as_u64().unwrap()))
+            .collect();
+        let mut best: Vec<&str> = got.iter().filter(|(_, score, _)| (score - 1.0).abs() < 1e-5).map(|g| g.0).collect();
+        best.sort_unstable();
+        let mut want = want;
+        want.sort_unstable();
+        assert_eq!(best, want, "{answer}");
+        assert!(got.iter().filter(|g| want.contains(&g.0)).all(|g| g.2 == 5), "{answer}");
+    }
+
+    let (_, job) = app
+        .submit(json!({ "operation": "compute_embeddings", "payload": { "set": "bare", "inputs": ["MKV", "MKL"] } }))
+        .await;
+    wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+    let (_, job) = app
+        .submit(json!({ "operation": "transfer_annotations", "payload": { "set": "bare", "queries": ["MKV"] } }))
+        .await;
+    let failed = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+    assert_eq!(failed["error_code"], "SetUnlabelled", "{failed}");
+
+    let body = json!({
+        "operation": "transfer_annotations", "room": "elsewhere",
+        "payload": { "set": "families", "queries": ["MKV"] },
+    });
+    let (code, job) = app.submit(body).await;
+    assert_eq!(code, 201, "{job}");
+    let failed = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+    assert_eq!(failed["error_code"], "UnknownSet", "another room's set is not there: {failed}");
 }
 
 /// `from_set` embeds the inputs of a stored set again: the new set holds the same inputs in
@@ -658,6 +784,7 @@ fn inference_check_reports_the_device_and_times_the_model() {
 }
 
 on_both_backends!(
+    transfer_annotations_gives_a_query_its_family_labels,
     an_esm_vocabulary_feeds_the_model_the_ids_fair_esm_gives,
     an_unreadable_tokenizer_refuses_the_operations_with_the_reason,
     from_set_embeds_a_stored_set_again,
