@@ -372,15 +372,21 @@ fn default_k() -> usize {
 impl NeighboursPayload {
     fn parse(payload: &Value) -> Result<NeighboursPayload, String> {
         let parsed: NeighboursPayload = parse_payload(payload)?;
-        check_set_name(&parsed.set)?;
-        if parsed.queries.is_empty() || parsed.queries.len() > MAX_QUERIES {
-            return Err(format!("queries must hold 1 to {MAX_QUERIES} texts"));
-        }
-        if !(1..=MAX_K).contains(&parsed.k) {
-            return Err(format!("k must be 1 to {MAX_K}"));
-        }
+        check_search(&parsed.set, &parsed.queries, parsed.k)?;
         Ok(parsed)
     }
+}
+
+/// A search's set name, queries (1 to [`MAX_QUERIES`]) and `k` (1 to [`MAX_K`]).
+pub(super) fn check_search(set: &str, queries: &[String], k: usize) -> Result<(), String> {
+    check_set_name(set)?;
+    if queries.is_empty() || queries.len() > MAX_QUERIES {
+        return Err(format!("queries must hold 1 to {MAX_QUERIES} texts"));
+    }
+    if !(1..=MAX_K).contains(&k) {
+        return Err(format!("k must be 1 to {MAX_K}"));
+    }
+    Ok(())
 }
 
 #[async_trait]

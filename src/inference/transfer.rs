@@ -10,8 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::neighbours::{nearest_where, Neighbour, StoredSet};
-use super::ops::{in_caller_order, BatchLimits, Search, DIMENSION_MISMATCH, MAX_K, MAX_QUERIES};
-use super::sets::check_set_name;
+use super::ops::{check_search, in_caller_order, BatchLimits, Search, DIMENSION_MISMATCH};
 use super::tokenizer::Tokenizer;
 use crate::ops::{parse_payload, JobContext, Operation, OperationError};
 
@@ -51,13 +50,7 @@ fn default_top() -> usize {
 impl TransferPayload {
     fn parse(payload: &Value) -> Result<TransferPayload, String> {
         let parsed: TransferPayload = parse_payload(payload)?;
-        check_set_name(&parsed.set)?;
-        if parsed.queries.is_empty() || parsed.queries.len() > MAX_QUERIES {
-            return Err(format!("queries must hold 1 to {MAX_QUERIES} texts"));
-        }
-        if !(1..=MAX_K).contains(&parsed.k) {
-            return Err(format!("k must be 1 to {MAX_K}"));
-        }
+        check_search(&parsed.set, &parsed.queries, parsed.k)?;
         if !(1..=MAX_TOP).contains(&parsed.top) {
             return Err(format!("top must be 1 to {MAX_TOP}"));
         }
