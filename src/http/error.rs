@@ -48,6 +48,8 @@ codes! {
     OperationUnavailable => ("operation_unavailable", UNPROCESSABLE_ENTITY, "This server cannot run this operation"),
     InvalidSetName => ("invalid_set_name", BAD_REQUEST, "Embedding set name is invalid"),
     SetNotFound => ("set_not_found", NOT_FOUND, "Embedding set not found"),
+    ItemNotFound => ("item_not_found", NOT_FOUND, "No such item in the embedding set"),
+    InvalidLabels => ("invalid_labels", UNPROCESSABLE_ENTITY, "Labels cannot be stored as given"),
     InvalidQueue => ("invalid_queue", UNPROCESSABLE_ENTITY, "Queue name is invalid"),
     UnknownQueue => ("unknown_queue", UNPROCESSABLE_ENTITY, "No job queue of this name"),
     ParentNotFound => ("parent_not_found", UNPROCESSABLE_ENTITY, "Parent job does not exist"),

@@ -22,7 +22,7 @@ pub use extract::{json_config, page_size, path_config, query_config, required_wh
 pub use outage::{fail_fast, Outage};
 pub use prefer::wait as prefer_wait;
 pub use route::{
-    read, resource, Access, Route, Surface, DELETE, PATCH, READ, READ_PATCH, READ_PATCH_DELETE, READ_PUT, READ_WRITE,
-    WRITE,
+    read, resource, Access, Route, Surface, DELETE, PATCH, PUT, READ, READ_PATCH, READ_PATCH_DELETE, READ_PUT,
+    READ_WRITE, WRITE,
 };
 pub use state::AppState;

@@ -53,6 +53,7 @@ pub const WRITE: &str = "POST";
 pub const READ_WRITE: &str = "GET, HEAD, POST";
 pub const DELETE: &str = "DELETE";
 pub const PATCH: &str = "PATCH";
+pub const PUT: &str = "PUT";
 pub const READ_PUT: &str = "GET, HEAD, PUT";
 pub const READ_PATCH_DELETE: &str = "GET, HEAD, PATCH, DELETE";
 pub const READ_PATCH: &str = "GET, HEAD, PATCH";

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::sets::{self, check_set_name, Item};
 use crate::auth::Caller;
-use crate::domain::JobStatus;
+use crate::domain::{JobStatus, RoomId};
 use crate::http::{ApiError, AppState, Code, Problem};
 use crate::store::StoreError;
 
@@ -48,6 +48,25 @@ pub struct SetPage {
     pub next_after: Option<i64>,
 }
 
+/// The room (`room`, else the caller's default) and stored key of set `name`: 400 for a bad
+/// name or room, 404 for a room the caller cannot see, as for a set that is not there.
+pub(super) fn locate(caller: &Caller, name: &str, room: Option<&str>) -> Result<(RoomId, String), ApiError> {
+    check_set_name(name).map_err(|err| ApiError::new(Code::InvalidSetName, err))?;
+    let room = match room {
+        Some(room) => crate::http::room_id(room)?,
+        None => caller.default_room(),
+    };
+    if !caller.can_read(room.as_str()) {
+        return Err(not_found(name, &room));
+    }
+    let key = sets::key(room.as_str(), name);
+    Ok((room, key))
+}
+
+pub(super) fn not_found(name: &str, room: &RoomId) -> ApiError {
+    ApiError::new(Code::SetNotFound, format!("no embedding set {name:?} in room {room}"))
+}
+
 /// One page of a set's items, in item order.
 #[utoipa::path(
     get, path = "/embeddings/{set}", tag = "inference", operation_id = "get_embedding_set",
@@ -65,19 +84,10 @@ pub async fn get(
     name: web::Path<String>,
     query: web::Query<ItemsQuery>,
 ) -> Result<web::Json<SetPage>, ApiError> {
-    check_set_name(&name).map_err(|err| ApiError::new(Code::InvalidSetName, err))?;
-    let room = match query.room.as_deref() {
-        Some(room) => crate::http::room_id(room)?,
-        None => caller.default_room(),
-    };
+    let (room, key) = locate(&caller, &name, query.room.as_deref())?;
     let limit = crate::http::page_size(query.limit, state.max_page_size)?;
     let db = &state.db;
-    let key = sets::key(room.as_str(), &name);
-    let missing = || ApiError::new(Code::SetNotFound, format!("no embedding set {:?} in room {room}", name.as_str()));
-    if !caller.can_read(room.as_str()) {
-        return Err(missing());
-    }
-    let Some(set) = sets::find(db, &key).await.map_err(StoreError::from)? else { return Err(missing()) };
+    let Some(set) = sets::find(db, &key).await.map_err(StoreError::from)? else { return Err(not_found(&name, &room)) };
     let job_status = state.store.get(set.job_id).await?.map(|job| job.status);
     let items = sets::page(db, &key, query.after, limit).await.map_err(StoreError::from)?;
     let next_after = (items.len() as u64 == limit).then(|| items.last().map(|item| item.item)).flatten();

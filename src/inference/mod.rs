@@ -9,6 +9,7 @@
 pub mod api;
 pub mod batches;
 pub mod entity;
+pub mod labels;
 pub mod sets;
 pub mod settings;
 pub mod tokenizer;
@@ -83,15 +84,23 @@ pub fn register(registry: OperationRegistry, _settings: &InferenceSettings) -> O
 }
 
 /// The inference API: stored embedding sets.
-pub const ROUTES: &[crate::http::Route] = &[crate::http::Route {
-    path: "/embeddings/{set}",
-    allow: crate::http::READ,
-    access: crate::http::Access::Member,
-    handlers: |r| r.route(crate::http::read().to(api::get)),
-}];
+pub const ROUTES: &[crate::http::Route] = &[
+    crate::http::Route {
+        path: "/embeddings/{set}",
+        allow: crate::http::READ,
+        access: crate::http::Access::Member,
+        handlers: |r| r.route(crate::http::read().to(api::get)),
+    },
+    crate::http::Route {
+        path: "/embeddings/{set}/labels",
+        allow: crate::http::PUT,
+        access: crate::http::Access::Member,
+        handlers: |r| r.route(actix_web::web::put().to(labels::put)),
+    },
+];
 
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(api::get), tags((name = "inference", description = "Stored embedding sets")))]
+#[openapi(paths(api::get, labels::put), tags((name = "inference", description = "Stored embedding sets")))]
 struct Doc;
 
 pub const SURFACE: crate::http::Surface =

@@ -580,6 +580,116 @@ async fn transfer_annotations_gives_a_query_its_family_labels(backend: Backend) 
     assert_eq!(failed["error_code"], "UnknownSet", "another room's set is not there: {failed}");
 }
 
+/// Labels given after a set was computed (`PUT /embeddings/{set}/labels`) replace the named
+/// items' labels, all or none, and `transfer_annotations` reads them; hostile bodies, another
+/// room's set and a read-only token are refused, and change nothing.
+async fn labels_given_later_replace_an_items_labels(backend: Backend) {
+    let models = Models::new();
+    let app = TestApp::spawn_with(backend, inference_options(settings(&models.default_model()))).await;
+    let inputs: Vec<String> = (0..4).map(|i| sequence(700 + i, 40)).collect();
+    let (_, job) =
+        app.submit(json!({ "operation": "compute_embeddings", "payload": { "set": "later", "inputs": inputs } })).await;
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let put = |body: Value, path: &'static str| {
+        let (client, url) = (app.client.clone(), app.url(path));
+        async move { crate::helpers::read(client.put(url).json(&body).send().await.unwrap()).await }
+    };
+    let labels_of = || async {
+        stored_items(&app, "later", 10).await.into_iter().map(|item| item["labels"].clone()).collect::<Vec<Value>>()
+    };
+
+    let body = json!({ "items": [{ "item": 0, "labels": ["GO:1", "GO:2"] }, { "item": 2, "labels": ["GO:3"] }] });
+    let (status, written) = put(body, "/embeddings/later/labels").await;
+    assert_eq!(
+        (status, written["updated"].as_u64(), written["set"].as_str()),
+        (200, Some(2), Some("later")),
+        "{written}"
+    );
+    assert_eq!(labels_of().await, [json!(["GO:1", "GO:2"]), json!([]), json!(["GO:3"]), json!([])]);
+    let (status, _) = put(json!({ "items": [{ "item": 0, "labels": [] }] }), "/embeddings/later/labels").await;
+    assert_eq!(status, 200);
+    let body =
+        json!({ "operation": "transfer_annotations", "payload": { "set": "later", "queries": [inputs[2]], "k": 1 } });
+    let (_, job) = app.submit(body).await;
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+    assert_eq!(done["result"]["queries"][0]["labels"][0]["label"], "GO:3", "{done}");
+
+    let refused = [
+        (
+            json!({ "items": [{ "item": 1, "labels": ["x"] }, { "item": 99, "labels": ["y"] }] }),
+            404,
+            "item_not_found",
+            "/items/1/item",
+        ),
+        (
+            json!({ "items": [{ "item": 1, "labels": ["x"] }, { "item": 1, "labels": ["y"] }] }),
+            422,
+            "invalid_labels",
+            "/items/1/item",
+        ),
+        (json!({ "items": [] }), 422, "invalid_labels", "/items"),
+        (json!({ "items": [{ "item": 1, "labels": ["a\u{0000}b"] }] }), 422, "nul_character", "/items/0/labels/0"),
+        (json!({ "items": [{ "item": 1, "labels": [""] }] }), 422, "invalid_labels", "/items/0/labels"),
+        (json!({ "items": [{ "item": 1, "labels": ["x".repeat(257)] }] }), 422, "invalid_labels", "/items/0/labels"),
+        (json!({ "items": [{ "item": 1, "labels": vec!["x"; 1001] }] }), 422, "invalid_labels", "/items/0/labels"),
+    ];
+    for (body, code, problem, pointer) in refused {
+        let (status, answer) = put(body, "/embeddings/later/labels").await;
+        assert_eq!(
+            (status, answer["code"].as_str(), answer["pointer"].as_str()),
+            (code, Some(problem), Some(pointer)),
+            "{answer}"
+        );
+    }
+    // A body past server.max_body_bytes is refused before it is read whole.
+    let huge =
+        json!({ "items": (0..10_001).map(|i| json!({ "item": i, "labels": ["GO:0000001"] })).collect::<Vec<_>>() });
+    let (status, answer) = put(huge, "/embeddings/later/labels").await;
+    assert_eq!((status, answer["code"].as_str()), (413, Some("payload_too_large")), "{answer}");
+    for body in [
+        json!({ "items": [{ "item": "1", "labels": [] }] }),
+        json!({ "items": [{ "item": 1 }] }),
+        json!({ "labels": [] }),
+        json!([1]),
+    ] {
+        let (status, answer) = put(body.clone(), "/embeddings/later/labels").await;
+        assert_eq!((status, answer["code"].as_str()), (422, Some("invalid_request")), "{body}: {answer}");
+    }
+    let body = json!({ "items": [{ "item": 1, "labels": ["x"] }] });
+    for (path, code, problem) in [
+        ("/embeddings/nowhere/labels", 404, "set_not_found"),
+        ("/embeddings/later/labels?room=elsewhere", 404, "set_not_found"),
+        ("/embeddings/bad%00name/labels", 400, "invalid_set_name"),
+        ("/embeddings/later/labels?room=a%00b", 400, "invalid_room_id"),
+        ("/embeddings/later/labels?what=1", 400, "invalid_query"),
+    ] {
+        let (status, answer) = put(body.clone(), path).await;
+        assert_eq!((status, answer["code"].as_str()), (code, Some(problem)), "{path}: {answer}");
+    }
+    let (status, created) = crate::helpers::read(
+        app.client
+            .post(app.url("/admin/tokens"))
+            .json(&json!({ "user": "r", "rooms": ["default"], "read_only": true }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let reader = crate::helpers::client_with(created["token"].as_str().unwrap());
+    let (status, answer) =
+        crate::helpers::read(reader.put(app.url("/embeddings/later/labels")).json(&body).send().await.unwrap()).await;
+    assert_eq!((status, answer["code"].as_str()), (403, Some("read_only_token")), "{answer}");
+    let member = app.member("mia").await;
+    let (status, answer) = crate::helpers::read(
+        member.put(app.url("/embeddings/later/labels?room=elsewhere")).json(&body).send().await.unwrap(),
+    )
+    .await;
+    assert_eq!((status, answer["code"].as_str()), (404, Some("set_not_found")), "another room's set: {answer}");
+    assert_eq!(labels_of().await, [json!([]), json!([]), json!(["GO:3"]), json!([])], "nothing refused was written");
+}
+
 /// `from_set` embeds the inputs of a stored set again: the new set holds the same inputs in
 /// the same order, with the same model's vectors.
 async fn from_set_embeds_a_stored_set_again(backend: Backend) {
@@ -784,6 +894,7 @@ fn inference_check_reports_the_device_and_times_the_model() {
 }
 
 on_both_backends!(
+    labels_given_later_replace_an_items_labels,
     transfer_annotations_gives_a_query_its_family_labels,
     an_esm_vocabulary_feeds_the_model_the_ids_fair_esm_gives,
     an_unreadable_tokenizer_refuses_the_operations_with_the_reason,
