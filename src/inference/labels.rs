@@ -7,8 +7,8 @@ use actix_web::web;
 use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
 use serde::{Deserialize, Serialize};
 
-use super::entity::embedding;
 use super::api::{locate, not_found};
+use super::entity::embedding;
 use super::sets;
 use crate::auth::Caller;
 use crate::http::{ApiError, AppState, Code, Problem};
