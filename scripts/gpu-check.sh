@@ -7,7 +7,7 @@
 # it prints is kept in bench/results/DATE-gpu-check.txt.
 #
 # Without an NVIDIA GPU (no /dev/nvidia0, or libtorch sees no CUDA device) it says so and
-# exits 2, having run nothing on the CPU in its name. The tests are on PostgreSQL and
+# exits 2, having run nothing on the CPU in its name; any other failure exits 1. The tests are on PostgreSQL and
 # RabbitMQ too: export YARDMASTER_TEST_POSTGRES_URL and YARDMASTER_TEST_AMQP_URL as for
 # scripts/test.sh.
 #
@@ -28,7 +28,11 @@ fi
 results="bench/results"
 mkdir -p "$results"
 log="$results/$(date -u +%Y-%m-%dT%H%M%S)-gpu-check.txt"
+scratch="$(mktemp -d)"
 exec > >(tee "$log") 2>&1
+tee_pid=$!
+# On any exit: the scratch model gone, and every line in the kept log before the script ends.
+trap 'rm -rf "$scratch"; exec 1>&- 2>&-; wait "$tee_pid"' EXIT
 
 echo "== gpu-check on $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -42,13 +46,17 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}-cuda"
 cargo build --release --bin yardmaster
 bin="$CARGO_TARGET_DIR/release/yardmaster"
 
-model="$(mktemp -d)/default.pt"
+model="$scratch/default.pt"
 export YARDMASTER__INFERENCE__MODEL="$model"
 "$bin" model init
 
 echo "== inference check, device cuda"
-if ! YARDMASTER__INFERENCE__DEVICE=cuda "$bin" inference check; then
-    no_gpu "libtorch sees no usable CUDA device (see the check above: the driver, or the device nodes)"
+if ! YARDMASTER__INFERENCE__DEVICE=cuda "$bin" inference check | tee "$scratch/check.txt"; then
+    if grep -q "no CUDA device is visible" "$scratch/check.txt"; then
+        no_gpu "libtorch sees no CUDA device (the driver, or the device nodes: see the check above)"
+    fi
+    echo "gpu-check: inference check failed (above)" >&2
+    exit 1
 fi
 echo "== inference check, device cuda, half precision"
 YARDMASTER__INFERENCE__DEVICE=cuda YARDMASTER__INFERENCE__HALF=true "$bin" inference check

@@ -13,10 +13,10 @@
 #   of wheels, libtorch-2.13.0/.
 # - `cuda`, for a GPU host: the whole CUDA build, from the same torch wheel and the NVIDIA
 #   runtime wheels it depends on on PyPI (cuBLAS, cuDNN, NCCL, ...): about 2.6 GB of wheels
-#   and 4.5 GB assembled, libtorch-2.13.0-cuda/. It needs an NVIDIA driver for CUDA 13 on
+#   and 3.6 GB assembled, libtorch-2.13.0-cuda/. It needs an NVIDIA driver for CUDA 13 on
 #   the host (libcuda.so.1 comes from the driver, not from here); without a GPU it loads
-#   and runs on the CPU. torch-sys links libtorch_cuda when it finds it, so a build against
-#   this directory can use the GPU (`yardmaster inference check` says which device).
+#   and runs on the CPU. build.rs keeps libtorch_cuda linked (the linker would drop it), so
+#   a build against this directory can use the GPU (`yardmaster inference check` says).
 #
 # Why wheels: the PyTorch download host tch's `download-libtorch` uses is out of reach here
 # and Debian's libtorch is 1.13.
@@ -28,7 +28,7 @@ _ym_libtorch() {
   local dir wheels
   case "$variant" in
     cpu) dir="$cache/libtorch-$version" wheels="$cache/wheels" ;;
-    cuda) dir="$cache/libtorch-$version-cuda" wheels="$cache/wheels-cuda" ;;
+    cuda) dir="$cache/libtorch-$version-cuda" wheels="$cache/wheels-cuda-$version" ;;
     *)
       echo "libtorch.sh: YARDMASTER_LIBTORCH is '$variant'; it can be cpu or cuda" >&2
       return 1

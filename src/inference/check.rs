@@ -11,7 +11,7 @@ use super::tokenizer::Tokenizer;
 
 /// Timed passes after one warm-up pass.
 const PASSES: usize = 5;
-/// Residues of each sample input: protein-like, at most `inference.max_tokens`.
+/// Residues of each sample input: protein-like, within `inference.max_tokens`.
 const SAMPLE_LENGTH: usize = 128;
 const ALPHABET: &[u8] = b"ACDEFGHIKLMNPQRSTVWY";
 
@@ -27,7 +27,9 @@ pub fn run(settings: &InferenceSettings) -> anyhow::Result<i32> {
     println!("model: {} (loaded in {:.0} ms)", settings.model, started.elapsed().as_secs_f64() * 1e3);
     let tokenizer = Tokenizer::from_settings(settings).map_err(anyhow::Error::msg)?;
     println!("tokenizer: {}", settings.tokenizer.kind);
-    let length = SAMPLE_LENGTH.min(settings.max_tokens);
+    // Residues, leaving room for the tokeniser's own tokens (start, end) within max_tokens.
+    let own = tokenizer.check(0, "A").map_or(0, |tokens| tokens.saturating_sub(1));
+    let length = SAMPLE_LENGTH.min(settings.max_tokens.saturating_sub(own)).max(1);
     let inputs: Vec<String> = (0..settings.batch_size).map(|n| sample(n, length)).collect();
     let tokens = tokenizer.encode(0, &inputs)?;
     let pass = || tch::no_grad(|| forward(&model, &tokens)).map_err(|err| anyhow::anyhow!("{err}"));

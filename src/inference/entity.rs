@@ -1,7 +1,8 @@
 //! The `embedding_set` and `embedding` tables (migration `m20261124_000007_embeddings`).
 
 pub mod embedding_set {
-    //! One row per named set of embeddings: the job that writes it and how many inputs.
+    //! One row per named set of embeddings: the job that writes it, how many inputs, and
+    //! the revision of its labels (raised whenever they, or its rows, are replaced).
     use sea_orm::entity::prelude::*;
 
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
@@ -12,6 +13,7 @@ pub mod embedding_set {
         pub job_id: Uuid,
         pub inputs: i64,
         pub created_at: ChronoDateTimeUtc,
+        pub labels_revision: i64,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

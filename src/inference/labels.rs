@@ -79,11 +79,14 @@ pub async fn put(
     caller.may_write(room.as_str())?;
     let items = body.into_inner().items;
     check(&items)?;
-    let db = &state.db;
-    sets::find(db, &key).await.map_err(StoreError::from)?.ok_or_else(|| not_found(&name, &room))?;
-    let txn = db.begin().await.map_err(StoreError::from)?;
+    let txn = state.db.begin().await.map_err(StoreError::from)?;
+    // First the set's revision: its row stays locked (a re-run of its job waits), and a
+    // process that cached the set reads the new labels.
+    if !sets::new_labels_revision(&txn, &key).await.map_err(StoreError::from)? {
+        return Err(not_found(&name, &room));
+    }
     for (at, item) in items.iter().enumerate() {
-        let labels = (!item.labels.is_empty()).then(|| serde_json::to_string(&item.labels).unwrap_or_default());
+        let labels = sets::stored_labels(&item.labels);
         // Keyed by the set and the item: a row that is not there moves nothing.
         let moved = embedding::Entity::update_many()
             .set(embedding::ActiveModel { labels: Set(labels), ..Default::default() })
@@ -116,11 +119,9 @@ fn check(items: &[ItemLabels]) -> Result<(), ApiError> {
             let detail = format!("item {} is named twice", item.item);
             return Err(ApiError::new(Code::InvalidLabels, detail).at(format!("/items/{at}/item")));
         }
-        for (index, label) in item.labels.iter().enumerate() {
-            if label.contains('\0') {
-                let detail = "a NUL character (\\u0000) cannot be stored";
-                return Err(ApiError::new(Code::NulCharacter, detail).at(format!("/items/{at}/labels/{index}")));
-            }
+        if let Some(index) = item.labels.iter().position(|label| label.contains('\0')) {
+            let detail = "a NUL character (\\u0000) cannot be stored";
+            return Err(ApiError::new(Code::NulCharacter, detail).at(format!("/items/{at}/labels/{index}")));
         }
         if let Err(detail) = sets::check_labels(std::slice::from_ref(&item.labels), 1) {
             let detail = detail.replace("labels[0]", &format!("item {}", item.item));

@@ -1,6 +1,6 @@
 //! Inference: the libtorch actor that holds a TorchScript model, and the coordinator
-//! operations that use it (`compute_embeddings`, `nearest_neighbours`), with the sets of
-//! vectors they store.
+//! operations that use it (`compute_embeddings`, `nearest_neighbours`,
+//! `transfer_annotations`), with the sets of vectors (and their labels) they store.
 //!
 //! The tokeniser and the stored sets are always built, so any build serves stored sets; the
 //! actor, the default model and the operations need the cargo feature `inference` (libtorch).

@@ -15,6 +15,8 @@ use super::sets::{self, Item};
 pub struct StoredSet {
     pub name: String,
     pub job_id: Uuid,
+    /// The set's labels revision when it was read.
+    pub labels_revision: i64,
     pub items: Vec<Item>,
     dims: usize,
     /// `items.len() × dims`, row-major; a zero vector stays zero (similarity 0 to all).
@@ -22,7 +24,7 @@ pub struct StoredSet {
 }
 
 impl StoredSet {
-    pub fn new(name: String, job_id: Uuid, items: Vec<Item>) -> StoredSet {
+    pub fn new(name: String, job_id: Uuid, labels_revision: i64, items: Vec<Item>) -> StoredSet {
         let dims = items.first().map_or(0, |item| item.vector.len());
         let mut unit = Vec::with_capacity(items.len() * dims);
         for item in &items {
@@ -30,7 +32,7 @@ impl StoredSet {
             vector.resize(dims, 0.0);
             unit.extend(normalised(vector));
         }
-        StoredSet { name, job_id, items, dims, unit }
+        StoredSet { name, job_id, labels_revision, items, dims, unit }
     }
 
     pub fn dims(&self) -> usize {
@@ -101,24 +103,31 @@ pub struct SetCache {
 }
 
 impl SetCache {
-    /// Set `name` as written by `job_id` with `inputs` items, from the cache when it is the
-    /// last one read. A set is immutable once its job has finished, which the coordinator
-    /// checked before fanning out.
+    /// Set `name` as written by `job_id` with `inputs` items and labels revision `revision`,
+    /// from the cache when it is the last one read. A set's vectors are fixed once its job
+    /// has finished, which the coordinator checked before fanning out; its labels may be
+    /// replaced later, which raises the revision, so a cached set of another revision is
+    /// read again.
     pub async fn get(
         &self,
         db: &DatabaseConnection,
         name: &str,
         job_id: Uuid,
         inputs: i64,
+        revision: i64,
     ) -> Result<Arc<StoredSet>, DbErr> {
         let mut last = self.last.lock().await;
-        if let Some(set) =
-            last.as_ref().filter(|set| set.name == name && set.job_id == job_id && set.items.len() as i64 == inputs)
-        {
+        let current = |set: &&Arc<StoredSet>| {
+            set.name == name
+                && set.job_id == job_id
+                && set.items.len() as i64 == inputs
+                && set.labels_revision == revision
+        };
+        if let Some(set) = last.as_ref().filter(current) {
             return Ok(set.clone());
         }
         let items = sets::page(db, name, None, inputs.max(0) as u64).await?;
-        let set = Arc::new(StoredSet::new(name.to_owned(), job_id, items));
+        let set = Arc::new(StoredSet::new(name.to_owned(), job_id, revision, items));
         *last = Some(set.clone());
         Ok(set)
     }
@@ -141,7 +150,7 @@ mod tests {
             item(3, vec![-1.0, 0.0]),
             item(4, vec![0.0, 0.0]),
         ];
-        let set = StoredSet::new("s".into(), Uuid::nil(), items);
+        let set = StoredSet::new("s".into(), Uuid::nil(), 0, items);
         let found = nearest(&set, &[2.0, 0.0], 3).unwrap();
         assert_eq!(found.iter().map(|n| n.item).collect::<Vec<_>>(), [0, 2, 1]);
         assert!((found[0].score - 1.0).abs() < 1e-6);

@@ -1,5 +1,6 @@
 //! The inference operations: `compute_embeddings` and `nearest_neighbours`, coordinators
-//! like seed 000's embedding and `predict_go_terms` jobs.
+//! like seed 000's embedding and `predict_go_terms` jobs (`transfer_annotations`, in
+//! `transfer`, searches as `nearest_neighbours` does).
 //!
 //! A coordinator checks its inputs with the tokeniser, claims its set, and fans out batches
 //! on `inference.queue`: its inputs sorted by length and cut by `inference.batch_size` and
@@ -458,7 +459,10 @@ impl Search<'_> {
             let message = format!("set {name:?} has no labelled items: give labels to compute_embeddings");
             return Err(OperationError::new(transfer::SET_UNLABELLED, message));
         }
-        let snapshot = json!({ "set": key, "k": k, "inputs": set.inputs, "job_id": set.job_id, "transfer": transfer });
+        let snapshot = json!({
+            "set": key, "k": k, "inputs": set.inputs, "job_id": set.job_id,
+            "labels_revision": set.labels_revision, "transfer": transfer,
+        });
         ctx.fan_out(FanOut {
             operation: NEIGHBOURS_BATCH.into(),
             queue: self.queue.to_owned(),
@@ -523,7 +527,8 @@ impl Operation for NeighboursBatch {
         let job_id = snapshot["job_id"].as_str().and_then(|id| id.parse().ok()).unwrap_or_default();
         let items = positions(batch.items, batch.first, batch.queries.len()).map_err(invalid)?;
         let embedded = embed(&ctx, &self.inference, &self.tokenizer, &items, &batch.queries).await?;
-        let set = self.cache.get(ctx.db(), name, job_id, inputs).await.map_err(database)?;
+        let revision = snapshot["labels_revision"].as_i64().unwrap_or(0);
+        let set = self.cache.get(ctx.db(), name, job_id, inputs, revision).await.map_err(database)?;
         let transfer = snapshot["transfer"]["top"].as_u64().map(|top| top as usize);
         let queries: Vec<Value> = batch
             .queries

@@ -4,7 +4,7 @@
 //! serves the sets stored by one with it. Every function here takes a set's stored [`key`]
 //! (room and name), never a bare name.
 
-use sea_orm::sea_query::{InsertStatement, OnConflict, Query};
+use sea_orm::sea_query::{Expr, ExprTrait, InsertStatement, OnConflict, Query};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait,
     QueryFilter, QueryOrder, QuerySelect, TryInsertResult,
@@ -73,7 +73,7 @@ pub fn check_labels(labels: &[Vec<String>], count: usize) -> Result<(), String> 
 }
 
 /// Labels as stored: a JSON array, or null for none.
-fn stored_labels(labels: &[String]) -> Option<String> {
+pub(super) fn stored_labels(labels: &[String]) -> Option<String> {
     (!labels.is_empty()).then(|| serde_json::to_string(labels).unwrap_or_default())
 }
 
@@ -99,6 +99,7 @@ pub async fn claim(db: &impl ConnectionTrait, name: &str, job_id: Uuid, inputs: 
         job_id: Set(job_id),
         inputs: Set(inputs),
         created_at: Set(clock::now()),
+        labels_revision: Set(0),
     };
     let inserted = embedding_set::Entity::insert(row)
         .on_conflict_do_nothing_on([embedding_set::Column::Name])
@@ -107,9 +108,11 @@ pub async fn claim(db: &impl ConnectionTrait, name: &str, job_id: Uuid, inputs: 
     if matches!(inserted, TryInsertResult::Inserted(1)) {
         return Ok(());
     }
-    // Compare-and-set on the owner: only this job's set takes the new count.
+    // Compare-and-set on the owner: only this job's set takes the new count (and a new
+    // revision: its rows are written again, labels given later gone).
     let moved = embedding_set::Entity::update_many()
         .col_expr(embedding_set::Column::Inputs, inputs.into())
+        .col_expr(embedding_set::Column::LabelsRevision, Expr::col(embedding_set::Column::LabelsRevision).add(1))
         .filter(embedding_set::Column::Name.eq(name))
         .filter(embedding_set::Column::JobId.eq(job_id))
         .exec(db)
@@ -150,6 +153,18 @@ pub fn insert_rows(
         OnConflict::columns([embedding::Column::SetName, embedding::Column::Item]).do_nothing().to_owned(),
     );
     insert
+}
+
+/// Raises the labels revision of set `name`, inside the transaction that replaces labels: the
+/// set's row is locked until it commits. `false` when there is no such set.
+pub async fn new_labels_revision(txn: &impl ConnectionTrait, name: &str) -> Result<bool, DbErr> {
+    let moved = embedding_set::Entity::update_many()
+        .col_expr(embedding_set::Column::LabelsRevision, Expr::col(embedding_set::Column::LabelsRevision).add(1))
+        .filter(embedding_set::Column::Name.eq(name))
+        .exec(txn)
+        .await?
+        .rows_affected;
+    Ok(moved == 1)
 }
 
 /// How many of a set's stored items carry labels.

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InferenceSettings {
-    /// The TorchScript model file: input int64 `[batch, tokens]` (token ids, 0 = padding),
-    /// output float `[batch, dim]`. `yardmaster model init` writes the default model there.
+    /// The TorchScript model file: input int64 `[batch, tokens]` (token ids, padded with the
+    /// tokeniser's pad id), output float `[batch, dim]`. `yardmaster model init` writes the default model there.
     pub model: String,
     /// `auto` (CUDA when available, else CPU), `cpu` or `cuda`.
     pub device: String,
@@ -50,7 +50,7 @@ pub struct TokenizerSettings {
     /// The padding token's name (`vocabulary`: required; `huggingface`: else the file's).
     pub pad: String,
     /// `vocabulary`: the tokens put before and after every input (empty: none), and the one
-    /// a run of unknown characters becomes (required).
+    /// a run of characters that are no token becomes (empty: such an input is refused).
     pub start: String,
     pub end: String,
     pub unknown: String,

@@ -110,15 +110,20 @@ impl Tokenizer {
                 vocabulary.ids(input).map_err(|reason| Refused::Unreadable { index, reason })?
             }
             #[cfg(feature = "inference")]
-            Scheme::HuggingFace(tokenizer) => tokenizer
-                .encode(input, true)
-                .map_err(|err| Refused::Unreadable { index, reason: err.to_string() })?
-                .get_ids()
-                .iter()
-                .map(|&id| i64::from(id))
-                .collect(),
+            Scheme::HuggingFace(tokenizer) => {
+                let encoding = tokenizer
+                    .encode(input, true)
+                    .map_err(|err| Refused::Unreadable { index, reason: err.to_string() })?;
+                // Special tokens only: nothing of the input was read.
+                match encoding.get_special_tokens_mask().iter().all(|&special| special == 1) {
+                    true => Vec::new(),
+                    false => encoding.get_ids().iter().map(|&id| i64::from(id)).collect(),
+                }
+            }
         };
         match ids.len() {
+            // Whitespace alone reads as no token at all.
+            0 => Err(Refused::Empty { index }),
             tokens if tokens > self.max_tokens => Err(Refused::TooLong { index, tokens, max: self.max_tokens }),
             _ => Ok(ids),
         }
@@ -222,6 +227,10 @@ impl Vocabulary {
         if let Some(from) = run {
             ids.push(self.unknown_run(&text[from..])?);
         }
+        // Only the start token: nothing of the text was read (whitespace alone).
+        if ids.len() == usize::from(self.start.is_some()) {
+            return Ok(Vec::new());
+        }
         ids.extend(self.end);
         Ok(ids)
     }
@@ -233,10 +242,12 @@ impl Vocabulary {
     }
 }
 
-/// A `tokenizer.json` and its pad id: the token `pad` names, else the file's padding.
+/// A `tokenizer.json` and its pad id: the token `pad` names, else the file's padding. The
+/// file's own truncation and padding are switched off: an input is refused past
+/// `max_tokens`, never cut, and a batch is padded here.
 #[cfg(feature = "inference")]
 fn hugging_face(settings: &TokenizerSettings) -> Result<(tokenizers::Tokenizer, i64), String> {
-    let tokenizer = tokenizers::Tokenizer::from_file(&settings.file)
+    let mut tokenizer = tokenizers::Tokenizer::from_file(&settings.file)
         .map_err(|err| format!("cannot read {:?} as a tokenizer.json: {err}", settings.file))?;
     let pad = match settings.pad.as_str() {
         "" => tokenizer.get_padding().map(|padding| padding.pad_id).ok_or_else(|| {
@@ -246,6 +257,8 @@ fn hugging_face(settings: &TokenizerSettings) -> Result<(tokenizers::Tokenizer, 
             .token_to_id(name)
             .ok_or_else(|| format!("the pad token {name:?} is not in {:?}", settings.file))?,
     };
+    tokenizer.with_padding(None);
+    tokenizer.with_truncation(None).map_err(|err| format!("{:?}: {err}", settings.file))?;
     Ok((tokenizer, i64::from(pad)))
 }
 
@@ -295,6 +308,10 @@ mod tests {
         // A run of unknown characters is one token; whitespace only separates.
         assert_eq!(tokenizer.ids(0, "AjjK j K").unwrap(), vec![0, 4, 3, 5, 3, 5, 2]);
         assert_eq!(tokenizer.ids(0, "A<mask>K").unwrap(), vec![0, 4, 6, 5, 2]);
+        // Whitespace alone is no input, with or without tokens around it.
+        assert_eq!(tokenizer.ids(4, " \t "), Err(Refused::Empty { index: 4 }));
+        let bare = vocabulary("<pad>\nA\n", ["<pad>", "", "", ""], 16).unwrap();
+        assert_eq!(bare.ids(4, " \t "), Err(Refused::Empty { index: 4 }));
         let batch = tokenizer.encode(0, &["A", "AKA"]).unwrap();
         assert_eq!(batch.ids, vec![0, 4, 2, 1, 1, 0, 4, 5, 4, 2]);
         // Special tokens count against max_tokens.
@@ -350,6 +367,7 @@ mod tests {
             let tokenizer =
                 Tokenizer::from_settings(&InferenceSettings { tokenizer: given, ..Default::default() }).unwrap();
             assert_eq!(tokenizer.pad(), 0, "the file's padding");
+            assert_eq!(tokenizer.ids(3, "   "), Err(Refused::Empty { index: 3 }), "only </s>: nothing read");
             for (at, (sequence, want)) in sequences.iter().zip(hf["ids"].as_array().unwrap()).enumerate() {
                 let want: Vec<i64> = want.as_array().unwrap().iter().map(|id| id.as_i64().unwrap()).collect();
                 assert_eq!(tokenizer.ids(at, sequence).unwrap(), want, "tokenizer.json, {sequence:?}");
@@ -363,8 +381,6 @@ mod tests {
         assert!(lacks.contains("the pad token \"<pad>\" is not in"), "{lacks}");
         let lacks = vocabulary("A\n<pad>\n", ["<pad>", "", "", "<unk>"], 8).err().unwrap();
         assert!(lacks.contains("the unknown token \"<unk>\" is not in"), "{lacks}");
-        let lacks = vocabulary("A\n<unk>\n", ["<pad>", "", "", "<unk>"], 8).err().unwrap();
-        assert!(lacks.contains("the pad token \"<pad>\" is not in"), "{lacks}");
         let unnamed = vocabulary("A\n", ["", "", "", ""], 8).err().unwrap();
         assert!(unnamed.contains("name the pad token (inference.tokenizer.pad)"), "{unnamed}");
         let twice = vocabulary("A\nA\n", ["A", "", "", "A"], 8).err().unwrap();

@@ -599,6 +599,12 @@ async fn labels_given_later_replace_an_items_labels(backend: Backend) {
         stored_items(&app, "later", 10).await.into_iter().map(|item| item["labels"].clone()).collect::<Vec<Value>>()
     };
 
+    // A search first: this process now holds the set, unlabelled, in its cache.
+    let body =
+        json!({ "operation": "nearest_neighbours", "payload": { "set": "later", "queries": [inputs[2]], "k": 1 } });
+    let (_, job) = app.submit(body).await;
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
     let body = json!({ "items": [{ "item": 0, "labels": ["GO:1", "GO:2"] }, { "item": 2, "labels": ["GO:3"] }] });
     let (status, written) = put(body, "/embeddings/later/labels").await;
     assert_eq!(
@@ -609,11 +615,16 @@ async fn labels_given_later_replace_an_items_labels(backend: Backend) {
     assert_eq!(labels_of().await, [json!(["GO:1", "GO:2"]), json!([]), json!(["GO:3"]), json!([])]);
     let (status, _) = put(json!({ "items": [{ "item": 0, "labels": [] }] }), "/embeddings/later/labels").await;
     assert_eq!(status, 200);
-    let body =
-        json!({ "operation": "transfer_annotations", "payload": { "set": "later", "queries": [inputs[2]], "k": 1 } });
-    let (_, job) = app.submit(body).await;
-    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await;
-    assert_eq!(done["result"]["queries"][0]["labels"][0]["label"], "GO:3", "{done}");
+    let transfer = || async {
+        let body = json!({ "operation": "transfer_annotations", "payload": { "set": "later", "queries": [inputs[2]], "k": 1 } });
+        let (_, job) = app.submit(body).await;
+        let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+        done["result"]["queries"][0]["labels"][0]["label"].clone()
+    };
+    assert_eq!(transfer().await, "GO:3", "the labels given after the set was cached");
+    let (status, _) = put(json!({ "items": [{ "item": 2, "labels": ["GO:4"] }] }), "/embeddings/later/labels").await;
+    assert_eq!(status, 200);
+    assert_eq!(transfer().await, "GO:4", "labels replaced again are read again");
 
     let refused = [
         (
@@ -687,7 +698,7 @@ async fn labels_given_later_replace_an_items_labels(backend: Backend) {
     )
     .await;
     assert_eq!((status, answer["code"].as_str()), (404, Some("set_not_found")), "another room's set: {answer}");
-    assert_eq!(labels_of().await, [json!([]), json!([]), json!(["GO:3"]), json!([])], "nothing refused was written");
+    assert_eq!(labels_of().await, [json!([]), json!([]), json!(["GO:4"]), json!([])], "nothing refused was written");
 }
 
 /// `from_set` embeds the inputs of a stored set again: the new set holds the same inputs in
