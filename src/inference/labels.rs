@@ -38,7 +38,8 @@ pub struct LabelsRequest {
 #[serde(deny_unknown_fields)]
 pub struct ItemLabels {
     /// The item's position in the set (from 0).
-    #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::http::required_whole_number")]
+    #[schema(minimum = 0, maximum = 8_999_999_999_999_999_i64)]
     pub item: i64,
     /// Its labels from now on (an empty list: none): up to 1,000, each 1 to 256 characters
     /// without control characters.
