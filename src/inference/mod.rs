@@ -25,6 +25,8 @@ pub mod neighbours;
 #[cfg(feature = "inference")]
 pub mod ops;
 #[cfg(feature = "inference")]
+pub mod search;
+#[cfg(feature = "inference")]
 pub mod transfer;
 
 use crate::ops::OperationRegistry;
@@ -66,14 +68,14 @@ pub fn register(registry: OperationRegistry, settings: &InferenceSettings) -> Op
             write_queue: write_queue.clone(),
         })
         .with(ops::EmbedBatch { inference: inference.clone(), tokenizer: tokenizer.clone() })
-        .with(ops::NearestNeighbours {
+        .with(search::NearestNeighbours {
             tokenizer: tokenizer.clone(),
             limits,
             queue: queue.clone(),
             write_queue: write_queue.clone(),
         })
         .with(transfer::TransferAnnotations { tokenizer: tokenizer.clone(), limits, queue, write_queue })
-        .with(ops::NeighboursBatch { inference, tokenizer, cache: Arc::default() })
+        .with(search::NeighboursBatch { inference, tokenizer, cache: Arc::default() })
 }
 
 /// Without libtorch: the inference operations are named, and refused as unavailable.

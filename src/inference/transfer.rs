@@ -2,7 +2,7 @@
 //! from its `k` nearest labelled items of a set (cosine), each label the similarity-weighted
 //! share of those neighbours that carry it, the `top` best per query.
 //!
-//! The coordinator is a search like `nearest_neighbours` (`ops::Search`): the same batches
+//! The coordinator is a search like `nearest_neighbours` (`search::Search`): the same batches
 //! embed the queries and rank the set, with `transfer` in their snapshot.
 
 use async_trait::async_trait;
@@ -10,7 +10,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::neighbours::{nearest_where, Neighbour, StoredSet};
-use super::ops::{check_search, in_caller_order, BatchLimits, Search, DIMENSION_MISMATCH};
+use super::ops::{BatchLimits, DIMENSION_MISMATCH};
+use super::search::{check_search, in_caller_order, Search};
 use super::tokenizer::Tokenizer;
 use crate::ops::{parse_payload, JobContext, Operation, OperationError};
 

@@ -1,0 +1,233 @@
+//! The search coordinators' shared part and `nearest_neighbours`: a search checks its set
+//! and queries, fans out batches that embed the queries (`ops::embed`) and rank the set's
+//! vectors (a set cached per process, by its labels revision), and gathers the answers in
+//! the caller's order. `transfer_annotations` is a search too (`transfer`).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::actor::Inference;
+use super::neighbours::{nearest, Neighbour, SetCache, StoredSet};
+use super::ops::{
+    database, embed, invalid, positions, BatchLimits, DIMENSION_MISMATCH, MAX_K, MAX_QUERIES, SET_NOT_READY,
+    UNKNOWN_SET,
+};
+use super::sets::{self, check_set_name};
+use super::tokenizer::Tokenizer;
+use super::transfer;
+use crate::domain::RoomId;
+use crate::ops::{parse_payload, FanOut, JobContext, Operation, OperationError};
+
+pub const NEAREST_NEIGHBOURS: &str = "nearest_neighbours";
+pub const NEIGHBOURS_BATCH: &str = "nearest_neighbours.batch";
+
+/// `nearest_neighbours`: `{"set": name, "queries": [text, …], "k": n}`; the result lists,
+/// per query, the `k` stored items most similar to it (cosine), most similar first.
+pub struct NearestNeighbours {
+    pub(super) tokenizer: Tokenizer,
+    pub(super) limits: BatchLimits,
+    pub(super) queue: String,
+    pub(super) write_queue: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NeighboursPayload {
+    set: String,
+    queries: Vec<String>,
+    #[serde(default = "default_k")]
+    k: usize,
+}
+
+fn default_k() -> usize {
+    5
+}
+
+impl NeighboursPayload {
+    fn parse(payload: &Value) -> Result<NeighboursPayload, String> {
+        let parsed: NeighboursPayload = parse_payload(payload)?;
+        check_search(&parsed.set, &parsed.queries, parsed.k)?;
+        Ok(parsed)
+    }
+}
+
+/// A search's set name, queries (1 to [`MAX_QUERIES`]) and `k` (1 to [`MAX_K`]).
+pub(super) fn check_search(set: &str, queries: &[String], k: usize) -> Result<(), String> {
+    check_set_name(set)?;
+    if queries.is_empty() || queries.len() > MAX_QUERIES {
+        return Err(format!("queries must hold 1 to {MAX_QUERIES} texts"));
+    }
+    if !(1..=MAX_K).contains(&k) {
+        return Err(format!("k must be 1 to {MAX_K}"));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Operation for NearestNeighbours {
+    fn name(&self) -> &'static str {
+        NEAREST_NEIGHBOURS
+    }
+
+    fn validate(&self, payload: &Value) -> Result<(), String> {
+        NeighboursPayload::parse(payload).map(drop)
+    }
+
+    fn is_coordinator(&self) -> bool {
+        true
+    }
+
+    /// Every query with its neighbours, in the caller's order.
+    fn reduce(&self, outputs: Vec<Value>) -> Value {
+        let first = outputs.first().cloned().unwrap_or_default();
+        let queries = in_caller_order(outputs);
+        json!({ "set": first["set"], "k": first["k"], "model": first["model"], "queries": queries })
+    }
+
+    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
+        let payload = NeighboursPayload::parse(&payload).map_err(invalid)?;
+        let search = Search {
+            tokenizer: &self.tokenizer,
+            limits: self.limits,
+            queue: &self.queue,
+            write_queue: &self.write_queue,
+        };
+        search.fan_out(&ctx, &payload.set, &payload.queries, payload.k, Value::Null).await?;
+        Ok(json!({ "set": payload.set }))
+    }
+}
+
+/// What a search coordinator (`nearest_neighbours`, `transfer_annotations`) fans out with.
+pub(super) struct Search<'a> {
+    pub(super) tokenizer: &'a Tokenizer,
+    pub(super) limits: BatchLimits,
+    pub(super) queue: &'a str,
+    pub(super) write_queue: &'a str,
+}
+
+impl Search<'_> {
+    /// Checks the queries, and that set `name` of the job's room is whole (every input
+    /// stored, its job over); then fans out the batches that embed the queries and rank the
+    /// set, `transfer` (when not null) in their snapshot. The set's row.
+    pub(super) async fn fan_out(
+        &self,
+        ctx: &JobContext,
+        name: &str,
+        queries: &[String],
+        k: usize,
+        transfer: Value,
+    ) -> Result<(), OperationError> {
+        let batches = self.limits.batches(self.tokenizer, "queries", queries, None)?;
+        let room = ctx.job().map_or_else(|| RoomId::DEFAULT.to_owned(), |job| job.room.clone());
+        let key = sets::key(&room, name);
+        let Some(set) = sets::find(ctx.db(), &key).await.map_err(database)? else {
+            return Err(OperationError::new(UNKNOWN_SET, format!("no embedding set {name:?}")));
+        };
+        let stored = sets::stored(ctx.db(), &key).await.map_err(database)?;
+        if stored as i64 != set.inputs || set.inputs == 0 {
+            let message = format!("set {name:?} holds {stored} of its {} inputs: its job has not finished", set.inputs);
+            return Err(OperationError::new(SET_NOT_READY, message));
+        }
+        if !transfer.is_null() && sets::labelled(ctx.db(), &key).await.map_err(database)? == 0 {
+            let message = format!("set {name:?} has no labelled items: give labels to compute_embeddings");
+            return Err(OperationError::new(transfer::SET_UNLABELLED, message));
+        }
+        let snapshot = json!({
+            "set": key, "k": k, "inputs": set.inputs, "job_id": set.job_id,
+            "labels_revision": set.labels_revision, "transfer": transfer,
+        });
+        ctx.fan_out(FanOut {
+            operation: NEIGHBOURS_BATCH.into(),
+            queue: self.queue.to_owned(),
+            write_queue: self.write_queue.to_owned(),
+            snapshot,
+            batches,
+            max_retries: 2,
+        })
+        .await
+    }
+}
+
+/// The `queries` of every batch's output, in the caller's order: by the batch's `items`, or
+/// its `first` onwards.
+pub(super) fn in_caller_order(outputs: Vec<Value>) -> Vec<Value> {
+    let mut placed: Vec<(u64, Value)> = Vec::new();
+    for output in outputs {
+        let items = output["items"].as_array().cloned().unwrap_or_default();
+        let start = output["first"].as_u64().unwrap_or(0);
+        for (at, query) in output["queries"].as_array().cloned().unwrap_or_default().into_iter().enumerate() {
+            let position = items.get(at).and_then(Value::as_u64).unwrap_or(start + at as u64);
+            placed.push((position, query));
+        }
+    }
+    placed.sort_by_key(|(position, _)| *position);
+    placed.into_iter().map(|(_, query)| query).collect()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NeighboursBatchPayload {
+    #[serde(default)]
+    items: Option<Vec<usize>>,
+    #[serde(default)]
+    first: Option<usize>,
+    queries: Vec<String>,
+}
+
+/// `nearest_neighbours.batch`: embeds its queries and ranks the set's vectors against them.
+pub struct NeighboursBatch {
+    pub(super) inference: Inference,
+    pub(super) tokenizer: Tokenizer,
+    pub(super) cache: Arc<SetCache>,
+}
+
+#[async_trait]
+impl Operation for NeighboursBatch {
+    fn name(&self) -> &'static str {
+        NEIGHBOURS_BATCH
+    }
+
+    fn validate(&self, payload: &Value) -> Result<(), String> {
+        parse_payload::<NeighboursBatchPayload>(payload).map(drop)
+    }
+
+    async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
+        let batch: NeighboursBatchPayload = parse_payload(&payload).map_err(invalid)?;
+        let snapshot = ctx.snapshot().clone();
+        let name = snapshot["set"].as_str().unwrap_or_default();
+        let k = snapshot["k"].as_u64().unwrap_or(5) as usize;
+        let inputs = snapshot["inputs"].as_i64().unwrap_or(0);
+        let job_id = snapshot["job_id"].as_str().and_then(|id| id.parse().ok()).unwrap_or_default();
+        let items = positions(batch.items, batch.first, batch.queries.len()).map_err(invalid)?;
+        let embedded = embed(&ctx, &self.inference, &self.tokenizer, &items, &batch.queries).await?;
+        let revision = snapshot["labels_revision"].as_i64().unwrap_or(0);
+        let set = self.cache.get(ctx.db(), name, job_id, inputs, revision).await.map_err(database)?;
+        let transfer = snapshot["transfer"]["top"].as_u64().map(|top| top as usize);
+        let queries: Vec<Value> = batch
+            .queries
+            .iter()
+            .zip(&embedded.vectors)
+            .map(|(query, vector)| match transfer {
+                Some(top) => transfer::answer(&set, query, vector, k, top),
+                None => neighbours_of(&set, query, vector, k),
+            })
+            .collect::<Result<_, OperationError>>()?;
+        let name = sets::name_of(name);
+        Ok(json!({ "set": name, "k": k, "top": transfer, "model": embedded.model, "items": items, "queries": queries }))
+    }
+}
+
+/// A query's `k` nearest items of `set`, most similar first.
+fn neighbours_of(set: &StoredSet, query: &str, vector: &[f32], k: usize) -> Result<Value, OperationError> {
+    let found = nearest(set, vector, k).map_err(|err| OperationError::new(DIMENSION_MISMATCH, err))?;
+    let found: Vec<Value> = found
+        .into_iter()
+        .map(|Neighbour { item, score }| {
+            json!({ "item": set.items[item].item, "input": set.items[item].input, "score": score })
+        })
+        .collect();
+    Ok(json!({ "query": query, "neighbours": found }))
+}
