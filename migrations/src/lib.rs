@@ -30,6 +30,7 @@ mod m20261127_000022_dependencies;
 mod m20261127_000023_queue_minutes;
 pub mod m20261127_000024_sqlite_planner_stats;
 mod m20261130_000025_embedding_labels;
+mod m20261130_000026_embedding_index;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -65,6 +66,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000023_queue_minutes::Migration),
             Box::new(m20261127_000024_sqlite_planner_stats::Migration),
             Box::new(m20261130_000025_embedding_labels::Migration),
+            Box::new(m20261130_000026_embedding_index::Migration),
         ]
     }
 }

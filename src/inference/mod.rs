@@ -19,11 +19,15 @@ pub mod actor;
 #[cfg(feature = "inference")]
 pub mod check;
 #[cfg(feature = "inference")]
+pub mod index;
+#[cfg(feature = "inference")]
 pub mod model;
 #[cfg(feature = "inference")]
 pub mod neighbours;
 #[cfg(feature = "inference")]
 pub mod ops;
+#[cfg(feature = "inference")]
+pub mod ranking;
 #[cfg(feature = "inference")]
 pub mod search;
 #[cfg(feature = "inference")]
@@ -33,9 +37,10 @@ use crate::ops::OperationRegistry;
 pub use settings::InferenceSettings;
 
 /// The operations of this capability, by name.
-pub const OPERATIONS: [&str; 5] = [
+pub const OPERATIONS: [&str; 6] = [
     "compute_embeddings",
     "compute_embeddings.batch",
+    "embeddings.index",
     "nearest_neighbours",
     "nearest_neighbours.batch",
     "transfer_annotations",
@@ -60,22 +65,32 @@ pub fn register(registry: OperationRegistry, settings: &InferenceSettings) -> Op
     let inference = actor::Inference::new(settings.clone());
     let (queue, write_queue) = (settings.queue.clone(), settings.write_queue.clone());
     let limits = ops::BatchLimits { rows: settings.batch_size, tokens: settings.max_batch_tokens };
+    let index = settings.index.clone();
     registry
         .with(ops::ComputeEmbeddings {
             tokenizer: tokenizer.clone(),
             limits,
             queue: queue.clone(),
             write_queue: write_queue.clone(),
+            index: index.clone(),
         })
         .with(ops::EmbedBatch { inference: inference.clone(), tokenizer: tokenizer.clone() })
+        .with(index::build::BuildIndex { settings: index.clone() })
         .with(search::NearestNeighbours {
             tokenizer: tokenizer.clone(),
             limits,
             queue: queue.clone(),
             write_queue: write_queue.clone(),
+            index: index.clone(),
         })
-        .with(transfer::TransferAnnotations { tokenizer: tokenizer.clone(), limits, queue, write_queue })
-        .with(search::NeighboursBatch { inference, tokenizer, cache: Arc::default() })
+        .with(transfer::TransferAnnotations {
+            tokenizer: tokenizer.clone(),
+            limits,
+            queue,
+            write_queue,
+            index: index.clone(),
+        })
+        .with(search::NeighboursBatch { inference, tokenizer, ranker: Arc::new(ranking::Ranker::new(&index)) })
 }
 
 /// Without libtorch: the inference operations are named, and refused as unavailable.

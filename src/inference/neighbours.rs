@@ -40,7 +40,7 @@ impl StoredSet {
     }
 }
 
-fn normalised(mut vector: Vec<f32>) -> Vec<f32> {
+pub(super) fn normalised(mut vector: Vec<f32>) -> Vec<f32> {
     let length = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
     if length > 0.0 {
         vector.iter_mut().for_each(|v| *v /= length);

@@ -21,7 +21,9 @@ use serde_json::{json, Value};
 
 use super::actor::{Inference, InferenceError};
 use super::batches;
+use super::index::build;
 use super::sets::{self, check_set_name, ClaimError};
+use super::settings::IndexSettings;
 use super::tokenizer::Tokenizer;
 use crate::domain::{EventLevel, RoomId};
 use crate::ops::{parse_payload, FanOut, JobContext, Operation, OperationError};
@@ -110,6 +112,7 @@ pub struct ComputeEmbeddings {
     pub(super) limits: BatchLimits,
     pub(super) queue: String,
     pub(super) write_queue: String,
+    pub(super) index: IndexSettings,
 }
 
 #[derive(Debug, Deserialize)]
@@ -218,16 +221,34 @@ impl Operation for ComputeEmbeddings {
             }
             Err(ClaimError::Database(err)) => return Err(database(err)),
         }
+        let key = sets::key(&room, &set);
+        if inputs.len() as u64 >= self.index.min_items {
+            self.index_after(&ctx, &room, &key).await?;
+        }
         ctx.fan_out(FanOut {
             operation: EMBED_BATCH.into(),
             queue: self.queue.clone(),
             write_queue: self.write_queue.clone(),
-            snapshot: json!({ "set": sets::key(&room, &set) }),
+            snapshot: json!({ "set": key }),
             batches,
             max_retries: 2,
         })
         .await?;
         Ok(json!({ "set": set, "count": inputs.len() }))
+    }
+}
+
+impl ComputeEmbeddings {
+    /// Submits the build of set `key`'s index on this job's queue, to run once this job has
+    /// succeeded (and be cancelled if it fails), keyed by the set's vectors revision: a re-run of this job
+    /// that finds it made finds the same build.
+    async fn index_after(&self, ctx: &JobContext, room: &str, key: &str) -> Result<(), OperationError> {
+        let (Some(set), Some(own)) = (sets::find(ctx.db(), key).await.map_err(database)?, ctx.job()) else {
+            return Ok(());
+        };
+        let job = build::job(room, &set, &own.queue, Some(own.id)).map_err(invalid)?;
+        ctx.submit(job).await.map_err(|err| OperationError::new("IndexNotSubmitted", err.to_string()))?;
+        Ok(())
     }
 }
 

@@ -10,12 +10,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::actor::Inference;
-use super::neighbours::{nearest, Neighbour, SetCache, StoredSet};
-use super::ops::{
-    database, embed, invalid, positions, BatchLimits, DIMENSION_MISMATCH, MAX_K, MAX_QUERIES, SET_NOT_READY,
-    UNKNOWN_SET,
-};
+use super::index::{build, stored};
+use super::ops::{database, embed, invalid, positions, BatchLimits, MAX_K, MAX_QUERIES, SET_NOT_READY, UNKNOWN_SET};
+use super::ranking::{Found, Ranker, Target};
 use super::sets::{self, check_set_name};
+use super::settings::IndexSettings;
 use super::tokenizer::Tokenizer;
 use super::transfer;
 use crate::domain::RoomId;
@@ -25,12 +24,14 @@ pub const NEAREST_NEIGHBOURS: &str = "nearest_neighbours";
 pub const NEIGHBOURS_BATCH: &str = "nearest_neighbours.batch";
 
 /// `nearest_neighbours`: `{"set": name, "queries": [text, …], "k": n}`; the result lists,
-/// per query, the `k` stored items most similar to it (cosine), most similar first.
+/// per query, the `k` stored items most similar to it (cosine), most similar first, and
+/// says how they were found (`"method"`: `hnsw` or `exact`).
 pub struct NearestNeighbours {
     pub(super) tokenizer: Tokenizer,
     pub(super) limits: BatchLimits,
     pub(super) queue: String,
     pub(super) write_queue: String,
+    pub(super) index: IndexSettings,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,8 +84,9 @@ impl Operation for NearestNeighbours {
     /// Every query with its neighbours, in the caller's order.
     fn reduce(&self, outputs: Vec<Value>) -> Value {
         let first = outputs.first().cloned().unwrap_or_default();
+        let method = method_of(&outputs);
         let queries = in_caller_order(outputs);
-        json!({ "set": first["set"], "k": first["k"], "model": first["model"], "queries": queries })
+        json!({ "set": first["set"], "k": first["k"], "model": first["model"], "method": method, "queries": queries })
     }
 
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
@@ -94,6 +96,7 @@ impl Operation for NearestNeighbours {
             limits: self.limits,
             queue: &self.queue,
             write_queue: &self.write_queue,
+            index: &self.index,
         };
         search.fan_out(&ctx, &payload.set, &payload.queries, payload.k, Value::Null).await?;
         Ok(json!({ "set": payload.set }))
@@ -106,12 +109,15 @@ pub(super) struct Search<'a> {
     pub(super) limits: BatchLimits,
     pub(super) queue: &'a str,
     pub(super) write_queue: &'a str,
+    pub(super) index: &'a IndexSettings,
 }
 
 impl Search<'_> {
     /// Checks the queries, and that set `name` of the job's room is whole (every input
     /// stored, its job over); then fans out the batches that embed the queries and rank the
-    /// set, `transfer` (when not null) in their snapshot. The set's row.
+    /// set, `transfer` (when not null) in their snapshot. A set large enough for an index
+    /// that has none from its current vectors gets its build submitted on this job's queue
+    /// (once: it is keyed by the set's vectors revision); the batches rank it exactly meanwhile.
     pub(super) async fn fan_out(
         &self,
         ctx: &JobContext,
@@ -135,9 +141,18 @@ impl Search<'_> {
             let message = format!("set {name:?} has no labelled items: give labels to compute_embeddings");
             return Err(OperationError::new(transfer::SET_UNLABELLED, message));
         }
+        let unindexed = set.inputs as u64 >= self.index.min_items
+            && stored::current(ctx.db(), &set).await.map_err(database)?.is_none();
+        if let (true, Some(own)) = (unindexed, ctx.job()) {
+            let job = build::job(&room, &set, &own.queue, None).map_err(invalid)?;
+            // Advisory: without it the search is exact, as it would be anyway.
+            if let Err(err) = ctx.submit(job).await {
+                tracing::warn!(set = %key, error = %err, "could not submit the set's index build");
+            }
+        }
         let snapshot = json!({
             "set": key, "k": k, "inputs": set.inputs, "job_id": set.job_id,
-            "labels_revision": set.labels_revision, "transfer": transfer,
+            "labels_revision": set.labels_revision, "vectors_revision": set.vectors_revision, "transfer": transfer,
         });
         ctx.fan_out(FanOut {
             operation: NEIGHBOURS_BATCH.into(),
@@ -148,6 +163,18 @@ impl Search<'_> {
             max_retries: 2,
         })
         .await
+    }
+}
+
+/// How the batches found their answers: the method they all name, else `mixed` (an index
+/// that could not be opened by one of them).
+pub(super) fn method_of(outputs: &[Value]) -> Value {
+    let mut methods =
+        outputs.iter().map(|output| output["method"].as_str().unwrap_or(crate::inference::ranking::EXACT));
+    let first = methods.next().unwrap_or(crate::inference::ranking::EXACT);
+    match methods.all(|method| method == first) {
+        true => json!(first),
+        false => json!("mixed"),
     }
 }
 
@@ -181,7 +208,7 @@ struct NeighboursBatchPayload {
 pub struct NeighboursBatch {
     pub(super) inference: Inference,
     pub(super) tokenizer: Tokenizer,
-    pub(super) cache: Arc<SetCache>,
+    pub(super) ranker: Arc<Ranker>,
 }
 
 #[async_trait]
@@ -197,37 +224,34 @@ impl Operation for NeighboursBatch {
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let batch: NeighboursBatchPayload = parse_payload(&payload).map_err(invalid)?;
         let snapshot = ctx.snapshot().clone();
-        let name = snapshot["set"].as_str().unwrap_or_default();
+        let target = Target::of(&snapshot);
         let k = snapshot["k"].as_u64().unwrap_or(5) as usize;
-        let inputs = snapshot["inputs"].as_i64().unwrap_or(0);
-        let job_id = snapshot["job_id"].as_str().and_then(|id| id.parse().ok()).unwrap_or_default();
         let items = positions(batch.items, batch.first, batch.queries.len()).map_err(invalid)?;
         let embedded = embed(&ctx, &self.inference, &self.tokenizer, &items, &batch.queries).await?;
-        let revision = snapshot["labels_revision"].as_i64().unwrap_or(0);
-        let set = self.cache.get(ctx.db(), name, job_id, inputs, revision).await.map_err(database)?;
         let transfer = snapshot["transfer"]["top"].as_u64().map(|top| top as usize);
+        let ranked = self.ranker.rank(ctx.db(), &target, &embedded.vectors, k, transfer.is_some()).await?;
         let queries: Vec<Value> = batch
             .queries
             .iter()
-            .zip(&embedded.vectors)
-            .map(|(query, vector)| match transfer {
-                Some(top) => transfer::answer(&set, query, vector, k, top),
-                None => neighbours_of(&set, query, vector, k),
+            .zip(&ranked.queries)
+            .map(|(query, found)| match transfer {
+                Some(top) => transfer::answer(query, found, top),
+                None => neighbours_of(query, found),
             })
-            .collect::<Result<_, OperationError>>()?;
-        let name = sets::name_of(name);
-        Ok(json!({ "set": name, "k": k, "top": transfer, "model": embedded.model, "items": items, "queries": queries }))
+            .collect();
+        let name = sets::name_of(target.key);
+        Ok(json!({
+            "set": name, "k": k, "top": transfer, "model": embedded.model, "method": ranked.method,
+            "items": items, "queries": queries,
+        }))
     }
 }
 
-/// A query's `k` nearest items of `set`, most similar first.
-fn neighbours_of(set: &StoredSet, query: &str, vector: &[f32], k: usize) -> Result<Value, OperationError> {
-    let found = nearest(set, vector, k).map_err(|err| OperationError::new(DIMENSION_MISMATCH, err))?;
+/// A query's neighbours, most similar first.
+fn neighbours_of(query: &str, found: &[Found]) -> Value {
     let found: Vec<Value> = found
-        .into_iter()
-        .map(|Neighbour { item, score }| {
-            json!({ "item": set.items[item].item, "input": set.items[item].input, "score": score })
-        })
+        .iter()
+        .map(|found| json!({ "item": found.item.item, "input": found.item.input, "score": found.score }))
         .collect();
-    Ok(json!({ "query": query, "neighbours": found }))
+    json!({ "query": query, "neighbours": found })
 }

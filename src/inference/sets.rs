@@ -100,6 +100,7 @@ pub async fn claim(db: &impl ConnectionTrait, name: &str, job_id: Uuid, inputs: 
         inputs: Set(inputs),
         created_at: Set(clock::now()),
         labels_revision: Set(0),
+        vectors_revision: Set(0),
     };
     let inserted = embedding_set::Entity::insert(row)
         .on_conflict_do_nothing_on([embedding_set::Column::Name])
@@ -108,11 +109,12 @@ pub async fn claim(db: &impl ConnectionTrait, name: &str, job_id: Uuid, inputs: 
     if matches!(inserted, TryInsertResult::Inserted(1)) {
         return Ok(());
     }
-    // Compare-and-set on the owner: only this job's set takes the new count (and a new
-    // revision: its rows are written again, labels given later gone).
+    // Compare-and-set on the owner: only this job's set takes the new count (and new
+    // revisions: its rows are written again, labels given later gone, its index stale).
     let moved = embedding_set::Entity::update_many()
         .col_expr(embedding_set::Column::Inputs, inputs.into())
         .col_expr(embedding_set::Column::LabelsRevision, Expr::col(embedding_set::Column::LabelsRevision).add(1))
+        .col_expr(embedding_set::Column::VectorsRevision, Expr::col(embedding_set::Column::VectorsRevision).add(1))
         .filter(embedding_set::Column::Name.eq(name))
         .filter(embedding_set::Column::JobId.eq(job_id))
         .exec(db)
@@ -181,6 +183,10 @@ pub async fn find(db: &DatabaseConnection, name: &str) -> Result<Option<embeddin
     embedding_set::Entity::find_by_id(name.to_owned()).one(db).await
 }
 
+fn item_of(row: embedding::Model) -> Item {
+    Item { labels: read_labels(row.labels.as_deref()), item: row.item, input: row.input, vector: decode(&row.vector) }
+}
+
 /// Up to `limit` items after `after` (every item when `None`), in item order.
 pub async fn page(db: &DatabaseConnection, name: &str, after: Option<i64>, limit: u64) -> Result<Vec<Item>, DbErr> {
     let mut query = embedding::Entity::find().filter(embedding::Column::SetName.eq(name));
@@ -188,15 +194,63 @@ pub async fn page(db: &DatabaseConnection, name: &str, after: Option<i64>, limit
         query = query.filter(embedding::Column::Item.gt(after));
     }
     let rows = query.order_by_asc(embedding::Column::Item).limit(limit).all(db).await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| Item {
-            labels: read_labels(row.labels.as_deref()),
-            item: row.item,
-            input: row.input,
-            vector: decode(&row.vector),
-        })
-        .collect())
+    Ok(rows.into_iter().map(item_of).collect())
+}
+
+/// Up to `limit` items after `after` (every item when `None`), in item order: their numbers
+/// and vectors only, `(items, vectors)` with the vectors `items.len() × dims` row-major. A
+/// vector of another length than the first is an error (the set was written by two models).
+pub async fn vectors_page(
+    db: &DatabaseConnection,
+    name: &str,
+    after: Option<i64>,
+    limit: u64,
+) -> Result<(Vec<i64>, Vec<f32>), DbErr> {
+    let mut query = embedding::Entity::find()
+        .select_only()
+        .column(embedding::Column::Item)
+        .column(embedding::Column::Vector)
+        .filter(embedding::Column::SetName.eq(name));
+    if let Some(after) = after {
+        query = query.filter(embedding::Column::Item.gt(after));
+    }
+    let rows: Vec<(i64, Vec<u8>)> =
+        query.order_by_asc(embedding::Column::Item).limit(limit).into_tuple().all(db).await?;
+    let width = rows.first().map_or(0, |(_, bytes)| bytes.len());
+    let mut items = Vec::with_capacity(rows.len());
+    let mut vectors = Vec::with_capacity(rows.len() * width / 4);
+    for (item, bytes) in rows {
+        if bytes.len() != width {
+            return Err(DbErr::Custom(format!("set {name:?} holds vectors of two lengths")));
+        }
+        items.push(item);
+        vectors.extend(decode(&bytes));
+    }
+    Ok((items, vectors))
+}
+
+/// The stored items of the set among `items`, in item order.
+pub async fn items(db: &DatabaseConnection, name: &str, items: &[i64]) -> Result<Vec<Item>, DbErr> {
+    let rows = embedding::Entity::find()
+        .filter(embedding::Column::SetName.eq(name))
+        .filter(embedding::Column::Item.is_in(items.iter().copied()))
+        .order_by_asc(embedding::Column::Item)
+        .all(db)
+        .await?;
+    Ok(rows.into_iter().map(item_of).collect())
+}
+
+/// The items of the set that carry labels, in item order.
+pub async fn labelled_items(db: &DatabaseConnection, name: &str) -> Result<Vec<i64>, DbErr> {
+    embedding::Entity::find()
+        .select_only()
+        .column(embedding::Column::Item)
+        .filter(embedding::Column::SetName.eq(name))
+        .filter(embedding::Column::Labels.is_not_null())
+        .order_by_asc(embedding::Column::Item)
+        .into_tuple()
+        .all(db)
+        .await
 }
 
 /// How many items of the set are stored.

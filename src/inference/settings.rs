@@ -36,6 +36,42 @@ pub struct InferenceSettings {
     pub queue: String,
     /// The writes queue batch outcomes (the vectors) are stored from.
     pub write_queue: String,
+    /// The neighbour index of large sets.
+    #[serde(default)]
+    pub index: IndexSettings,
+}
+
+/// `[inference.index]`: the HNSW index a set gets once whole, when it holds at least
+/// `min_items` items; smaller sets (and a set whose index is not built yet) are ranked
+/// exactly. A search says which it used (`"method"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IndexSettings {
+    /// Sets of fewer items are not indexed: they are ranked exactly.
+    pub min_items: u64,
+    /// Where a process keeps the index files it fetched from the store, to map them.
+    pub dir: String,
+    /// How the index holds vectors: `f32`, `f16` (half the size; neighbours are scored
+    /// again from the stored float32 vectors, so the scores stay exact) or `i8`.
+    pub precision: String,
+    /// HNSW links per node (M), and the candidate lists while building and searching
+    /// (efConstruction, efSearch): higher finds more of the true neighbours, slower.
+    pub connectivity: usize,
+    pub expansion_add: usize,
+    pub expansion_search: usize,
+}
+
+impl Default for IndexSettings {
+    fn default() -> Self {
+        IndexSettings {
+            min_items: 10_000,
+            dir: "data/indexes".into(),
+            precision: "f16".into(),
+            connectivity: 16,
+            expansion_add: 128,
+            expansion_search: 128,
+        }
+    }
 }
 
 /// `[inference.tokenizer]`: which scheme turns text into token ids, and its file.
@@ -85,6 +121,7 @@ impl Default for InferenceSettings {
             max_tokens: 512,
             queue: "inference".into(),
             write_queue: crate::ops::WRITE_QUEUE.into(),
+            index: IndexSettings::default(),
         }
     }
 }
@@ -112,6 +149,18 @@ impl InferenceSettings {
             self.tokenizer.kind == "characters" || !self.tokenizer.file.is_empty(),
             "inference.tokenizer.file must name the {} file",
             self.tokenizer.kind
+        );
+        let index = &self.index;
+        anyhow::ensure!(index.min_items >= 1, "inference.index.min_items must be at least 1");
+        anyhow::ensure!(!index.dir.is_empty(), "inference.index.dir must name a directory");
+        anyhow::ensure!(
+            matches!(index.precision.as_str(), "f32" | "f16" | "i8"),
+            "inference.index.precision must be f32, f16 or i8"
+        );
+        anyhow::ensure!((4..=256).contains(&index.connectivity), "inference.index.connectivity must be 4 to 256");
+        anyhow::ensure!(
+            (16..=4096).contains(&index.expansion_add) && (16..=4096).contains(&index.expansion_search),
+            "inference.index.expansion_add and expansion_search must be 16 to 4096"
         );
         Ok(())
     }

@@ -9,9 +9,10 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::neighbours::{nearest_where, Neighbour, StoredSet};
-use super::ops::{BatchLimits, DIMENSION_MISMATCH};
-use super::search::{check_search, in_caller_order, Search};
+use super::ops::BatchLimits;
+use super::ranking::Found;
+use super::search::{check_search, in_caller_order, method_of, Search};
+use super::settings::IndexSettings;
 use super::tokenizer::Tokenizer;
 use crate::ops::{parse_payload, JobContext, Operation, OperationError};
 
@@ -27,6 +28,7 @@ pub struct TransferAnnotations {
     pub(super) limits: BatchLimits,
     pub(super) queue: String,
     pub(super) write_queue: String,
+    pub(super) index: IndexSettings,
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,8 +80,9 @@ impl Operation for TransferAnnotations {
     fn reduce(&self, outputs: Vec<Value>) -> Value {
         let first = outputs.first().cloned().unwrap_or_default();
         let top = first["top"].clone();
+        let method = method_of(&outputs);
         let queries = in_caller_order(outputs);
-        json!({ "set": first["set"], "k": first["k"], "top": top, "model": first["model"], "queries": queries })
+        json!({ "set": first["set"], "k": first["k"], "top": top, "model": first["model"], "method": method, "queries": queries })
     }
 
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
@@ -89,6 +92,7 @@ impl Operation for TransferAnnotations {
             limits: self.limits,
             queue: &self.queue,
             write_queue: &self.write_queue,
+            index: &self.index,
         };
         let transfer = json!({ "top": payload.top });
         search.fan_out(&ctx, &payload.set, &payload.queries, payload.k, transfer).await?;
@@ -96,27 +100,16 @@ impl Operation for TransferAnnotations {
     }
 }
 
-/// One query's answer: its `k` nearest labelled items and the `top` labels they give.
-pub(super) fn answer(
-    set: &StoredSet,
-    query: &str,
-    vector: &[f32],
-    k: usize,
-    top: usize,
-) -> Result<Value, OperationError> {
-    let found = nearest_where(set, vector, k, |item| !set.items[item].labels.is_empty())
-        .map_err(|err| OperationError::new(DIMENSION_MISMATCH, err))?;
-    let voters: Vec<(f32, &[String])> =
-        found.iter().map(|Neighbour { item, score }| (*score, set.items[*item].labels.as_slice())).collect();
+/// One query's answer: the `top` labels its nearest labelled items (`found`) give.
+pub(super) fn answer(query: &str, found: &[Found], top: usize) -> Value {
+    let voters: Vec<(f32, &[String])> = found.iter().map(|found| (found.score, found.item.labels.as_slice())).collect();
     let labels: Vec<Value> = score(&voters, top)
         .into_iter()
         .map(|Scored { label, score, support }| json!({ "label": label, "score": score, "support": support }))
         .collect();
-    let neighbours: Vec<Value> = found
-        .iter()
-        .map(|Neighbour { item, score }| json!({ "item": set.items[*item].item, "score": score }))
-        .collect();
-    Ok(json!({ "query": query, "labels": labels, "neighbours": neighbours }))
+    let neighbours: Vec<Value> =
+        found.iter().map(|found| json!({ "item": found.item.item, "score": found.score })).collect();
+    json!({ "query": query, "labels": labels, "neighbours": neighbours })
 }
 
 /// A label's score: the share of the neighbours' similarity (negative similarities count

@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::Dispatcher;
-use crate::domain::{scrub_nul, scrub_nul_value, EventLevel, Job, NewEvent};
-use crate::store::{DependencyResult, JobStore, RunRef, StoreError};
+use crate::domain::{scrub_nul, scrub_nul_value, EventLevel, Job, NewEvent, NewJob};
+use crate::store::{DependencyResult, JobStore, RunRef, StoreError, Submission};
 use crate::transport::Transport;
 
 use super::OperationRegistry;
@@ -141,6 +141,12 @@ impl JobContext {
     }
 
     /// The operations of this process.
+    /// Submits `job` as work of its own (not a child of this one: see
+    /// [`Self::spawn_children`] for those), committed and announced like any submission.
+    pub async fn submit(&self, job: NewJob) -> Result<Submission, StoreError> {
+        self.services.dispatcher.submit(job).await
+    }
+
     pub fn registry(&self) -> &OperationRegistry {
         &self.services.registry
     }

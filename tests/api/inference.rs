@@ -75,8 +75,13 @@ fn tolerance(on_cpu: f32) -> f32 {
     }
 }
 
+/// The test's inference settings: its model, the test device, and the neighbour indexes
+/// fetched into a directory beside the model (removed with it).
 pub fn settings(model: &Path) -> InferenceSettings {
-    InferenceSettings { model: model.display().to_string(), device: test_device(), ..Default::default() }
+    let mut settings =
+        InferenceSettings { model: model.display().to_string(), device: test_device(), ..Default::default() };
+    settings.index.dir = model.with_file_name("indexes").display().to_string();
+    settings
 }
 
 /// A protein-like sequence, the same for the same `seed`.
@@ -467,6 +472,20 @@ async fn hostile_input_gets_clear_problems(backend: Backend) {
         let (status, body) = app.submit(json!({ "operation": "transfer_annotations", "payload": payload })).await;
         assert_eq!((status, body["code"].as_str()), (422, Some("invalid_payload")), "{payload}: {body}");
     }
+    for payload in [
+        json!({}),
+        json!({ "set": "" }),
+        json!({ "set": "a/b" }),
+        json!({ "set": 7 }),
+        json!({ "set": "x".repeat(201) }),
+        json!({ "set": "s", "extra": 1 }),
+    ] {
+        let (status, body) = app.submit(json!({ "operation": "embeddings.index", "payload": payload })).await;
+        assert_eq!((status, body["code"].as_str()), (422, Some("invalid_payload")), "{payload}: {body}");
+    }
+    let (status, body) =
+        app.submit(json!({ "operation": "embeddings.index", "payload": { "set": "a\u{0000}" } })).await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("nul_character")), "{body}");
     let (status, body) = app
         .submit(
             json!({ "operation": "compute_embeddings", "payload": { "inputs": ["a"], "labels": [["GO:\u{0000}"]] } }),
@@ -904,7 +923,113 @@ fn inference_check_reports_the_device_and_times_the_model() {
     assert!(said.contains("does not exist (yardmaster model init writes the default)"), "{said}");
 }
 
+/// A set of at least `index.min_items` gets its HNSW index once its job succeeds (the
+/// `embeddings.index` job it submitted, after it); searches then say `hnsw` and find what
+/// exact ranking finds, labelled items only for `transfer_annotations`. The index is kept
+/// with the set: a process without the file fetches it from the store. A smaller set says
+/// `exact`.
+async fn a_large_set_is_searched_through_its_index(backend: Backend) {
+    let models = Models::new();
+    let mut inference = settings(&models.default_model());
+    inference.index.min_items = 150;
+    let dir = PathBuf::from(&inference.index.dir);
+    let app = TestApp::spawn_with(backend, inference_options(inference)).await;
+    let inputs: Vec<String> = (0..300).map(|i| sequence(900 + i, 24 + i % 17)).collect();
+    let labels: Vec<Vec<String>> =
+        (0..300).map(|i| if i % 2 == 0 { vec![format!("GO:{}", i % 7)] } else { Vec::new() }).collect();
+    let body =
+        json!({ "operation": "compute_embeddings", "payload": { "set": "large", "inputs": inputs, "labels": labels } });
+    let (_, job) = app.submit(body).await;
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let (code, page) = app.get("/jobs?operation=embeddings.index").await;
+    assert_eq!(code, 200, "{page}");
+    let index_job = page["jobs"][0]["id"].as_str().expect("the set's index build was submitted").to_owned();
+    let built = wait_for_end(&app, &index_job, Duration::from_secs(60)).await;
+    assert_eq!(built["status"], "succeeded", "{built}");
+    assert_eq!(
+        (built["result"]["method"].as_str(), built["result"]["built"].as_bool()),
+        (Some("hnsw"), Some(true)),
+        "{built}"
+    );
+
+    let stored = stored_items(&app, "large", 500).await;
+    let queries: Vec<String> = vec![inputs[40].clone(), sequence(5, 30), sequence(6, 40), inputs[299].clone()];
+    let vectors = direct(&models.path("default.pt"), &queries);
+    let exact = |query: &[f32], labelled_only: bool| -> Vec<i64> {
+        let mut ranked: Vec<(f32, i64)> = stored
+            .iter()
+            .filter(|item| !labelled_only || item["item"].as_i64().unwrap() % 2 == 0)
+            .map(|item| {
+                let v = vector(&item["vector"]);
+                let dot: f32 = v.iter().zip(query).map(|(a, b)| a * b).sum();
+                let norms =
+                    v.iter().map(|x| x * x).sum::<f32>().sqrt() * query.iter().map(|x| x * x).sum::<f32>().sqrt();
+                (dot / norms, item["item"].as_i64().unwrap())
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        ranked.iter().take(5).map(|(_, item)| *item).collect()
+    };
+    let items_of = |answer: &Value| -> Vec<i64> {
+        answer["neighbours"].as_array().unwrap().iter().map(|n| n["item"].as_i64().unwrap()).collect()
+    };
+    // The builder's process has the file; without it, the index is fetched from the store.
+    std::fs::remove_dir_all(&dir).unwrap();
+    let body = json!({ "operation": "nearest_neighbours", "payload": { "set": "large", "queries": queries, "k": 5 } });
+    let (_, job) = app.submit(body).await;
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["result"]["method"], "hnsw", "{}", done["result"]);
+    let answers = done["result"]["queries"].as_array().unwrap();
+    for (answer, query) in answers.iter().zip(&vectors) {
+        assert_eq!(items_of(answer), exact(query, false), "{answer}");
+    }
+    assert!((answers[0]["neighbours"][0]["score"].as_f64().unwrap() - 1.0).abs() < 1e-4, "{}", answers[0]);
+    let fetched =
+        std::fs::read_dir(&dir).unwrap().filter_map(Result::ok).map(|entry| entry.file_name()).collect::<Vec<_>>();
+    assert_eq!(fetched.len(), 1, "{fetched:?}");
+
+    let body =
+        json!({ "operation": "transfer_annotations", "payload": { "set": "large", "queries": queries, "k": 5 } });
+    let (_, job) = app.submit(body).await;
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["result"]["method"], "hnsw", "{}", done["result"]);
+    for (answer, query) in done["result"]["queries"].as_array().unwrap().iter().zip(&vectors) {
+        assert_eq!(items_of(answer), exact(query, true), "labelled items only: {answer}");
+    }
+
+    let small: Vec<String> = inputs[..20].to_vec();
+    let (_, job) =
+        app.submit(json!({ "operation": "compute_embeddings", "payload": { "set": "small", "inputs": small } })).await;
+    wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    let body =
+        json!({ "operation": "nearest_neighbours", "payload": { "set": "small", "queries": [inputs[3]], "k": 2 } });
+    let (_, job) = app.submit(body).await;
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(
+        (done["status"].as_str(), done["result"]["method"].as_str()),
+        (Some("succeeded"), Some("exact")),
+        "{done}"
+    );
+
+    // Asked again, the build finds the index current; another room has no such set.
+    let (_, job) = app.submit(json!({ "operation": "embeddings.index", "payload": { "set": "large" } })).await;
+    let again = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(
+        (again["status"].as_str(), again["result"]["built"].as_bool()),
+        (Some("succeeded"), Some(false)),
+        "{again}"
+    );
+    let body = json!({ "operation": "embeddings.index", "room": "elsewhere", "payload": { "set": "large" } });
+    let (_, job) = app.submit(body).await;
+    let failed = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(failed["error_code"], "UnknownSet", "{failed}");
+}
+
 on_both_backends!(
+    a_large_set_is_searched_through_its_index,
     labels_given_later_replace_an_items_labels,
     transfer_annotations_gives_a_query_its_family_labels,
     an_esm_vocabulary_feeds_the_model_the_ids_fair_esm_gives,

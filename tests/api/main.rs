@@ -32,6 +32,8 @@ mod live;
 mod logs;
 mod metrics;
 mod migrations;
+#[cfg(feature = "inference")]
+mod neighbour_index;
 mod openapi;
 #[cfg(feature = "otel")]
 mod otel;
