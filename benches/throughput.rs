@@ -25,6 +25,8 @@ mod far;
 mod inference;
 #[path = "support/lateness.rs"]
 mod lateness;
+#[path = "support/neighbours.rs"]
+mod neighbours;
 #[path = "support/scheduler.rs"]
 mod scheduler;
 #[path = "support/sdk.rs"]
@@ -213,9 +215,8 @@ struct Latency {
 fn wanted(group: &str) -> bool {
     match std::env::var("BENCH_ONLY") {
         Ok(only) => only.split(',').any(|name| name.trim() == group),
-        Err(_) => {
-            !["groupcommit", "flow", "dag", "fairness", "embedded", "rabbitmq", "rabbitmq-latency"].contains(&group)
-        }
+        Err(_) => !["groupcommit", "flow", "dag", "fairness", "embedded", "rabbitmq", "rabbitmq-latency", "neighbours"]
+            .contains(&group),
     }
 }
 
@@ -316,6 +317,9 @@ async fn run(sizes: Sizes) {
     }
     if wanted("inference") {
         figures.extend(inference::figures(sizes.embed_inputs).await);
+    }
+    if wanted("neighbours") {
+        neighbours::figures();
     }
     let late = match wanted("lateness") {
         true => lateness::figures().await,
@@ -1624,6 +1628,7 @@ async fn memory() -> Vec<Figure> {
 struct Memory {
     rss: f64,
     anon: f64,
+    file: f64,
 }
 
 fn rss_kib(pid: u32) -> Memory {
@@ -1632,7 +1637,7 @@ fn rss_kib(pid: u32) -> Memory {
         let line = status.lines().find(|line| line.starts_with(key)).unwrap();
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     };
-    Memory { rss: read("VmRSS:"), anon: read("RssAnon:") }
+    Memory { rss: read("VmRSS:"), anon: read("RssAnon:"), file: read("RssFile:") }
 }
 
 /// Tasks per remote-worker case (and its broker baseline) at most.

@@ -6,8 +6,8 @@
 # case (default 5000), BENCH_HISTORY the finished jobs of the history cases (default
 # 1000000, 0 skips them), BENCH_ONLY=a,b the case groups (throughput, groupcommit, fanout,
 # http, latency, history, prune, memory, inference, remote, sdk, waiters, uploads, dashboard, lateness,
-# scheduler, far;
-# default all but groupcommit); BENCH_LABEL names the
+# scheduler, far, neighbours;
+# default all but groupcommit and neighbours); BENCH_LABEL names the
 # results file further.
 set -euo pipefail
 cd "$(dirname "$0")/.."

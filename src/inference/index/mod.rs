@@ -5,6 +5,7 @@
 
 pub mod build;
 pub mod hnsw;
+pub mod sample;
 pub mod stored;
 
 use std::collections::HashMap;
