@@ -122,6 +122,9 @@ const IN_FLIGHT: usize = 10_000;
 const HISTORY_RUNS: usize = 3;
 
 fn main() {
+    if let Ok(dir) = std::env::var(neighbours::PROBE) {
+        return neighbours::probe(&dir);
+    }
     let number = |name: &str, default: usize| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
     let sizes = Sizes {
         jobs: number("BENCH_JOBS", 50_000),

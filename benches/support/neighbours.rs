@@ -1,14 +1,15 @@
 //! The neighbour cases (`BENCH_ONLY=neighbours`): a set's HNSW index against exact ranking
 //! of the same vectors, at `BENCH_NEIGHBOURS` items (default 100,000 and 1,000,000) of
 //! `BENCH_NEIGHBOUR_DIMS` values (default 1,280, ESM-2 650M's width), clustered as a
-//! model's embeddings are. Per size: the build's time and file; queries/s and p50/p99 of one
-//! query at a time, the index (as configured by default) against exact ranking over the
-//! whole set held in memory (what every search did before the index, its best case);
-//! recall@10 against the exact answers; and the memory of this process answering queries
-//! from the mapped file, once the set's vectors are given back.
+//! model's embeddings are. Per size: the build's time and file; queries/s, p50/p99 and CPU of
+//! one query at a time, the index (as configured by default) against exact ranking of the
+//! whole set held in memory (what every search did before the index, at its best: one
+//! libtorch product); recall@10 against the exact answers; and the memory of a process of
+//! its own answering the queries from the mapped file, as a worker does.
 
 use std::time::Instant;
 
+use tch::Tensor;
 use yardmaster::config::InferenceSettings;
 use yardmaster::inference::index::hnsw::{Builder, Graph};
 use yardmaster::inference::index::sample::Clustered;
@@ -54,17 +55,19 @@ fn one(items: usize, dims: usize, settings: &IndexSettings) {
     }
     let dir = std::env::temp_dir().join(format!("yardmaster-bench-index-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("set.usearch");
-    builder.save(&path).unwrap();
+    builder.save(&dir.join("set.usearch")).unwrap();
     let built = started.elapsed().as_secs_f64();
     drop(builder);
-    let file = std::fs::metadata(&path).unwrap().len();
+    let file = std::fs::metadata(dir.join("set.usearch")).unwrap().len();
 
-    // Exact: unit vectors in memory, each query against all of them.
+    // Exact: the unit vectors in one libtorch tensor, each query one product with all of
+    // them and the top K (BLAS on every core: exact ranking at its best).
     for row in vectors.chunks_exact_mut(dims) {
         let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
         row.iter_mut().for_each(|v| *v /= norm);
     }
+    let units = Tensor::from_slice(&vectors).reshape([items as i64, dims as i64]);
+    drop(vectors);
     let cpu = cpu_seconds();
     let mut exact_times = Vec::with_capacity(EXACT_QUERIES);
     let truth: Vec<Vec<i64>> = queries
@@ -72,71 +75,94 @@ fn one(items: usize, dims: usize, settings: &IndexSettings) {
         .take(EXACT_QUERIES)
         .map(|query| {
             let at = Instant::now();
-            let found = exact(&vectors, query, dims);
+            let query = Tensor::from_slice(query).reshape([dims as i64, 1]);
+            let scores = units.matmul(&(&query / query.norm())).reshape([-1]);
+            let (_, top) = scores.topk(K as i64, 0, true, true);
+            let found = Vec::<i64>::try_from(&top).unwrap();
             exact_times.push(at.elapsed().as_secs_f64());
             found
         })
         .collect();
     let exact_cpu = (cpu_seconds() - cpu) / EXACT_QUERIES as f64;
-    drop(vectors);
-
-    let before = rss_kib(std::process::id());
-    let graph = Graph::open(&path, settings.expansion_search).unwrap();
-    let cpu = cpu_seconds();
-    let mut index_times = Vec::with_capacity(INDEX_QUERIES);
-    let mut hits = 0;
-    for (at, query) in queries.chunks_exact(dims).enumerate() {
-        let started = Instant::now();
-        let found = graph.search(query, K, None).unwrap();
-        index_times.push(started.elapsed().as_secs_f64());
-        if let Some(truth) = truth.get(at) {
-            hits += found.iter().filter(|(item, _)| truth.contains(item)).count();
-        }
-    }
-    let index_cpu = (cpu_seconds() - cpu) / INDEX_QUERIES as f64;
-    let after = rss_kib(std::process::id());
-    let recall = hits as f64 / (K * truth.len()) as f64;
+    drop(units);
     let (exact_rate, exact_p50, exact_p99) = spread(&mut exact_times);
-    let (index_rate, index_p50, index_p99) = spread(&mut index_times);
+
+    // The index, in a process of its own, as a worker holds it.
+    let bytes: Vec<u8> = queries.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(dir.join("queries"), bytes).unwrap();
+    std::fs::write(dir.join("truth.json"), serde_json::to_vec(&truth).unwrap()).unwrap();
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .env(PROBE, &dir)
+        .env("BENCH_NEIGHBOUR_DIMS", dims.to_string())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let probe: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let number = |key: &str| probe[key].as_f64().unwrap_or(f64::NAN);
     let vector_mb = (items * dims * 4) as f64 / 1e6;
     println!(
         "  {items} vectors ({vector_mb:.0} MB as float32): built in {built:.1} s, file {:.0} MB",
         file as f64 / 1e6
     );
     println!(
-        "    exact (in memory) {exact_rate:>9.1} queries/s  p50 {:>8.3} ms  p99 {:>8.3} ms  CPU/query {:>8.3} ms",
+        "    exact (libtorch, in memory) {exact_rate:>9.1} queries/s  p50 {:>8.3} ms  p99 {:>8.3} ms  CPU/query {:>8.3} ms",
         exact_p50 * 1e3,
         exact_p99 * 1e3,
         exact_cpu * 1e3
     );
     println!(
-        "    index             {index_rate:>9.1} queries/s  p50 {:>8.3} ms  p99 {:>8.3} ms  CPU/query {:>8.3} ms  ({:.0}x exact)  recall@10 {recall:.4}",
-        index_p50 * 1e3,
-        index_p99 * 1e3,
-        index_cpu * 1e3,
-        index_rate / exact_rate
+        "    index (mapped)              {:>9.1} queries/s  p50 {:>8.3} ms  p99 {:>8.3} ms  CPU/query {:>8.3} ms  ({:.0}x exact)  recall@10 {:.4}",
+        number("rate"),
+        number("p50") * 1e3,
+        number("p99") * 1e3,
+        number("cpu") * 1e3,
+        number("rate") / exact_rate,
+        number("recall")
     );
     println!(
-        "    a worker answering from the index: own memory (RssAnon) +{:.1} MiB, file pages resident (RssFile) {:.0} MiB (of {vector_mb:.0} MB of vectors)",
-        (after.anon - before.anon) / 1024.0,
-        after.file / 1024.0
+        "    the index's process: own memory (RssAnon) {:.1} MiB before opening, +{:.1} MiB after {INDEX_QUERIES} queries; file pages resident (RssFile) {:.0} MiB (the vectors: {vector_mb:.0} MB)",
+        number("anon_before_kib") / 1024.0,
+        (number("anon_after_kib") - number("anon_before_kib")) / 1024.0,
+        number("file_kib") / 1024.0
     );
-    drop(graph);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The `K` items whose unit vectors are most similar to `query`.
-fn exact(units: &[f32], query: &[f32], dims: usize) -> Vec<i64> {
-    let norm = query.iter().map(|v| v * v).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
-    let query: Vec<f32> = query.iter().map(|v| v / norm).collect();
-    let mut scored: Vec<(f32, i64)> = units
-        .chunks_exact(dims)
-        .enumerate()
-        .map(|(item, row)| (row.iter().zip(&query).map(|(a, b)| a * b).sum(), item as i64))
-        .collect();
-    scored.select_nth_unstable_by(K - 1, |a, b| b.0.total_cmp(&a.0));
-    scored.truncate(K);
-    scored.into_iter().map(|(_, item)| item).collect()
+/// Set to a directory holding `set.usearch`, `queries` and `truth.json`: the bench process
+/// is the index's probe ([`probe`]) instead.
+pub const PROBE: &str = "BENCH_NEIGHBOURS_PROBE";
+
+/// The probe: opens the graph in `dir` as a worker does, answers every query one at a time,
+/// and prints its rate, p50, p99, CPU per query, recall@10 and memory as JSON.
+pub fn probe(dir: &str) {
+    let dir = std::path::Path::new(dir);
+    let dims = number_or("BENCH_NEIGHBOUR_DIMS", 1280);
+    let bytes = std::fs::read(dir.join("queries")).unwrap();
+    let queries: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let truth: Vec<Vec<i64>> = serde_json::from_slice(&std::fs::read(dir.join("truth.json")).unwrap()).unwrap();
+    let settings = InferenceSettings::default().index;
+    let before = rss_kib(std::process::id());
+    let graph = Graph::open(&dir.join("set.usearch"), settings.expansion_search).unwrap();
+    let cpu = cpu_seconds();
+    let mut times = Vec::new();
+    let mut hits = 0;
+    for (at, query) in queries.chunks_exact(dims).enumerate() {
+        let started = Instant::now();
+        let found = graph.search(query, K, None).unwrap();
+        times.push(started.elapsed().as_secs_f64());
+        if let Some(truth) = truth.get(at) {
+            hits += found.iter().filter(|(item, _)| truth.contains(item)).count();
+        }
+    }
+    let cpu = (cpu_seconds() - cpu) / times.len() as f64;
+    let after = rss_kib(std::process::id());
+    let (rate, p50, p99) = spread(&mut times);
+    let answer = serde_json::json!({
+        "rate": rate, "p50": p50, "p99": p99, "cpu": cpu,
+        "recall": hits as f64 / (K * truth.len()) as f64,
+        "anon_before_kib": before.anon, "anon_after_kib": after.anon, "file_kib": after.file,
+    });
+    println!("{answer}");
 }
 
 /// Queries/s, p50 and p99 of one query's time.

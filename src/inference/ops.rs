@@ -240,8 +240,7 @@ impl Operation for ComputeEmbeddings {
 
 impl ComputeEmbeddings {
     /// Submits the build of set `key`'s index on this job's queue, to run once this job has
-    /// succeeded (and be cancelled if it fails), keyed by the set's vectors revision: a re-run of this job
-    /// that finds it made finds the same build.
+    /// succeeded (and be cancelled if it fails), unique by the set's vectors revision.
     async fn index_after(&self, ctx: &JobContext, room: &str, key: &str) -> Result<(), OperationError> {
         let (Some(set), Some(own)) = (sets::find(ctx.db(), key).await.map_err(database)?, ctx.job()) else {
             return Ok(());

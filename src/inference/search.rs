@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::actor::Inference;
 use super::index::{build, stored};
 use super::ops::{database, embed, invalid, positions, BatchLimits, MAX_K, MAX_QUERIES, SET_NOT_READY, UNKNOWN_SET};
-use super::ranking::{Found, Ranker, Target};
+use super::ranking::{Found, Ranker, Target, EXACT};
 use super::sets::{self, check_set_name};
 use super::settings::IndexSettings;
 use super::tokenizer::Tokenizer;
@@ -117,7 +117,7 @@ impl Search<'_> {
     /// stored, its job over); then fans out the batches that embed the queries and rank the
     /// set, `transfer` (when not null) in their snapshot. A set large enough for an index
     /// that has none from its current vectors gets its build submitted on this job's queue
-    /// (once: it is keyed by the set's vectors revision); the batches rank it exactly meanwhile.
+    /// (a unique job per set and vectors revision); the batches rank it exactly meanwhile.
     pub(super) async fn fan_out(
         &self,
         ctx: &JobContext,
@@ -169,9 +169,8 @@ impl Search<'_> {
 /// How the batches found their answers: the method they all name, else `mixed` (an index
 /// that could not be opened by one of them).
 pub(super) fn method_of(outputs: &[Value]) -> Value {
-    let mut methods =
-        outputs.iter().map(|output| output["method"].as_str().unwrap_or(crate::inference::ranking::EXACT));
-    let first = methods.next().unwrap_or(crate::inference::ranking::EXACT);
+    let mut methods = outputs.iter().map(|output| output["method"].as_str().unwrap_or(EXACT));
+    let first = methods.next().unwrap_or(EXACT);
     match methods.all(|method| method == first) {
         true => json!(first),
         false => json!("mixed"),

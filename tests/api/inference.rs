@@ -1028,7 +1028,65 @@ async fn a_large_set_is_searched_through_its_index(backend: Backend) {
     assert_eq!(failed["error_code"], "UnknownSet", "{failed}");
 }
 
+/// A large set whose index cannot be built (its directory is a file here) is searched
+/// exactly, page by page: `method` says `exact`, the neighbours are the brute-force ones,
+/// labelled items only for `transfer_annotations`; the failed build is in the job list.
+async fn a_large_set_without_its_index_is_ranked_exactly(backend: Backend) {
+    let models = Models::new();
+    let mut inference = settings(&models.default_model());
+    inference.index.min_items = 50;
+    std::fs::write(&inference.index.dir, b"not a directory").unwrap();
+    let app = TestApp::spawn_with(backend, inference_options(inference)).await;
+    let inputs: Vec<String> = (0..120).map(|i| sequence(1300 + i, 20 + i % 13)).collect();
+    let labels: Vec<Vec<String>> =
+        (0..120).map(|i| if i % 3 == 0 { vec!["GO:3".to_owned()] } else { Vec::new() }).collect();
+    let body = json!({ "operation": "compute_embeddings", "payload": { "set": "unindexed", "inputs": inputs, "labels": labels } });
+    let (_, job) = app.submit(body).await;
+    let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let (_, page) = app.get("/jobs?operation=embeddings.index").await;
+    let index_job = page["jobs"][0]["id"].as_str().expect("the set's index build was submitted").to_owned();
+    let failed = wait_for_end(&app, &index_job, Duration::from_secs(60)).await;
+    assert_eq!(
+        (failed["status"].as_str(), failed["error_code"].as_str()),
+        (Some("failed"), Some("IndexFailed")),
+        "{failed}"
+    );
+
+    let stored = stored_items(&app, "unindexed", 500).await;
+    let queries: Vec<String> = vec![inputs[7].clone(), sequence(77, 33)];
+    let vectors = direct(&models.path("default.pt"), &queries);
+    let brute = |query: &[f32], every: i64| -> Vec<i64> {
+        let mut ranked: Vec<(f32, i64)> = stored
+            .iter()
+            .filter(|item| item["item"].as_i64().unwrap() % every == 0)
+            .map(|item| {
+                let v = vector(&item["vector"]);
+                let dot: f32 = v.iter().zip(query).map(|(a, b)| a * b).sum();
+                let norms =
+                    v.iter().map(|x| x * x).sum::<f32>().sqrt() * query.iter().map(|x| x * x).sum::<f32>().sqrt();
+                (dot / norms, item["item"].as_i64().unwrap())
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        ranked.iter().take(4).map(|(_, item)| *item).collect()
+    };
+    for (operation, every) in [("nearest_neighbours", 1), ("transfer_annotations", 3)] {
+        let body = json!({ "operation": operation, "payload": { "set": "unindexed", "queries": queries, "k": 4 } });
+        let (_, job) = app.submit(body).await;
+        let done = wait_for_end(&app, job["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+        assert_eq!(done["status"], "succeeded", "{done}");
+        assert_eq!(done["result"]["method"], "exact", "{operation}: {}", done["result"]);
+        for (answer, query) in done["result"]["queries"].as_array().unwrap().iter().zip(&vectors) {
+            let got: Vec<i64> =
+                answer["neighbours"].as_array().unwrap().iter().map(|n| n["item"].as_i64().unwrap()).collect();
+            assert_eq!(got, brute(query, every), "{operation}: {answer}");
+        }
+    }
+}
+
 on_both_backends!(
+    a_large_set_without_its_index_is_ranked_exactly,
     a_large_set_is_searched_through_its_index,
     labels_given_later_replace_an_items_labels,
     transfer_annotations_gives_a_query_its_family_labels,

@@ -1,7 +1,7 @@
 //! `embeddings.index`: builds the HNSW index of a whole set and publishes it with the set.
 //! `compute_embeddings` submits it to run once its own job has succeeded; a search of a
-//! large set without a current index submits it too (one per set and vectors revision, by
-//! its idempotency key), and ranks exactly meanwhile. A user may submit it as well.
+//! large set without a current index submits it too (one per set and vectors revision: a
+//! unique job), and ranks exactly meanwhile. A user may submit it as well.
 //!
 //! The builder reads the set page by page into the graph (the one place a whole set's
 //! vectors are in memory, at the index's precision), saves it into its own directory (so
@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::hnsw::{Builder, HnswError};
 use super::stored::{self, Published, HNSW};
-use crate::domain::{NewJob, QueueName, RoomId};
+use crate::domain::{JobStatus, NewJob, QueueName, RoomId, Unique};
 use crate::inference::entity::embedding_set;
 use crate::inference::ops::{database, invalid, SET_NOT_READY, UNKNOWN_SET};
 use crate::inference::sets::{self, check_set_name};
@@ -31,6 +31,9 @@ pub const BUILD_INDEX: &str = "embeddings.index";
 pub const INDEX_FAILED: &str = "IndexFailed";
 /// Items read from the store at a time.
 const PAGE: u64 = 4096;
+/// How far back a build of the same set and revision counts (a set's vectors outlive it
+/// only if not searched for a month).
+const UNIQUE_WINDOW: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 
 /// `embeddings.index`: `{"set": name}`, a set of the job's room.
 pub struct BuildIndex {
@@ -52,13 +55,19 @@ impl IndexPayload {
 }
 
 /// The build of `set` (a stored set's row, its room's `room`) as a job on `queue`, after
-/// `after` when given; keyed by the set and its vectors revision, so asking twice makes one.
+/// `after` when given. Unique by the set and its vectors revision: while one such build is
+/// queued (waiting included), running or done, asking again makes none; after a failed one,
+/// the next search asks again.
 pub fn job(room: &str, set: &embedding_set::Model, queue: &str, after: Option<Uuid>) -> Result<NewJob, String> {
     let mut job = NewJob::new(BUILD_INDEX);
     job.room = RoomId::parse(room)?;
     job.queue = QueueName::parse(queue)?;
     job.payload = json!({ "set": sets::name_of(&set.name) });
-    job.idempotency_key = Some(format!("index:{}:{}", set.name, set.vectors_revision));
+    job.unique = Some(Unique {
+        key: format!("index:{}:{}", set.name, set.vectors_revision),
+        window: UNIQUE_WINDOW,
+        states: vec![JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded],
+    });
     job.max_retries = 2;
     job.depends_on = after.into_iter().collect();
     Ok(job)
