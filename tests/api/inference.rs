@@ -159,6 +159,23 @@ fn vector(value: &Value) -> Vec<f32> {
     value.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect()
 }
 
+/// The `k` items of `stored` (as `GET /embeddings` gives them) that `keep` takes, most
+/// similar to `query` first (ties: lower item), by brute force.
+fn brute_force(stored: &[Value], query: &[f32], k: usize, keep: impl Fn(i64) -> bool) -> Vec<i64> {
+    let mut ranked: Vec<(f32, i64)> = stored
+        .iter()
+        .filter(|item| keep(item["item"].as_i64().unwrap()))
+        .map(|item| {
+            let v = vector(&item["vector"]);
+            let dot: f32 = v.iter().zip(query).map(|(a, b)| a * b).sum();
+            let norms = v.iter().map(|x| x * x).sum::<f32>().sqrt() * query.iter().map(|x| x * x).sum::<f32>().sqrt();
+            (dot / norms, item["item"].as_i64().unwrap())
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    ranked.iter().take(k).map(|(_, item)| *item).collect()
+}
+
 /// A model traced here (not the default one), loaded by the actor, answers what the same
 /// file answers run directly with tch.
 #[actix_rt::test]
@@ -315,17 +332,7 @@ async fn nearest_neighbours_finds_the_known_nearest(backend: Backend) {
     // Brute force over the stored vectors, for the query that is in no set.
     let stored = stored_items(&app, "known", 500).await;
     let query = direct(&model, &queries[2..]).remove(0);
-    let mut ranked: Vec<(f32, i64)> = stored
-        .iter()
-        .map(|item| {
-            let v = vector(&item["vector"]);
-            let dot: f32 = v.iter().zip(&query).map(|(a, b)| a * b).sum();
-            let norms = v.iter().map(|x| x * x).sum::<f32>().sqrt() * query.iter().map(|x| x * x).sum::<f32>().sqrt();
-            (dot / norms, item["item"].as_i64().unwrap())
-        })
-        .collect();
-    ranked.sort_by(|a, b| b.0.partial_cmp(&a.0).unwrap().then(a.1.cmp(&b.1)));
-    let expected: Vec<i64> = ranked.iter().take(5).map(|(_, item)| *item).collect();
+    let expected = brute_force(&stored, &query, 5, |_| true);
     let got: Vec<i64> =
         answers[2]["neighbours"].as_array().unwrap().iter().map(|n| n["item"].as_i64().unwrap()).collect();
     assert_eq!(got, expected);
@@ -956,21 +963,8 @@ async fn a_large_set_is_searched_through_its_index(backend: Backend) {
     let stored = stored_items(&app, "large", 500).await;
     let queries: Vec<String> = vec![inputs[40].clone(), sequence(5, 30), sequence(6, 40), inputs[299].clone()];
     let vectors = direct(&models.path("default.pt"), &queries);
-    let exact = |query: &[f32], labelled_only: bool| -> Vec<i64> {
-        let mut ranked: Vec<(f32, i64)> = stored
-            .iter()
-            .filter(|item| !labelled_only || item["item"].as_i64().unwrap() % 2 == 0)
-            .map(|item| {
-                let v = vector(&item["vector"]);
-                let dot: f32 = v.iter().zip(query).map(|(a, b)| a * b).sum();
-                let norms =
-                    v.iter().map(|x| x * x).sum::<f32>().sqrt() * query.iter().map(|x| x * x).sum::<f32>().sqrt();
-                (dot / norms, item["item"].as_i64().unwrap())
-            })
-            .collect();
-        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        ranked.iter().take(5).map(|(_, item)| *item).collect()
-    };
+    let exact =
+        |query: &[f32], labelled_only: bool| brute_force(&stored, query, 5, |item| !labelled_only || item % 2 == 0);
     let items_of = |answer: &Value| -> Vec<i64> {
         answer["neighbours"].as_array().unwrap().iter().map(|n| n["item"].as_i64().unwrap()).collect()
     };
@@ -1056,21 +1050,7 @@ async fn a_large_set_without_its_index_is_ranked_exactly(backend: Backend) {
     let stored = stored_items(&app, "unindexed", 500).await;
     let queries: Vec<String> = vec![inputs[7].clone(), sequence(77, 33)];
     let vectors = direct(&models.path("default.pt"), &queries);
-    let brute = |query: &[f32], every: i64| -> Vec<i64> {
-        let mut ranked: Vec<(f32, i64)> = stored
-            .iter()
-            .filter(|item| item["item"].as_i64().unwrap() % every == 0)
-            .map(|item| {
-                let v = vector(&item["vector"]);
-                let dot: f32 = v.iter().zip(query).map(|(a, b)| a * b).sum();
-                let norms =
-                    v.iter().map(|x| x * x).sum::<f32>().sqrt() * query.iter().map(|x| x * x).sum::<f32>().sqrt();
-                (dot / norms, item["item"].as_i64().unwrap())
-            })
-            .collect();
-        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        ranked.iter().take(4).map(|(_, item)| *item).collect()
-    };
+    let brute = |query: &[f32], every: i64| brute_force(&stored, query, 4, |item| item % every == 0);
     for (operation, every) in [("nearest_neighbours", 1), ("transfer_annotations", 3)] {
         let body = json!({ "operation": operation, "payload": { "set": "unindexed", "queries": queries, "k": 4 } });
         let (_, job) = app.submit(body).await;
