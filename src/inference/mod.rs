@@ -63,33 +63,21 @@ pub fn register(registry: OperationRegistry, settings: &InferenceSettings) -> Op
         }
     };
     let inference = actor::Inference::new(settings.clone());
-    let (queue, write_queue) = (settings.queue.clone(), settings.write_queue.clone());
     let limits = ops::BatchLimits { rows: settings.batch_size, tokens: settings.max_batch_tokens };
     let index = settings.index.clone();
+    let coordinator = ops::Coordinator {
+        tokenizer: tokenizer.clone(),
+        limits,
+        queue: settings.queue.clone(),
+        write_queue: settings.write_queue.clone(),
+        index: index.clone(),
+    };
     registry
-        .with(ops::ComputeEmbeddings {
-            tokenizer: tokenizer.clone(),
-            limits,
-            queue: queue.clone(),
-            write_queue: write_queue.clone(),
-            index: index.clone(),
-        })
+        .with(ops::ComputeEmbeddings(coordinator.clone()))
         .with(ops::EmbedBatch { inference: inference.clone(), tokenizer: tokenizer.clone() })
         .with(index::build::BuildIndex { settings: index.clone() })
-        .with(search::NearestNeighbours {
-            tokenizer: tokenizer.clone(),
-            limits,
-            queue: queue.clone(),
-            write_queue: write_queue.clone(),
-            index: index.clone(),
-        })
-        .with(transfer::TransferAnnotations {
-            tokenizer: tokenizer.clone(),
-            limits,
-            queue,
-            write_queue,
-            index: index.clone(),
-        })
+        .with(search::NearestNeighbours(coordinator.clone()))
+        .with(transfer::TransferAnnotations(coordinator))
         .with(search::NeighboursBatch { inference, tokenizer, ranker: Arc::new(ranking::Ranker::new(&index)) })
 }
 

@@ -107,7 +107,13 @@ pub(super) fn positions(items: Option<Vec<usize>>, first: Option<usize>, count: 
 /// `compute_embeddings`: `{"inputs": [text, …]}` or `{"from_set": name}` (the inputs of a
 /// stored set), optionally `"set": name` (default: the job's id). Result: the set's name,
 /// count, vector length, model and device.
-pub struct ComputeEmbeddings {
+pub struct ComputeEmbeddings(pub(super) Coordinator);
+
+/// What the coordinators (`compute_embeddings`, `nearest_neighbours`,
+/// `transfer_annotations`) share: the tokeniser that checks their inputs, how they cut them
+/// into batches, the queues the batches travel on, and when a set gets an index.
+#[derive(Clone)]
+pub struct Coordinator {
     pub(super) tokenizer: Tokenizer,
     pub(super) limits: BatchLimits,
     pub(super) queue: String,
@@ -211,7 +217,8 @@ impl Operation for ComputeEmbeddings {
             (None, Some(from)) => stored_inputs(&ctx, &room, &from).await?,
             (None, None) => return Err(invalid("give either inputs or from_set")),
         };
-        let batches = self.limits.batches(&self.tokenizer, "inputs", &inputs, labels.as_deref())?;
+        let Coordinator { tokenizer, limits, queue, write_queue, index } = &self.0;
+        let batches = limits.batches(tokenizer, "inputs", &inputs, labels.as_deref())?;
         match sets::claim(ctx.db(), &sets::key(&room, &set), job_id, inputs.len() as i64).await {
             Ok(()) => {}
             Err(ClaimError::Taken { name, owner }) => {
@@ -222,13 +229,13 @@ impl Operation for ComputeEmbeddings {
             Err(ClaimError::Database(err)) => return Err(database(err)),
         }
         let key = sets::key(&room, &set);
-        if inputs.len() as u64 >= self.index.min_items {
-            self.index_after(&ctx, &room, &key).await?;
+        if inputs.len() as u64 >= index.min_items {
+            index_after(&ctx, &room, &key).await?;
         }
         ctx.fan_out(FanOut {
             operation: EMBED_BATCH.into(),
-            queue: self.queue.clone(),
-            write_queue: self.write_queue.clone(),
+            queue: queue.clone(),
+            write_queue: write_queue.clone(),
             snapshot: json!({ "set": key }),
             batches,
             max_retries: 2,
@@ -238,17 +245,15 @@ impl Operation for ComputeEmbeddings {
     }
 }
 
-impl ComputeEmbeddings {
-    /// Submits the build of set `key`'s index on this job's queue, to run once this job has
-    /// succeeded (and be cancelled if it fails), unique by the set's vectors revision.
-    async fn index_after(&self, ctx: &JobContext, room: &str, key: &str) -> Result<(), OperationError> {
-        let (Some(set), Some(own)) = (sets::find(ctx.db(), key).await.map_err(database)?, ctx.job()) else {
-            return Ok(());
-        };
-        let job = build::job(room, &set, &own.queue, Some(own.id)).map_err(invalid)?;
-        ctx.submit(job).await.map_err(|err| OperationError::new("IndexNotSubmitted", err.to_string()))?;
-        Ok(())
-    }
+/// Submits the build of set `key`'s index on this job's queue, to run once this job has
+/// succeeded (and be cancelled if it fails), unique by the set's vectors revision.
+async fn index_after(ctx: &JobContext, room: &str, key: &str) -> Result<(), OperationError> {
+    let (Some(set), Some(own)) = (sets::find(ctx.db(), key).await.map_err(database)?, ctx.job()) else {
+        return Ok(());
+    };
+    let job = build::job(room, &set, &own.queue, Some(own.id)).map_err(invalid)?;
+    ctx.submit(job).await.map_err(|err| OperationError::new("IndexNotSubmitted", err.to_string()))?;
+    Ok(())
 }
 
 /// The inputs of a stored set of `room`, in item order, and their labels if any has some.

@@ -106,8 +106,14 @@ impl Ranker {
             if index.dims as usize != queries.first().map_or(0, Vec::len) {
                 return Err(mismatch(target.key, queries, index.dims as usize));
             }
+            // A graph searched under a narrow filter (few labelled items) can come back
+            // short: a query answered with fewer than it could have is ranked exactly.
+            let could = keep.as_ref().map_or(target.inputs as usize, |keep| keep.len()).min(k);
             match self.rank_indexed(db, target, &index, queries, k, keep.clone()).await {
-                Ok(ranked) => return Ok(ranked),
+                Ok(ranked) if ranked.queries.iter().all(|found| found.len() >= could) => return Ok(ranked),
+                Ok(_) => {
+                    warn!(set = %target.key, "the index answered short of k under the labelled filter; ranking exactly")
+                }
                 Err(err) => warn!(set = %target.key, error = %err, "the index could not be searched; ranking exactly"),
             }
         }

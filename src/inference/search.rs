@@ -11,10 +11,9 @@ use serde_json::{json, Value};
 
 use super::actor::Inference;
 use super::index::{build, stored};
-use super::ops::{database, embed, invalid, positions, BatchLimits, MAX_K, MAX_QUERIES, SET_NOT_READY, UNKNOWN_SET};
+use super::ops::{database, embed, invalid, positions, Coordinator, MAX_K, MAX_QUERIES, SET_NOT_READY, UNKNOWN_SET};
 use super::ranking::{Found, Ranker, Target, EXACT};
 use super::sets::{self, check_set_name};
-use super::settings::IndexSettings;
 use super::tokenizer::Tokenizer;
 use super::transfer;
 use crate::domain::RoomId;
@@ -26,13 +25,7 @@ pub const NEIGHBOURS_BATCH: &str = "nearest_neighbours.batch";
 /// `nearest_neighbours`: `{"set": name, "queries": [text, …], "k": n}`; the result lists,
 /// per query, the `k` stored items most similar to it (cosine), most similar first, and
 /// says how they were found (`"method"`: `hnsw` or `exact`).
-pub struct NearestNeighbours {
-    pub(super) tokenizer: Tokenizer,
-    pub(super) limits: BatchLimits,
-    pub(super) queue: String,
-    pub(super) write_queue: String,
-    pub(super) index: IndexSettings,
-}
+pub struct NearestNeighbours(pub(super) Coordinator);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,34 +84,19 @@ impl Operation for NearestNeighbours {
 
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let payload = NeighboursPayload::parse(&payload).map_err(invalid)?;
-        let search = Search {
-            tokenizer: &self.tokenizer,
-            limits: self.limits,
-            queue: &self.queue,
-            write_queue: &self.write_queue,
-            index: &self.index,
-        };
-        search.fan_out(&ctx, &payload.set, &payload.queries, payload.k, Value::Null).await?;
+        self.0.search(&ctx, &payload.set, &payload.queries, payload.k, Value::Null).await?;
         Ok(json!({ "set": payload.set }))
     }
 }
 
-/// What a search coordinator (`nearest_neighbours`, `transfer_annotations`) fans out with.
-pub(super) struct Search<'a> {
-    pub(super) tokenizer: &'a Tokenizer,
-    pub(super) limits: BatchLimits,
-    pub(super) queue: &'a str,
-    pub(super) write_queue: &'a str,
-    pub(super) index: &'a IndexSettings,
-}
-
-impl Search<'_> {
+/// The fan-out of a search coordinator (`nearest_neighbours`, `transfer_annotations`).
+impl Coordinator {
     /// Checks the queries, and that set `name` of the job's room is whole (every input
     /// stored, its job over); then fans out the batches that embed the queries and rank the
     /// set, `transfer` (when not null) in their snapshot. A set large enough for an index
     /// that has none from its current vectors gets its build submitted on this job's queue
     /// (a unique job per set and vectors revision); the batches rank it exactly meanwhile.
-    pub(super) async fn fan_out(
+    pub(super) async fn search(
         &self,
         ctx: &JobContext,
         name: &str,
@@ -126,7 +104,7 @@ impl Search<'_> {
         k: usize,
         transfer: Value,
     ) -> Result<(), OperationError> {
-        let batches = self.limits.batches(self.tokenizer, "queries", queries, None)?;
+        let batches = self.limits.batches(&self.tokenizer, "queries", queries, None)?;
         let room = ctx.job().map_or_else(|| RoomId::DEFAULT.to_owned(), |job| job.room.clone());
         let key = sets::key(&room, name);
         let Some(set) = sets::find(ctx.db(), &key).await.map_err(database)? else {
@@ -156,8 +134,8 @@ impl Search<'_> {
         });
         ctx.fan_out(FanOut {
             operation: NEIGHBOURS_BATCH.into(),
-            queue: self.queue.to_owned(),
-            write_queue: self.write_queue.to_owned(),
+            queue: self.queue.clone(),
+            write_queue: self.write_queue.clone(),
             snapshot,
             batches,
             max_retries: 2,

@@ -2,18 +2,16 @@
 //! from its `k` nearest labelled items of a set (cosine), each label the similarity-weighted
 //! share of those neighbours that carry it, the `top` best per query.
 //!
-//! The coordinator is a search like `nearest_neighbours` (`search::Search`): the same batches
+//! The coordinator is a search like `nearest_neighbours` (`Coordinator::search`): the same batches
 //! embed the queries and rank the set, with `transfer` in their snapshot.
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::ops::BatchLimits;
+use super::ops::Coordinator;
 use super::ranking::Found;
-use super::search::{check_search, in_caller_order, method_of, Search};
-use super::settings::IndexSettings;
-use super::tokenizer::Tokenizer;
+use super::search::{check_search, in_caller_order, method_of};
 use crate::ops::{parse_payload, JobContext, Operation, OperationError};
 
 pub const TRANSFER_ANNOTATIONS: &str = "transfer_annotations";
@@ -23,13 +21,7 @@ pub const MAX_TOP: usize = 100;
 pub const SET_UNLABELLED: &str = "SetUnlabelled";
 
 /// `transfer_annotations`: `{"set": name, "queries": [text, …], "k": n, "top": n}`.
-pub struct TransferAnnotations {
-    pub(super) tokenizer: Tokenizer,
-    pub(super) limits: BatchLimits,
-    pub(super) queue: String,
-    pub(super) write_queue: String,
-    pub(super) index: IndexSettings,
-}
+pub struct TransferAnnotations(pub(super) Coordinator);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,15 +79,8 @@ impl Operation for TransferAnnotations {
 
     async fn execute(&self, ctx: JobContext, payload: Value) -> Result<Value, OperationError> {
         let payload = TransferPayload::parse(&payload).map_err(|err| OperationError::new("InvalidPayload", err))?;
-        let search = Search {
-            tokenizer: &self.tokenizer,
-            limits: self.limits,
-            queue: &self.queue,
-            write_queue: &self.write_queue,
-            index: &self.index,
-        };
         let transfer = json!({ "top": payload.top });
-        search.fan_out(&ctx, &payload.set, &payload.queries, payload.k, transfer).await?;
+        self.0.search(&ctx, &payload.set, &payload.queries, payload.k, transfer).await?;
         Ok(json!({ "set": payload.set }))
     }
 }

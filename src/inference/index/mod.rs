@@ -111,6 +111,7 @@ impl Indexes {
 /// The items of a set that carry labels, as a bitmap over item numbers.
 pub struct Labelled {
     bits: Vec<u64>,
+    count: usize,
 }
 
 impl Labelled {
@@ -120,7 +121,17 @@ impl Labelled {
         for item in items.iter().filter(|item| **item >= 0) {
             bits[*item as usize / 64] |= 1 << (*item as usize % 64);
         }
-        Labelled { bits }
+        let count = bits.iter().map(|word| word.count_ones() as usize).sum();
+        Labelled { bits, count }
+    }
+
+    /// How many items carry labels.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
     }
 
     pub fn contains(&self, item: u64) -> bool {
