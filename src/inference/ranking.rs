@@ -97,11 +97,8 @@ impl Ranker {
             true => Some(self.labelled(db, target).await?),
             false => None,
         };
-        let set = sets::find(db, target.key).await.map_err(database)?;
-        let index = match set.filter(|set| set.vectors_revision == target.vectors_revision) {
-            Some(set) => stored::current(db, &set).await.map_err(database)?,
-            None => None,
-        };
+        // One read: the index built from the vectors the coordinator saw, if any.
+        let index = stored::built_from(db, target.key, target.vectors_revision).await.map_err(database)?;
         if let Some(index) = index {
             if index.dims as usize != queries.first().map_or(0, Vec::len) {
                 return Err(mismatch(target.key, queries, index.dims as usize));

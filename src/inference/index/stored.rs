@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, TransactionTrait,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter,
+    TransactionTrait,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
@@ -23,13 +23,22 @@ pub const PART_BYTES: usize = 8 << 20;
 /// What the index of a set is called in results and rows.
 pub const HNSW: &str = "hnsw";
 
+/// Set `set`'s index, if one was built from its vectors of revision `vectors_revision`.
+pub async fn built_from(
+    db: &DatabaseConnection,
+    set: &str,
+    vectors_revision: i64,
+) -> Result<Option<embedding_index::Model>, DbErr> {
+    let row = embedding_index::Entity::find_by_id(set.to_owned()).one(db).await?;
+    Ok(row.filter(|row| row.vectors_revision == vectors_revision))
+}
+
 /// The set's index, if one was built from its current vectors.
 pub async fn current(
     db: &DatabaseConnection,
     set: &embedding_set::Model,
 ) -> Result<Option<embedding_index::Model>, DbErr> {
-    let row = embedding_index::Entity::find_by_id(set.name.clone()).one(db).await?;
-    Ok(row.filter(|row| row.vectors_revision == set.vectors_revision))
+    built_from(db, &set.name, set.vectors_revision).await
 }
 
 /// Stores the file at `path` as the parts of build `build` of set `set`; its length.
@@ -169,11 +178,7 @@ async fn write_parts(db: &DatabaseConnection, aside: &Path, index: &embedding_in
     let mut file = tokio::fs::File::create(aside).await?;
     let mut length = 0_u64;
     for part in 0..index.parts {
-        let row = embedding_index_part::Entity::find()
-            .filter(embedding_index_part::Column::Build.eq(index.build))
-            .filter(embedding_index_part::Column::Part.eq(part))
-            .order_by_asc(embedding_index_part::Column::Part)
-            .limit(1)
+        let row = embedding_index_part::Entity::find_by_id((index.build, part))
             .one(db)
             .await?
             .ok_or(UploadError::Gone(index.build))?;
