@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite: starts the local PostgreSQL and RabbitMQ if they are
-# down, gives the tests an empty RabbitMQ virtual host, installs cargo-nextest and faketime if
+# down, and the PostgreSQL server with pgvector of the pgvector tests (scripts/pgvector.sh), gives the tests an empty RabbitMQ virtual host, installs cargo-nextest and faketime if
 # missing, sets up libtorch once (scripts/libtorch.sh: the inference feature is tested too), checks the systemd units' sandboxing, builds once and runs every test (unit and
 # integration, every backend), fuzzes every parser of outside input for a few seconds
 # each (scripts/fuzz.sh), then the short chaos run (tests/chaos: private servers, faults at
@@ -25,6 +25,7 @@ source scripts/libtorch.sh
 export YARDMASTER_TEST_POSTGRES_URL="${YARDMASTER_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
 TEST_VHOST=yardmaster_test
 export YARDMASTER_TEST_AMQP_URL="${YARDMASTER_TEST_AMQP_URL:-amqp://127.0.0.1:5672/$TEST_VHOST}"
+export YARDMASTER_TEST_PGVECTOR_URL="${YARDMASTER_TEST_PGVECTOR_URL:-postgres://postgres@127.0.0.1:5439/postgres}"
 
 wait_for() { # NAME SECONDS COMMAND...
   local name=$1 seconds=$2; shift 2
@@ -88,10 +89,11 @@ lint_seconds=$((SECONDS - lint_started))
 ensure_nextest
 if [ "$quick" -eq 1 ]; then
   # Integration tests of PostgreSQL and RabbitMQ are named for them; the rest run on SQLite.
-  cargo nextest run --workspace --no-fail-fast -E 'not test(/postgres/) and not test(/amqp/)' "$@"
+  cargo nextest run --workspace --no-fail-fast -E 'not test(/postgres/) and not test(/amqp/) and not test(/pgvector/)' "$@"
   exit $?
 fi
 ensure_postgres
+bash scripts/pgvector.sh
 ensure_rabbitmq
 ensure_faketime
 # Every stage runs whatever an earlier one did; the summary names each with its outcome and

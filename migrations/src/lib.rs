@@ -31,6 +31,7 @@ mod m20261127_000023_queue_minutes;
 pub mod m20261127_000024_sqlite_planner_stats;
 mod m20261130_000025_embedding_labels;
 mod m20261130_000026_embedding_index;
+mod m20261130_000027_embedding_pgvector;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -67,6 +68,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000024_sqlite_planner_stats::Migration),
             Box::new(m20261130_000025_embedding_labels::Migration),
             Box::new(m20261130_000026_embedding_index::Migration),
+            Box::new(m20261130_000027_embedding_pgvector::Migration),
         ]
     }
 }

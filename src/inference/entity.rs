@@ -96,3 +96,23 @@ pub mod embedding_index_part {
 
     impl ActiveModelBehavior for ActiveModel {}
 }
+
+pub mod embedding_pgvector_build {
+    //! A pgvector build's table (`embedding_vectors_<build>`), registered under its set
+    //! before the table is made, so every table of a set but its current one can be dropped.
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+    #[sea_orm(table_name = "embedding_pgvector_build")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub build: Uuid,
+        pub set_name: String,
+        pub created_at: ChronoDateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}

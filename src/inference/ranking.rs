@@ -13,7 +13,7 @@ use tokio::sync::Mutex;
 use tracing::warn;
 use uuid::Uuid;
 
-use super::index::{stored, Indexes, Labelled};
+use super::index::{pgvector, stored, Indexes, Labelled};
 use super::neighbours::{nearest_where, normalised, SetCache};
 use super::ops::{database, DIMENSION_MISMATCH};
 use super::sets::{self, Item};
@@ -23,6 +23,7 @@ use crate::ops::OperationError;
 /// The methods a result names.
 pub const EXACT: &str = "exact";
 pub const HNSW: &str = stored::HNSW;
+pub const PGVECTOR: &str = pgvector::PGVECTOR;
 /// Items read at a time by an exact ranking of a large set.
 const PAGE: u64 = 4096;
 
@@ -65,6 +66,7 @@ impl<'a> Target<'a> {
 /// set's labelled items.
 pub struct Ranker {
     min_items: u64,
+    expansion: usize,
     small: SetCache,
     indexes: Indexes,
     labelled: Mutex<HashMap<String, (i64, Arc<Labelled>)>>,
@@ -74,6 +76,7 @@ impl Ranker {
     pub fn new(settings: &IndexSettings) -> Ranker {
         Ranker {
             min_items: settings.min_items,
+            expansion: settings.expansion_search,
             small: SetCache::default(),
             indexes: Indexes::new(settings),
             labelled: Mutex::default(),
@@ -106,7 +109,11 @@ impl Ranker {
             // A graph searched under a narrow filter (few labelled items) can come back
             // short: a query answered with fewer than it could have is ranked exactly.
             let could = keep.as_ref().map_or(target.inputs as usize, |keep| keep.len()).min(k);
-            match self.rank_indexed(db, target, &index, queries, k, keep.clone()).await {
+            let ranked = match index.method.as_str() {
+                PGVECTOR => self.rank_pgvector(db, target, &index, queries, k, keep.is_some()).await,
+                _ => self.rank_indexed(db, target, &index, queries, k, keep.clone()).await,
+            };
+            match ranked {
                 Ok(ranked) if ranked.queries.iter().all(|found| found.len() >= could) => return Ok(ranked),
                 Ok(_) => {
                     warn!(set = %target.key, "the index answered short of k under the labelled filter; ranking exactly")
@@ -158,6 +165,25 @@ impl Ranker {
         let wanted: Vec<Vec<i64>> = found.iter().map(|list| list.iter().map(|(item, _)| *item).collect()).collect();
         let queries = rescore(db, target.key, queries, &wanted, k).await.map_err(stored::UploadError::from)?;
         Ok(Ranked { method: HNSW, queries })
+    }
+
+    async fn rank_pgvector(
+        &self,
+        db: &DatabaseConnection,
+        target: &Target<'_>,
+        index: &crate::inference::entity::embedding_index::Model,
+        queries: &[Vec<f32>],
+        k: usize,
+        labelled_only: bool,
+    ) -> Result<Ranked, super::index::IndexError> {
+        // As for the file index: twice the neighbours asked, scored again exactly (a
+        // `halfvec` table holds the vectors at half precision).
+        let candidates = (2 * k).max(16);
+        let wanted = pgvector::search(db, index, queries, candidates, self.expansion, labelled_only)
+            .await
+            .map_err(stored::UploadError::from)?;
+        let queries = rescore(db, target.key, queries, &wanted, k).await.map_err(stored::UploadError::from)?;
+        Ok(Ranked { method: PGVECTOR, queries })
     }
 
     async fn rank_paged(

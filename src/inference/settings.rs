@@ -59,6 +59,10 @@ pub struct IndexSettings {
     pub connectivity: usize,
     pub expansion_add: usize,
     pub expansion_search: usize,
+    /// `auto`: on a PostgreSQL server that offers the `vector` extension, a set's index is a
+    /// pgvector HNSW index in the database (nothing to fetch; the settings above map onto
+    /// pgvector's, within its limits); elsewhere, or with `off`, yardmaster's own file.
+    pub pgvector: String,
 }
 
 impl Default for IndexSettings {
@@ -70,6 +74,7 @@ impl Default for IndexSettings {
             connectivity: 16,
             expansion_add: 128,
             expansion_search: 128,
+            pgvector: "auto".into(),
         }
     }
 }
@@ -161,6 +166,10 @@ impl InferenceSettings {
         anyhow::ensure!(
             (16..=4096).contains(&index.expansion_add) && (16..=4096).contains(&index.expansion_search),
             "inference.index.expansion_add and expansion_search must be 16 to 4096"
+        );
+        anyhow::ensure!(
+            matches!(index.pgvector.as_str(), "auto" | "off"),
+            "inference.index.pgvector must be auto or off"
         );
         Ok(())
     }

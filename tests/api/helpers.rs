@@ -54,7 +54,14 @@ pub enum Backend {
     Postgres,
     /// PostgreSQL and RabbitMQ: production.
     Amqp,
+    /// PostgreSQL with the `vector` extension (a server of its own, started by
+    /// `scripts/pgvector.sh`), in-process transport: for the pgvector index.
+    Pgvector,
 }
+
+/// Where the test PostgreSQL server with pgvector is (`scripts/pgvector.sh` starts it).
+pub const PGVECTOR_ADMIN_URL_ENV: &str = "YARDMASTER_TEST_PGVECTOR_URL";
+const PGVECTOR_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5439/postgres";
 
 /// The RabbitMQ virtual host tests use; `scripts/test.sh` recreates it empty on each run.
 pub const AMQP_URL_ENV: &str = "YARDMASTER_TEST_AMQP_URL";
@@ -86,10 +93,17 @@ impl TestDatabase {
                 let url = format!("sqlite://{}?mode=rwc", path.display());
                 (TestDatabase::Sqlite { path }, url)
             }
-            Backend::Postgres | Backend::Amqp => {
-                let admin_url = std::env::var(POSTGRES_ADMIN_URL_ENV).unwrap_or_else(|_| POSTGRES_ADMIN_URL.into());
+            Backend::Postgres | Backend::Amqp | Backend::Pgvector => {
+                let admin_url = match backend {
+                    Backend::Pgvector => {
+                        std::env::var(PGVECTOR_ADMIN_URL_ENV).unwrap_or_else(|_| PGVECTOR_ADMIN_URL.into())
+                    }
+                    _ => std::env::var(POSTGRES_ADMIN_URL_ENV).unwrap_or_else(|_| POSTGRES_ADMIN_URL.into()),
+                };
                 let name = format!("yardmaster_test_{id}");
-                let admin = Database::connect(&admin_url).await.expect("PostgreSQL must be running for tests");
+                let admin = Database::connect(&admin_url).await.unwrap_or_else(|err| {
+                    panic!("PostgreSQL must be running for tests at {admin_url} (scripts/test.sh starts it): {err}")
+                });
                 admin.execute_unprepared(&format!("CREATE DATABASE \"{name}\"")).await.expect("create database");
                 admin.close().await.ok();
                 let base = admin_url.rsplit_once('/').map(|(base, _)| base).unwrap_or(&admin_url);
@@ -371,7 +385,7 @@ impl TestApp {
         let settings_url = settings.store.url.clone();
         let transport: Arc<dyn Transport> = match backend {
             Backend::Amqp => Arc::new(AmqpTransport::new(settings.transport.amqp.clone()).unwrap()),
-            Backend::Sqlite | Backend::Postgres => Arc::new(InProcessTransport::new()),
+            Backend::Sqlite | Backend::Postgres | Backend::Pgvector => Arc::new(InProcessTransport::new()),
         };
         let mut builder = Application::builder(settings)
             .registry(

@@ -15,9 +15,11 @@ use std::time::Instant;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tracing::info;
 use uuid::Uuid;
 
 use super::hnsw::{Builder, HnswError};
+use super::pgvector::{self, Layout, PGVECTOR};
 use super::stored::{self, Published, HNSW};
 use crate::domain::{JobStatus, NewJob, QueueName, RoomId, Unique};
 use crate::inference::entity::embedding_set;
@@ -29,6 +31,8 @@ use crate::ops::{parse_payload, JobContext, Operation, OperationError};
 pub const BUILD_INDEX: &str = "embeddings.index";
 /// The index could not be built (usearch's error, or the file).
 pub const INDEX_FAILED: &str = "IndexFailed";
+/// Why a finished build was not published.
+const MOVED_ON: &str = "the set's vectors were written again while the index was built";
 /// Items read from the store at a time.
 const PAGE: u64 = 4096;
 /// How far back a build of the same set and revision counts (a set's vectors outlive it
@@ -110,10 +114,35 @@ impl Operation for BuildIndex {
             return Ok(answer("exact", json!({ "reason": reason })));
         }
         if let Some(index) = stored::current(ctx.db(), &set).await.map_err(database)? {
-            return Ok(answer(HNSW, json!({ "build": index.build, "bytes": index.bytes, "built": false })));
+            return Ok(answer(&index.method, json!({ "build": index.build, "bytes": index.bytes, "built": false })));
         }
         let started = Instant::now();
         let build = Uuid::new_v4();
+        let why_not_pgvector = match pgvector::availability(ctx.db(), &self.settings).await {
+            Ok(version) => match self.build_pgvector(&ctx, &set, build).await? {
+                Ok((dims, bytes)) => {
+                    let published = Published {
+                        set: key.clone(),
+                        build,
+                        method: PGVECTOR,
+                        vectors_revision: set.vectors_revision,
+                        items: set.inputs,
+                        dims: dims as i64,
+                        bytes,
+                        parts: 0,
+                    };
+                    if !stored::publish(ctx.db(), published).await.map_err(database)? {
+                        return Ok(answer("exact", json!({ "reason": MOVED_ON })));
+                    }
+                    let seconds = started.elapsed().as_secs_f64();
+                    let fields = json!({ "build": build, "dims": dims, "bytes": bytes, "built": true, "seconds": seconds, "pgvector": version });
+                    return Ok(answer(PGVECTOR, fields));
+                }
+                Err(refused) => refused,
+            },
+            Err(absent) => absent,
+        };
+        info!(set = %key, reason = %why_not_pgvector, "the set's index is a file of yardmaster's own, not pgvector");
         let dir = std::path::PathBuf::from(&self.settings.dir);
         tokio::fs::create_dir_all(&dir).await.map_err(failed)?;
         let aside = dir.join(format!("{build}.building"));
@@ -135,6 +164,7 @@ impl Operation for BuildIndex {
         let published = Published {
             set: key.clone(),
             build,
+            method: HNSW,
             vectors_revision: set.vectors_revision,
             items: set.inputs,
             dims: dims as i64,
@@ -143,22 +173,73 @@ impl Operation for BuildIndex {
         };
         if !stored::publish(ctx.db(), published).await.map_err(database)? {
             let _ = tokio::fs::remove_file(&aside).await;
-            return Ok(answer(
-                "exact",
-                json!({ "reason": "the set's vectors were written again while the index was built" }),
-            ));
+            return Ok(answer("exact", json!({ "reason": MOVED_ON })));
         }
         // This process has the file already: where it would have fetched it to.
         let _ = tokio::fs::rename(&aside, stored::cached(&dir, build)).await;
         let seconds = started.elapsed().as_secs_f64();
         Ok(answer(
             HNSW,
-            json!({ "build": build, "dims": dims, "bytes": bytes, "parts": parts, "built": true, "seconds": seconds }),
+            json!({
+                "build": build, "dims": dims, "bytes": bytes, "parts": parts, "built": true, "seconds": seconds,
+                "why_not_pgvector": why_not_pgvector,
+            }),
         ))
     }
 }
 
 impl BuildIndex {
+    /// Reads the set page by page into a pgvector table of build `build` and indexes it:
+    /// the vectors' length and the table's bytes, or why pgvector cannot index these
+    /// vectors (nothing is made then). A failure drops what was made.
+    async fn build_pgvector(
+        &self,
+        ctx: &JobContext,
+        set: &embedding_set::Model,
+        build: Uuid,
+    ) -> Result<Result<(usize, i64), String>, OperationError> {
+        let (items, vectors) = sets::vectors_page(ctx.db(), &set.name, None, PAGE).await.map_err(database)?;
+        let dims = vectors.len() / items.len().max(1);
+        let layout = match Layout::new(&self.settings.precision, dims) {
+            Ok(layout) => layout,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let made = pgvector::Build::start(ctx.db(), &set.name, build, layout).await.map_err(failed)?;
+        let filled = self.fill_pgvector(ctx, set, &made, items, vectors).await;
+        let indexed = match filled {
+            Ok(()) => made.index(ctx.db(), &self.settings).await.map_err(failed),
+            Err(err) => Err(err),
+        };
+        match indexed {
+            Ok(bytes) => Ok(Ok((dims, bytes))),
+            Err(err) => {
+                let _ = pgvector::drop_build(ctx.db(), build).await;
+                Err(err)
+            }
+        }
+    }
+
+    async fn fill_pgvector(
+        &self,
+        ctx: &JobContext,
+        set: &embedding_set::Model,
+        made: &pgvector::Build,
+        mut items: Vec<i64>,
+        mut vectors: Vec<f32>,
+    ) -> Result<(), OperationError> {
+        let mut done = 0_i64;
+        while let Some(last) = items.last().copied() {
+            made.add(ctx.db(), &items, &vectors).await.map_err(failed)?;
+            done += items.len() as i64;
+            ctx.progress(done, set.inputs).await;
+            if ctx.is_cancelled() {
+                return Err(OperationError::new("Cancelled", "the build was cancelled"));
+            }
+            (items, vectors) = sets::vectors_page(ctx.db(), &set.name, Some(last), PAGE).await.map_err(database)?;
+        }
+        Ok(())
+    }
+
     /// Reads the set into a graph, page by page, and saves it at `path`; the vectors' length.
     async fn build(
         &self,

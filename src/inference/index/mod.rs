@@ -5,6 +5,7 @@
 
 pub mod build;
 pub mod hnsw;
+pub mod pgvector;
 pub mod sample;
 pub mod stored;
 

@@ -80,6 +80,8 @@ pub enum UploadError {
 pub struct Published {
     pub set: String,
     pub build: Uuid,
+    /// [`HNSW`] (a file in parts) or [`super::pgvector::PGVECTOR`] (a table).
+    pub method: &'static str,
     pub vectors_revision: i64,
     pub items: i64,
     pub dims: i64,
@@ -89,8 +91,8 @@ pub struct Published {
 
 /// Makes build `published` the set's index if the set's vectors are still the revision it
 /// was built from (compare-and-set, in one transaction with the set's row locked), and
-/// deletes the set's other builds. `false` when the set moved on: the build's own parts
-/// are deleted and nothing else changes.
+/// deletes the set's other builds (their parts, and their pgvector tables). `false` when
+/// the set moved on: the build's own parts or table are deleted and nothing else changes.
 pub async fn publish(db: &DatabaseConnection, published: Published) -> Result<bool, DbErr> {
     let txn = db.begin().await?;
     // Locks the set's row where the database can (PostgreSQL); SQLite's writer is alone.
@@ -108,7 +110,7 @@ pub async fn publish(db: &DatabaseConnection, published: Published) -> Result<bo
             set_name: Set(published.set.clone()),
             build: Set(published.build),
             vectors_revision: Set(published.vectors_revision),
-            method: Set(HNSW.into()),
+            method: Set(published.method.into()),
             items: Set(published.items),
             dims: Set(published.dims),
             bytes: Set(published.bytes),
@@ -136,6 +138,10 @@ pub async fn publish(db: &DatabaseConnection, published: Published) -> Result<bo
         others.filter(embedding_index_part::Column::Build.eq(published.build))
     };
     others.exec(&txn).await?;
+    match current {
+        true => super::pgvector::drop_others(&txn, &published.set, Some(keep)).await?,
+        false => super::pgvector::drop_build(&txn, published.build).await?,
+    }
     txn.commit().await?;
     Ok(current)
 }
@@ -143,6 +149,7 @@ pub async fn publish(db: &DatabaseConnection, published: Published) -> Result<bo
 /// Deletes the index of set `set` and every part stored for it.
 pub async fn forget(db: &impl ConnectionTrait, set: &str) -> Result<(), DbErr> {
     embedding_index_part::Entity::delete_many().filter(embedding_index_part::Column::SetName.eq(set)).exec(db).await?;
+    super::pgvector::drop_others(db, set, None).await?;
     embedding_index::Entity::delete_many().filter(embedding_index::Column::SetName.eq(set)).exec(db).await?;
     Ok(())
 }
