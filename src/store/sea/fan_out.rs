@@ -17,8 +17,8 @@ use std::panic::AssertUnwindSafe;
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait, Query};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, IdenStatic, QueryFilter,
-    QueryOrder, QuerySelect, QueryTrait, TryInsertResult, UpdateMany,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, IdenStatic,
+    QueryFilter, QueryOrder, QuerySelect, QueryTrait, TryInsertResult, UpdateMany,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -63,11 +63,7 @@ impl SeaStore {
         outcomes: &[&BatchOutcome],
         reduce: &dyn Reduce,
     ) -> Result<Vec<BatchRecorded>, StoreError> {
-        // Locks the parent row until the commit, so outcomes of one parent queue up here.
-        let locked = running(parent)
-            .filter(job::Column::FanOut.eq(FanOutForm::Batches.as_str()))
-            .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent));
-        let Some(Counters { operation, .. }) = counters(txn, locked).await? else {
+        let Some(Counters { operation, .. }) = lock_parent(txn, parent).await? else {
             return Ok(outcomes.iter().map(|_| BatchRecorded::ParentGone).collect());
         };
         let now = clock::now();
@@ -239,6 +235,41 @@ struct Counters {
     attempts: i32,
     progress_current: i64,
     progress_total: Option<i64>,
+}
+
+/// The counters of `parent` if it is its job's RUNNING run fanned out in batches, held until
+/// the commit so that outcomes of one parent queue up here. On PostgreSQL a no-op update
+/// locks the row. On SQLite the transaction already holds the one writer's lock, and an
+/// update would rewrite the whole row, the coordinator's payload of megabytes with it (the
+/// record is rebuilt and compared page by page): a read is enough there.
+async fn lock_parent(txn: &DatabaseTransaction, parent: RunRef) -> Result<Option<Counters>, DbErr> {
+    if txn.get_database_backend() == DbBackend::Sqlite {
+        let row = job::Entity::find()
+            .select_only()
+            .columns([
+                job::Column::Operation,
+                job::Column::Attempts,
+                job::Column::ProgressCurrent,
+                job::Column::ProgressTotal,
+            ])
+            .filter(job::Column::Id.eq(parent.id))
+            .filter(job::Column::Attempts.eq(parent.attempt))
+            .filter(job::Column::Status.eq(JobStatus::Running))
+            .filter(job::Column::FanOut.eq(FanOutForm::Batches.as_str()))
+            .into_tuple::<(String, i32, i64, Option<i64>)>()
+            .one(txn)
+            .await?;
+        return Ok(row.map(|(operation, attempts, progress_current, progress_total)| Counters {
+            operation,
+            attempts,
+            progress_current,
+            progress_total,
+        }));
+    }
+    let locked = running(parent)
+        .filter(job::Column::FanOut.eq(FanOutForm::Batches.as_str()))
+        .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent));
+    counters(txn, locked).await
 }
 
 /// Runs `update` (a compare-and-set on one job row), returning the row's [`Counters`] if it
