@@ -16,6 +16,11 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
 source scripts/libtorch.sh
 
 . bench/services.sh
+# The neighbours cases measure pgvector's index too, on the server scripts/pgvector.sh starts.
+if [[ ",${BENCH_ONLY:-}," == *,neighbours,* ]]; then
+  bash scripts/pgvector.sh
+  export BENCH_PGVECTOR_URL="${BENCH_PGVECTOR_URL:-postgres://postgres@127.0.0.1:5439/postgres}"
+fi
 (cd bench/graphile && npm install --no-audit --no-fund --silent)
 # The Python SDK (and its tools) for the sdk cases' worker process.
 source tests/venv.sh

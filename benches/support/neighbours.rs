@@ -5,24 +5,32 @@
 //! one query at a time, the index (as configured by default) against exact ranking of the
 //! whole set held in memory (what every search did before the index, at its best: one
 //! libtorch product); recall@10 against the exact answers; and the memory of a process of
-//! its own answering the queries from the mapped file, as a worker does.
+//! its own answering the queries from the mapped file, as a worker does. With
+//! `BENCH_PGVECTOR_URL` (a PostgreSQL server with pgvector; `scripts/bench.sh` starts one with
+//! `scripts/pgvector.sh`), the same for pgvector's index at `BENCH_PGVECTOR_MAX` items at most
+//! (default 100,000): its build, and queries as a worker sends them (twice `k` candidates),
+//! with the CPU of the bench process and of PostgreSQL's backends.
 
 use std::time::Instant;
 
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
 use tch::Tensor;
 use yardmaster::config::InferenceSettings;
+use yardmaster::inference::entity::embedding_index;
 use yardmaster::inference::index::hnsw::{Builder, Graph};
+use yardmaster::inference::index::pgvector::{self, Layout};
 use yardmaster::inference::index::sample::Clustered;
 use yardmaster::inference::settings::IndexSettings;
 
-use super::{number_or, rss_kib};
+use super::cpu::Role;
+use super::{number_or, rss_kib, sampler};
 
 /// Queries timed on the index, and on exact ranking (also the truth for recall).
 const INDEX_QUERIES: usize = 2_000;
 const EXACT_QUERIES: usize = 100;
 const K: usize = 10;
 
-pub fn figures() {
+pub async fn figures() {
     let sizes: Vec<usize> = std::env::var("BENCH_NEIGHBOURS")
         .unwrap_or_else(|_| "100000,1000000".into())
         .split(',')
@@ -39,11 +47,11 @@ pub fn figures() {
         std::thread::available_parallelism().map_or(1, usize::from)
     );
     for size in sizes {
-        one(size, dims, &settings);
+        one(size, dims, &settings).await;
     }
 }
 
-fn one(items: usize, dims: usize, settings: &IndexSettings) {
+async fn one(items: usize, dims: usize, settings: &IndexSettings) {
     let mut data = Clustered::new(11, (items / 50).max(10), dims);
     let mut vectors = data.flat(items);
     let queries = data.flat(INDEX_QUERIES);
@@ -59,6 +67,12 @@ fn one(items: usize, dims: usize, settings: &IndexSettings) {
     let built = started.elapsed().as_secs_f64();
     drop(builder);
     let file = std::fs::metadata(dir.join("set.usearch")).unwrap().len();
+    let in_pgvector = match std::env::var("BENCH_PGVECTOR_URL") {
+        Ok(url) if items <= number_or("BENCH_PGVECTOR_MAX", 100_000) => {
+            Some(PgvectorSet::build(&url, settings, &vectors, dims).await)
+        }
+        _ => None,
+    };
 
     // Exact: the unit vectors in one libtorch tensor, each query one product with all of
     // them and the top K (BLAS on every core: exact ranking at its best).
@@ -125,7 +139,116 @@ fn one(items: usize, dims: usize, settings: &IndexSettings) {
         (number("anon_after_kib") - number("anon_before_kib")) / 1024.0,
         number("file_kib") / 1024.0
     );
+    if let Some(set) = in_pgvector {
+        let (rate, p50, p99, cpu, recall) = set.search(settings, &queries, dims, &truth).await;
+        println!(
+            "    pgvector {} ({}): built in {:.1} s, table and index {:.0} MB",
+            set.version,
+            set.layout_name,
+            set.built,
+            set.bytes as f64 / 1e6
+        );
+        println!(
+            "    pgvector (PostgreSQL)       {rate:>9.1} queries/s  p50 {:>8.3} ms  p99 {:>8.3} ms  CPU/query {:>8.3} ms  ({:.0}x exact)  recall@10 {recall:.4} (of {} candidates)",
+            p50 * 1e3,
+            p99 * 1e3,
+            cpu * 1e3,
+            rate / exact_rate,
+            2 * K
+        );
+        set.drop().await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A set's vectors in pgvector's index, in a database of its own on the pgvector server.
+struct PgvectorSet {
+    admin_url: String,
+    name: String,
+    db: DatabaseConnection,
+    index: embedding_index::Model,
+    version: String,
+    layout_name: String,
+    built: f64,
+    bytes: i64,
+}
+
+impl PgvectorSet {
+    async fn build(admin_url: &str, settings: &IndexSettings, vectors: &[f32], dims: usize) -> PgvectorSet {
+        let name = format!("yardmaster_bench_{}", uuid::Uuid::new_v4().simple());
+        let admin = Database::connect(admin_url).await.expect("the pgvector server must be running");
+        admin.execute_unprepared(&format!("CREATE DATABASE \"{name}\"")).await.unwrap();
+        admin.close().await.ok();
+        let base = admin_url.rsplit_once('/').map_or(admin_url, |(base, _)| base);
+        let db = Database::connect(format!("{base}/{name}")).await.unwrap();
+        <migration::Migrator as migration::MigratorTrait>::up(&db, None).await.unwrap();
+        let version = pgvector::availability(&db, settings).await.expect("the server offers pgvector");
+        let layout = Layout::new(&settings.precision, dims).unwrap();
+        let build = uuid::Uuid::new_v4();
+        let started = Instant::now();
+        let made = pgvector::Build::start(&db, "default:bench", build, layout).await.unwrap();
+        let items: Vec<i64> = (0..(vectors.len() / dims) as i64).collect();
+        for (items, chunk) in items.chunks(4096).zip(vectors.chunks(4096 * dims)) {
+            made.add(&db, items, chunk).await.unwrap();
+        }
+        let bytes = made.index(&db, settings).await.unwrap();
+        let built = started.elapsed().as_secs_f64();
+        let index = embedding_index::Model {
+            set_name: "default:bench".into(),
+            build,
+            vectors_revision: 0,
+            method: pgvector::PGVECTOR.into(),
+            items: items.len() as i64,
+            dims: dims as i64,
+            bytes,
+            parts: 0,
+            built_at: chrono::Utc::now(),
+        };
+        let layout_name = format!("{}({dims})", layout.kind());
+        PgvectorSet { admin_url: admin_url.to_owned(), name, db, index, version, layout_name, built, bytes }
+    }
+
+    /// Every query one at a time, as a search batch sends it: rate, p50, p99, CPU per query
+    /// (this process and PostgreSQL's backends), recall@10 of the candidates.
+    async fn search(
+        &self,
+        settings: &IndexSettings,
+        queries: &[f32],
+        dims: usize,
+        truth: &[Vec<i64>],
+    ) -> (f64, f64, f64, f64, f64) {
+        let queries: Vec<Vec<f32>> = queries.chunks_exact(dims).map(<[f32]>::to_vec).collect();
+        let before = sampler().snapshot();
+        let mut times = Vec::with_capacity(queries.len());
+        let mut hits = 0;
+        for (at, query) in queries.iter().enumerate() {
+            let started = Instant::now();
+            let search = pgvector::search(
+                &self.db,
+                &self.index,
+                std::slice::from_ref(query),
+                2 * K,
+                settings.expansion_search,
+                false,
+            );
+            let found = search.await.unwrap().remove(0);
+            times.push(started.elapsed().as_secs_f64());
+            if let Some(truth) = truth.get(at) {
+                hits += found.iter().filter(|item| truth.contains(item)).count();
+            }
+        }
+        let usage = sampler().since(&before);
+        let cpu = (usage.get(Role::Bench) + usage.get(Role::Postgres)) / times.len() as f64;
+        let (rate, p50, p99) = spread(&mut times);
+        (rate, p50, p99, cpu, hits as f64 / (K * truth.len()) as f64)
+    }
+
+    async fn drop(self) {
+        self.db.close().await.ok();
+        if let Ok(admin) = Database::connect(&self.admin_url).await {
+            let _ = admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name)).await;
+        }
+    }
 }
 
 /// Set to a directory holding `set.usearch`, `queries` and `truth.json`: the bench process

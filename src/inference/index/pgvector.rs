@@ -28,6 +28,8 @@ const MAX_DIMS_VECTOR: usize = 2_000;
 const MAX_DIMS_HALFVEC: usize = 4_000;
 const MAX_LINKS: usize = 100;
 const MAX_EXPANSION: usize = 1_000;
+/// About the most text one insert of a build sends.
+const STATEMENT_BYTES: usize = 8 << 20;
 
 /// The extension's version, once it is there (made if it was only offered); else why a set
 /// gets yardmaster's own file index instead.
@@ -92,6 +94,11 @@ impl Layout {
             return Err(format!("pgvector's HNSW indexes {kind} of at most {most} values; these have {dims}"));
         }
         Ok(Layout { kind, dims })
+    }
+
+    /// pgvector's type: `vector` or `halfvec`.
+    pub fn kind(&self) -> &'static str {
+        self.kind
     }
 
     fn ops(&self) -> &'static str {
@@ -160,20 +167,26 @@ impl Build {
         Ok(Build { build, table, layout })
     }
 
-    /// Adds a page of items and their vectors (`items.len() × dims`, row-major).
+    /// Adds a page of items and their vectors (`items.len() × dims`, row-major), in
+    /// statements of a few megabytes of text.
     pub async fn add(&self, db: &DatabaseConnection, items: &[i64], vectors: &[f32]) -> Result<(), DbErr> {
-        if vectors.len() != items.len() * self.layout.dims {
-            return Err(DbErr::Custom(format!("vectors of another length than {}", self.layout.dims)));
+        let dims = self.layout.dims;
+        if vectors.len() != items.len() * dims {
+            return Err(DbErr::Custom(format!("vectors of another length than {dims}")));
         }
-        let items = format!("{{{}}}", items.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
-        let texts: Vec<String> = vectors.chunks_exact(self.layout.dims).map(literal).collect();
-        let vectors = array_literal(texts.iter().map(String::as_str));
         let sql = format!(
             "INSERT INTO {} (item, vec) SELECT item, vec::{} FROM unnest($1::bigint[], $2::text[]) AS page(item, vec)",
             self.table, self.layout.kind
         );
-        db.execute_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, [items.into(), vectors.into()]))
-            .await?;
+        // About 12 characters a value.
+        let rows = (STATEMENT_BYTES / (dims * 12)).max(1);
+        for (items, vectors) in items.chunks(rows).zip(vectors.chunks(rows * dims)) {
+            let items = format!("{{{}}}", items.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
+            let texts: Vec<String> = vectors.chunks_exact(dims).map(literal).collect();
+            let vectors = array_literal(texts.iter().map(String::as_str));
+            let values = [items.into(), vectors.into()];
+            db.execute_raw(Statement::from_sql_and_values(DbBackend::Postgres, &sql, values)).await?;
+        }
         Ok(())
     }
 
