@@ -7,7 +7,10 @@
 //! vectors are in memory, at the index's precision), saves it into its own directory (so
 //! this process does not fetch it again), stores it in parts, and publishes it only if the
 //! set's vectors are still those it read. A crash anywhere leaves the earlier index in use;
-//! parts of an unpublished build are deleted by the set's next publication.
+//! parts of an unpublished build are deleted by the set's next publication. Where the store
+//! is a PostgreSQL server that offers pgvector, the build is pgvector's instead (`pgvector`):
+//! the set copied page by page into a table of the build's own, indexed there, and published
+//! the same way; the result of a file build says why pgvector was not used.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,7 +1,9 @@
 //! The neighbour index of a stored set: an HNSW graph (`hnsw`) built by the operation
 //! `embeddings.index` once the set is whole (`build`), kept in the store with the set
 //! (`stored`), and opened by each process that answers searches from a file it fetched once
-//! and maps read-only ([`Indexes`]), so no process holds a whole set and no query scans one.
+//! and maps read-only ([`Indexes`]), so no process holds a whole set and no query scans one;
+//! or, on a PostgreSQL server with the `vector` extension, pgvector's index (`pgvector`),
+//! searched in the database.
 
 pub mod build;
 pub mod hnsw;
