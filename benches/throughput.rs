@@ -808,13 +808,15 @@ fn flowing() -> bool {
 }
 
 /// A flowing job: `BENCH_FLOW_PRIORITIES` `spread` (default: job n at level n mod 10, the
-/// levels interleaved, the worst order for the table's pages), `one` (every job at level
-/// 5) or `none` (level 0); `BENCH_FLOW_LIMIT=0` drops the limit.
+/// levels interleaved, the worst order for the table's pages), `runs` (the levels in runs
+/// of 100 jobs: each seeding transaction of 1,000 holds one run of each level), `one`
+/// (every job at level 5) or `none` (level 0); `BENCH_FLOW_LIMIT=0` drops the limit.
 fn flowing_job(n: usize) -> NewJob {
     let limit = yardmaster::domain::Limit { key: "operation:ping".into(), max_running: Some(NON_BINDING), rate: None };
     let priority = match std::env::var("BENCH_FLOW_PRIORITIES").as_deref() {
         Ok("none") => 0,
         Ok("one") => 5,
+        Ok("runs") => (n % 1000 / 100) as u8,
         _ => (n % 10) as u8,
     };
     let limit = (std::env::var("BENCH_FLOW_LIMIT").as_deref() != Ok("0")).then_some(limit);

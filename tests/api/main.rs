@@ -38,6 +38,7 @@ mod openapi;
 #[cfg(feature = "otel")]
 mod otel;
 mod pauses;
+mod placement;
 mod planner;
 mod priorities;
 mod queue_charts;

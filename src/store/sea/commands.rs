@@ -11,6 +11,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::rows::new_row;
+use super::write_gate::WriteTxn;
 use super::{
     append_event, append_events, compare_and_set, dependencies, event_row, fan_out, group_commit, limits, retried,
     unique, SeaStore, INSERT_CHUNK,
@@ -43,7 +44,7 @@ impl JobCommands for SeaStore {
         }
         let row = new_row(&new);
         let txn = self.write_txn().await?;
-        let inserted = job::Entity::insert(row.clone().into_active_model()).exec_without_returning(&txn).await;
+        let inserted = insert_chunks(&txn, std::slice::from_ref(&row)).await;
         match (inserted, &new.idempotency_key) {
             (Ok(_), _) => {}
             (Err(err), Some(key)) if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
@@ -369,16 +370,31 @@ fn queued_event(new: &NewJob) -> NewEvent {
 /// Inserts keyless submissions and their `job.queued` events with multi-row inserts.
 /// Jobs under a limit are admitted or held first (`limits::admit`): a held one is written
 /// unsent, with its `job.held` event after its `job.queued`.
-pub(super) async fn insert_new(txn: &DatabaseTransaction, new: &[&NewJob]) -> Result<Vec<job::Model>, DbErr> {
+pub(super) async fn insert_new(txn: &WriteTxn, new: &[&NewJob]) -> Result<Vec<job::Model>, DbErr> {
     let rows: Vec<job::Model> = new.iter().map(|new| new_row(new)).collect();
     insert_rows(txn, rows, new, Vec::new()).await
+}
+
+/// Inserts job rows, a statement per [`INSERT_CHUNK`]; on SQLite each where its queue and
+/// level's run puts it ([`super::placement`]).
+async fn insert_chunks(txn: &WriteTxn, rows: &[job::Model]) -> Result<(), DbErr> {
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        match txn.placement() {
+            Some(placement) => placement.insert(txn, chunk).await?,
+            None => {
+                let models = chunk.iter().cloned().map(IntoActiveModel::into_active_model);
+                job::Entity::insert_many(models).exec_without_returning(&**txn).await?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// [`insert_new`] of rows already made (`new[i]` made `rows[i]`), with more events to
 /// write after their `job.queued` ones. A job waiting for its dependencies is not
 /// admitted by its limit yet: it stays held.
 async fn insert_rows(
-    txn: &DatabaseTransaction,
+    txn: &WriteTxn,
     mut rows: Vec<job::Model>,
     new: &[&NewJob],
     more: Vec<job_event::ActiveModel>,
@@ -389,10 +405,7 @@ async fn insert_rows(
         true => limits::admit(txn, &mut rows, &limits).await?,
         false => Vec::new(),
     };
-    for chunk in rows.chunks(INSERT_CHUNK) {
-        let models = chunk.iter().cloned().map(IntoActiveModel::into_active_model);
-        job::Entity::insert_many(models).exec_without_returning(txn).await?;
-    }
+    insert_chunks(txn, &rows).await?;
     let mut events: Vec<_> = rows.iter().zip(new).map(|(row, new)| event_row(row.id, &queued_event(new))).collect();
     events.extend(more);
     events.extend(held);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -18,6 +18,7 @@ use uuid::Uuid;
 use super::commands::insert_new;
 use super::fan_out::children_ended;
 use super::run_sql::Outcome;
+use super::write_gate::WriteTxn;
 use super::{append_events, event_row, postgres_batch, SeaStore};
 use crate::domain::{BatchOutcome, Job, JobStatus, NewEvent, NewJob};
 use crate::store::entity::{job, job_event};
@@ -235,7 +236,7 @@ impl SeaStore {
     /// `UPDATE … RETURNING` per claimant for the claims, one per status for plain outcomes,
     /// one multi-row `INSERT` for submissions and one for all their events. Answers in the
     /// order of `writes`.
-    async fn apply_batch(&self, txn: &DatabaseTransaction, writes: &[Write]) -> Result<Vec<Written>, StoreError> {
+    async fn apply_batch(&self, txn: &WriteTxn, writes: &[Write]) -> Result<Vec<Written>, StoreError> {
         let mut answers: Vec<Option<Written>> = writes.iter().map(|_| None).collect();
         let mut events = Vec::new();
         let mut claims: BTreeMap<(&str, Duration), Vec<(usize, Uuid)>> = BTreeMap::new();

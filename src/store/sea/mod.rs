@@ -14,6 +14,7 @@ mod fan_out;
 mod group_commit;
 mod limits;
 mod maintenance;
+mod placement;
 mod postgres_batch;
 mod prune;
 mod reads;

@@ -16,18 +16,22 @@ use sea_orm::{
 };
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+use super::placement::Placement;
+
 /// Shared by every store writing to one database from this process.
 #[derive(Clone, Default)]
 pub struct WriteGate {
     turn: Option<Arc<Mutex<()>>>,
+    /// Where new job rows go on SQLite; its rowids are handed out in turn.
+    placement: Option<Arc<Placement>>,
 }
 
 impl WriteGate {
     /// A gate for `db`'s engine: real on SQLite, open on PostgreSQL.
     pub fn for_backend(backend: DbBackend) -> Self {
         match backend {
-            DbBackend::Sqlite => WriteGate { turn: Some(Arc::new(Mutex::new(()))) },
-            _ => WriteGate { turn: None },
+            DbBackend::Sqlite => WriteGate { turn: Some(Arc::new(Mutex::new(()))), placement: Some(Arc::default()) },
+            _ => WriteGate::default(),
         }
     }
 
@@ -43,7 +47,7 @@ impl WriteGate {
             ..Default::default()
         };
         let txn = db.begin_with_options(options).await?;
-        Ok(WriteTxn { txn, _turn: turn })
+        Ok(WriteTxn { txn, placement: self.placement.clone(), _turn: turn })
     }
 }
 
@@ -52,10 +56,17 @@ pub struct WriteTxn {
     // Declared first, so dropped first: a dropped transaction rolls back before the turn
     // passes on.
     txn: DatabaseTransaction,
+    placement: Option<Arc<Placement>>,
     _turn: Option<OwnedMutexGuard<()>>,
 }
 
 impl WriteTxn {
+    /// Where this transaction's new job rows go: `None` on PostgreSQL, whose rows go
+    /// where its heap has room.
+    pub(super) fn placement(&self) -> Option<&Placement> {
+        self.placement.as_deref()
+    }
+
     pub async fn commit(self) -> Result<(), DbErr> {
         self.txn.commit().await
     }

@@ -1,0 +1,72 @@
+//! Where SQLite puts new jobs' rows: jobs of one queue and level side by side, however
+//! their submissions interleave the levels, so claims level by level rewrite few pages;
+//! and two stores on one file (two processes) never hand out one rowid twice.
+
+use sea_orm::{ConnectionTrait as _, DatabaseConnection, DbBackend, Statement};
+use yardmaster::domain::{NewJob, QueueName};
+use yardmaster::store::{JobCommands as _, SeaStore};
+
+use crate::helpers::{Backend, TestDatabase};
+
+async fn migrated_store(url: &str) -> (DatabaseConnection, SeaStore) {
+    let settings =
+        yardmaster::config::StoreSettings { url: url.into(), ..yardmaster::config::Settings::default().store };
+    let db = yardmaster::store::connect(&settings).await.unwrap();
+    yardmaster::store::migrate(&db).await.unwrap();
+    (db.clone(), SeaStore::new(db))
+}
+
+/// Pings at levels 0-9 in turn, on `queue`.
+fn interleaved(count: usize, queue: &str) -> Vec<NewJob> {
+    (0..count)
+        .map(|n| NewJob { priority: (n % 10) as u8, queue: QueueName::parse(queue).unwrap(), ..NewJob::new("ping") })
+        .collect()
+}
+
+/// (queue, level) of every job, in the table's rowid order.
+async fn layout(db: &DatabaseConnection) -> Vec<(String, i64)> {
+    let sql = "SELECT queue, effective_priority FROM job ORDER BY rowid";
+    let rows = db.query_all_raw(Statement::from_string(DbBackend::Sqlite, sql)).await.unwrap();
+    rows.iter().map(|row| (row.try_get_by_index(0).unwrap(), row.try_get_by_index(1).unwrap())).collect()
+}
+
+/// How often the next row down the table is of another queue or level.
+fn changes(layout: &[(String, i64)]) -> usize {
+    layout.windows(2).filter(|pair| pair[0] != pair[1]).count()
+}
+
+#[actix_rt::test]
+async fn jobs_of_one_queue_and_level_lie_side_by_side() {
+    let (_database, url) = TestDatabase::create(Backend::Sqlite).await;
+    let (db, store) = migrated_store(&url).await;
+    // Batches, single submissions (keyed and not) and two queues, the levels interleaved.
+    for round in 0..3 {
+        store.submit_many(interleaved(100, "default")).await.unwrap();
+        store.submit_many(interleaved(50, "other")).await.unwrap();
+        for n in 0..10 {
+            let key = Some(format!("single-{round}-{n}"));
+            let keyed = NewJob { idempotency_key: key, ..interleaved(10, "default").swap_remove(n) };
+            store.submit(keyed).await.unwrap();
+            store.submit(interleaved(10, "default").swap_remove(n)).await.unwrap();
+        }
+    }
+    let layout = layout(&db).await;
+    assert_eq!(layout.len(), 3 * (100 + 50 + 20));
+    // Interleaved rows would change on nearly every row (509 times); each of the 20
+    // (queue, level) pairs is one run here.
+    assert_eq!(changes(&layout), 19, "{layout:?}");
+}
+
+#[actix_rt::test]
+async fn two_stores_on_one_file_never_share_a_rowid() {
+    let (_database, url) = TestDatabase::create(Backend::Sqlite).await;
+    let (db, first) = migrated_store(&url).await;
+    let (_, second) = migrated_store(&url).await;
+    for _ in 0..5 {
+        first.submit_many(interleaved(30, "default")).await.unwrap();
+        second.submit_many(interleaved(30, "default")).await.unwrap();
+        second.submit(NewJob::new("ping")).await.unwrap();
+        first.submit(NewJob { priority: 3, ..NewJob::new("ping") }).await.unwrap();
+    }
+    assert_eq!(layout(&db).await.len(), 5 * 62);
+}
