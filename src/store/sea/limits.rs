@@ -14,10 +14,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, ExprTrait as _};
+use sea_orm::sea_query::{Alias, Expr, ExprTrait as _, Query};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, PaginatorTrait, QueryFilter,
-    QueryOrder, QuerySelect, Statement,
+    QueryOrder, QuerySelect, QueryTrait, Statement,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -43,17 +43,22 @@ pub(super) async fn lock(txn: &DatabaseTransaction, key: &str) -> Result<(), DbE
     Ok(())
 }
 
-/// Admitted jobs of `key` that are QUEUED (or also RUNNING), counted up to `most`.
+/// Admitted jobs of `key` that are QUEUED (or also RUNNING), counted up to `most` in the
+/// database: a limit far above what runs counts its many admitted jobs without a row each
+/// coming back.
 async fn admitted(txn: &DatabaseTransaction, key: &str, running_too: bool, most: u64) -> Result<u64, DbErr> {
     let statuses = if running_too { "status IN ('queued', 'running')" } else { "status = 'queued'" };
-    let query = job::Entity::find()
+    let admitted = job::Entity::find()
         .select_only()
-        .column(job::Column::Id)
+        .expr(Expr::val(1))
         // Literals, so both engines read the partial index of admitted jobs.
         .filter(Expr::cust(format!("limit_key IS NOT NULL AND held_since IS NULL AND {statuses}")))
         .filter(job::Column::LimitKey.eq(key))
-        .limit(most);
-    Ok(query.into_tuple::<Uuid>().all(txn).await?.len() as u64)
+        .limit(most)
+        .into_query();
+    let count = Query::select().expr(Expr::cust("COUNT(*)")).from_subquery(admitted, Alias::new("admitted")).to_owned();
+    let row = txn.query_one(&count).await?.ok_or_else(|| DbErr::RecordNotFound("a count".into()))?;
+    Ok(u64::try_from(row.try_get_by_index::<i64>(0)?).unwrap_or(0))
 }
 
 /// The starts of `key`'s jobs since `since`, oldest first (their last starts: a run
