@@ -70,3 +70,25 @@ async fn two_stores_on_one_file_never_share_a_rowid() {
     }
     assert_eq!(layout(&db).await.len(), 5 * 62);
 }
+
+/// A rowid handed out by a transaction that rolled back is not in the table, so another
+/// store can take the rowids below it unseen; the next insert that meets one of them
+/// starts its runs again after the table's last row instead of failing.
+#[actix_rt::test]
+async fn a_rowid_taken_unseen_is_stepped_over() {
+    let (_database, url) = TestDatabase::create(Backend::Sqlite).await;
+    let (db, first) = migrated_store(&url).await;
+    let (_, second) = migrated_store(&url).await;
+    let keyed = NewJob { idempotency_key: Some("once".into()), ..NewJob::new("ping") };
+    second.submit(keyed.clone()).await.unwrap();
+    first.submit(NewJob::new("ping")).await.unwrap();
+    // At level 1 it cuts a run past the table's end; its insert fails on the key, and the
+    // transaction rolls back (the submission answers as a conflicting retry of the key).
+    let _ = first.submit(NewJob { priority: 1, ..keyed }).await;
+    // The second store sees a row it did not place and starts after it.
+    second.submit_many(vec![NewJob::new("ping"), NewJob::new("ping")]).await.unwrap();
+    // The first store's level-0 run goes on below its rolled-back rowid, where the second's rows now are.
+    first.submit(NewJob::new("ping")).await.unwrap();
+    first.submit_many(interleaved(20, "default")).await.unwrap();
+    assert_eq!(layout(&db).await.len(), 1 + 1 + 2 + 1 + 20);
+}

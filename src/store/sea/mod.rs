@@ -295,7 +295,8 @@ async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent
 }
 
 /// Rows per multi-row `INSERT`: keeps the bind parameters below SQLite's and PostgreSQL's
-/// limits (32,766 and 65,535) for the widest row (the job's 36 columns: 18,000 at most).
+/// limits (32,766 and 65,535) for the widest row (the job's 40 columns and, on SQLite, its
+/// rowid: 20,500 at most).
 const INSERT_CHUNK: usize = 500;
 
 /// Appends many events in multi-row inserts, in order.

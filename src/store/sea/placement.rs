@@ -15,12 +15,16 @@
 //! anything handed out here, rows came from elsewhere (another process, an `INSERT` that
 //! let SQLite choose); below what the last transaction saw, rows went (the newest
 //! deleted, or the table renumbered by a `VACUUM`). Either way the runs are forgotten and
-//! the next starts after the table's last row, so no rowid is handed out twice.
+//! the next starts after the table's last row. That read cannot see everything (another
+//! writer's rows below a rowid handed out here whose transaction rolled back), so an insert
+//! that finds a rowid taken restarts the runs after the table's last row and is made again
+//! in the same transaction: SQLite undid only the failed statement, and the transaction
+//! still holds the write lock, so the second cannot meet another writer's rows.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use sea_orm::sea_query::{Alias, Expr, IntoIden, Query};
+use sea_orm::sea_query::{Alias, Expr, InsertStatement, IntoIden, Query};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IntoActiveModel, Iterable,
     Statement,
@@ -93,10 +97,10 @@ impl State {
 
 impl Placement {
     /// Rowids for `rows`, in their order, given `last`, the table's highest rowid read in
-    /// the inserting transaction.
-    fn place(&self, last: i64, rows: &[job::Model]) -> Vec<i64> {
+    /// the inserting transaction; `afresh`: restart the runs after it whatever was seen.
+    fn place(&self, last: i64, rows: &[job::Model], afresh: bool) -> Vec<i64> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if last > state.high || last < state.seen || state.tail == 0 {
+        if afresh || last > state.high || last < state.seen || state.tail == 0 {
             state.restart(last);
         }
         state.seen = last;
@@ -109,27 +113,50 @@ impl Placement {
         if rows.is_empty() {
             return Ok(());
         }
-        let highest = Statement::from_string(DbBackend::Sqlite, "SELECT COALESCE(MAX(rowid), 0) AS last FROM job");
-        let last: i64 = match txn.query_one_raw(highest).await? {
-            Some(row) => row.try_get("", "last")?,
-            None => 0,
-        };
-        let rowids = self.place(last, rows);
-        let mut insert = Query::insert();
-        insert.into_table(job::Entity).columns(
-            std::iter::once(Alias::new("rowid").into_iden()).chain(job::Column::iter().map(IntoIden::into_iden)),
-        );
-        for (row, rowid) in rows.iter().zip(rowids) {
-            let mut model = row.clone().into_active_model();
-            let values = job::Column::iter().map(|column| {
-                let value = model.take(column).into_value().expect("a model's every column is set");
-                column.save_as(Expr::val(value))
-            });
-            insert.values_panic(std::iter::once(Expr::val(rowid)).chain(values.collect::<Vec<_>>()));
+        let rowids = self.place(highest(txn).await?, rows, false);
+        match txn.execute(&statement(rows, &rowids)).await {
+            Err(err) if rowid_taken(&err) => {
+                let rowids = self.place(highest(txn).await?, rows, true);
+                txn.execute(&statement(rows, &rowids)).await?;
+            }
+            inserted => {
+                inserted?;
+            }
         }
-        txn.execute(&insert).await?;
         Ok(())
     }
+}
+
+/// The table's highest rowid (0 when empty).
+async fn highest(txn: &DatabaseTransaction) -> Result<i64, DbErr> {
+    let highest = Statement::from_string(DbBackend::Sqlite, "SELECT COALESCE(MAX(rowid), 0) AS last FROM job");
+    match txn.query_one_raw(highest).await? {
+        Some(row) => row.try_get("", "last"),
+        None => Ok(0),
+    }
+}
+
+/// Whether an insert failed on a rowid another writer took (SQLite's
+/// `SQLITE_CONSTRAINT_ROWID`, which SeaORM does not tell from other failures).
+fn rowid_taken(err: &DbErr) -> bool {
+    err.to_string().contains("UNIQUE constraint failed: job.rowid")
+}
+
+/// `INSERT INTO job (rowid, …every column…) VALUES …`, a row per model at its rowid.
+fn statement(rows: &[job::Model], rowids: &[i64]) -> InsertStatement {
+    let mut insert = Query::insert();
+    insert
+        .into_table(job::Entity)
+        .columns(std::iter::once(Alias::new("rowid").into_iden()).chain(job::Column::iter().map(IntoIden::into_iden)));
+    for (row, rowid) in rows.iter().zip(rowids) {
+        let mut model = row.clone().into_active_model();
+        let values = job::Column::iter().map(|column| {
+            let value = model.take(column).into_value().expect("a model's every column is set");
+            column.save_as(Expr::val(value))
+        });
+        insert.values_panic(std::iter::once(Expr::val(*rowid)).chain(values.collect::<Vec<_>>()));
+    }
+    insert
 }
 
 #[cfg(test)]
@@ -149,29 +176,29 @@ mod tests {
     fn a_level_takes_consecutive_rowids_whatever_comes_between() {
         let placement = Placement::default();
         let rows: Vec<_> = (0..20).map(|n| job("default", (n % 2) as u8)).collect();
-        let rowids = placement.place(7, &rows);
+        let rowids = placement.place(7, &rows, false);
         let evens: Vec<i64> = rowids.iter().step_by(2).copied().collect();
         let odds: Vec<i64> = rowids.iter().skip(1).step_by(2).copied().collect();
         assert_eq!(evens, (8..18).collect::<Vec<_>>());
         assert_eq!(odds, (8 + RUN..18 + RUN).collect::<Vec<_>>());
         // The next transaction goes on where each run stopped, and other queues cut runs of their own.
-        let more = placement.place(17 + RUN, &[job("default", 0), job("other", 0), job("default", 1)]);
+        let more = placement.place(17 + RUN, &[job("default", 0), job("other", 0), job("default", 1)], false);
         assert_eq!(more, vec![18, 8 + 2 * RUN, 18 + RUN]);
     }
 
     #[test]
     fn rows_placed_elsewhere_or_gone_start_runs_after_the_last() {
         let placement = Placement::default();
-        assert_eq!(placement.place(0, &[job("default", 0)]), vec![1]);
+        assert_eq!(placement.place(0, &[job("default", 0)], false), vec![1]);
         // Someone else inserted beyond anything handed out here.
-        assert_eq!(placement.place(RUN + 5, &[job("default", 0)]), vec![RUN + 6]);
+        assert_eq!(placement.place(RUN + 5, &[job("default", 0)], false), vec![RUN + 6]);
         // The highest row went (a VACUUM renumbered the table).
-        assert_eq!(placement.place(3, &[job("default", 0)]), vec![4]);
+        assert_eq!(placement.place(3, &[job("default", 0)], false), vec![4]);
         // A run is full: the next is cut from the tail.
         let full: Vec<_> = (0..RUN).map(|_| job("default", 0)).collect();
-        let rowids = placement.place(4, &full);
+        let rowids = placement.place(4, &full, false);
         assert_eq!(rowids[RUN as usize - 2], 4 + RUN - 1);
         assert_eq!(rowids.last(), Some(&(4 + RUN)));
-        assert_eq!(placement.place(4 + RUN, &[job("default", 0)]), vec![5 + RUN]);
+        assert_eq!(placement.place(4 + RUN, &[job("default", 0)], false), vec![5 + RUN]);
     }
 }
