@@ -20,6 +20,7 @@ mod dependencies;
 mod dependency_processes;
 mod errors;
 mod fan_out;
+mod finished_at;
 mod flow_processes;
 mod hostile;
 mod http_limits;

@@ -534,7 +534,11 @@ def check(pg, accepted, keys):
         events = pg.psql(f"SELECT string_agg(event || coalesce(' (' || left(message, 120) || ')', ''), ' > ' "
                          f"ORDER BY id) FROM job_event WHERE job_id = '{job_id}'")
         log(f"wrong outcome: {line}; events: {events}")
+    # A job's finished_at says whether it has ended, whatever faults it met.
+    out_of_step = int(pg.psql(
+        "SELECT COUNT(*) FROM job WHERE (status IN ('queued', 'running')) = (finished_at IS NOT NULL)"))
     return {
+        "finished_at out of step": out_of_step,
         "lost": lost,
         "stuck": not_ended,
         "unexplained double runs": unexplained,
@@ -656,7 +660,7 @@ def main():
         print(f"SIGTERM exits: {len(fleet_term_exits)}, not 143: {len(unclean)} {unclean if unclean else ''}")
         failed = [name for name in ("lost", "stuck", "unexplained double runs", "double terminal events",
                                     "wrong outcomes", "ticks not fired once", "over the limit",
-                                    "dependents started early") if counts[name] != 0]
+                                    "dependents started early", "finished_at out of step") if counts[name] != 0]
         if unclean:
             failed.append("SIGTERM exits not 143")
         if len(accepted) < len(keys):
