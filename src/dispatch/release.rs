@@ -47,21 +47,30 @@ impl Observer for LimitWatch {
     /// limit, a retry) is looked at too, in case the room its admission counted freed
     /// before it committed. A start frees no room (a rate's window frees with time: the
     /// release that found it full comes back then).
+    /// A limit is named once per commit (a group commit ends many of its jobs at once).
     fn committed(&self, changes: &[Change<'_>]) {
+        let mut named: Vec<(&str, bool)> = Vec::new();
         for change in changes {
             if let Change::Moved { job, .. } = change {
                 let Some(key) = &job.limit_key else { continue };
                 // A job waiting for its dependencies is not the limit's to admit yet.
-                let waiting = job.waiting_since.is_some() && !job.status.is_terminal();
-                if waiting {
+                if job.waiting_since.is_some() && !job.status.is_terminal() {
                     continue;
                 }
-                if job.held_since.is_some() {
-                    let _ = self.keys.send(Named { key: key.clone(), ending: false });
-                } else if job.status.is_terminal() {
-                    let _ = self.keys.send(Named { key: key.clone(), ending: true });
+                let ending = match (job.held_since, job.status.is_terminal()) {
+                    (Some(_), _) => false,
+                    (None, true) => true,
+                    (None, false) => continue,
+                };
+                match named.iter_mut().find(|(seen, _)| *seen == key.as_str()) {
+                    // At once if any naming asks.
+                    Some((_, endings_only)) => *endings_only &= ending,
+                    None => named.push((key, ending)),
                 }
             }
+        }
+        for (key, ending) in named {
+            let _ = self.keys.send(Named { key: key.to_owned(), ending });
         }
     }
 }
