@@ -8,17 +8,9 @@ use std::time::Duration;
 
 use sea_orm::{ConnectionTrait as _, DatabaseConnection, Statement};
 use yardmaster::domain::{Limit, NewJob};
-use yardmaster::store::{Completion, JobCommands as _, Requeue, RunRef, RunWrites as _, SeaStore};
+use yardmaster::store::{Completion, JobCommands as _, Requeue, RunRef, RunWrites as _};
 
-use crate::helpers::{Backend, TestDatabase};
-
-async fn migrated_store(url: &str) -> (DatabaseConnection, SeaStore) {
-    let settings =
-        yardmaster::config::StoreSettings { url: url.into(), ..yardmaster::config::Settings::default().store };
-    let db = yardmaster::store::connect(&settings).await.unwrap();
-    yardmaster::store::migrate(&db).await.unwrap();
-    (db.clone(), SeaStore::new(db))
-}
+use crate::helpers::{migrated_store, Backend, TestDatabase};
 
 async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
     let row = db.query_one_raw(Statement::from_string(db.get_database_backend(), sql)).await.unwrap().unwrap();

@@ -564,3 +564,12 @@ pub async fn read(response: reqwest::Response) -> (u16, Value) {
     let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
     (status, body)
 }
+
+/// A store on a migrated database at `url`, and its connection.
+pub async fn migrated_store(url: &str) -> (sea_orm::DatabaseConnection, yardmaster::store::SeaStore) {
+    let settings =
+        yardmaster::config::StoreSettings { url: url.into(), ..yardmaster::config::Settings::default().store };
+    let db = yardmaster::store::connect(&settings).await.unwrap();
+    yardmaster::store::migrate(&db).await.unwrap();
+    (db.clone(), yardmaster::store::SeaStore::new(db))
+}

@@ -4,17 +4,9 @@
 
 use sea_orm::{ConnectionTrait as _, DatabaseConnection, DbBackend, Statement};
 use yardmaster::domain::{NewJob, QueueName};
-use yardmaster::store::{JobCommands as _, SeaStore};
+use yardmaster::store::JobCommands as _;
 
-use crate::helpers::{Backend, TestDatabase};
-
-async fn migrated_store(url: &str) -> (DatabaseConnection, SeaStore) {
-    let settings =
-        yardmaster::config::StoreSettings { url: url.into(), ..yardmaster::config::Settings::default().store };
-    let db = yardmaster::store::connect(&settings).await.unwrap();
-    yardmaster::store::migrate(&db).await.unwrap();
-    (db.clone(), SeaStore::new(db))
-}
+use crate::helpers::{migrated_store, Backend, TestDatabase};
 
 /// Pings at levels 0-9 in turn, on `queue`.
 fn interleaved(count: usize, queue: &str) -> Vec<NewJob> {
