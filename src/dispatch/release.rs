@@ -47,6 +47,7 @@ impl Observer for LimitWatch {
     /// limit, a retry) is looked at too, in case the room its admission counted freed
     /// before it committed. A start frees no room (a rate's window frees with time: the
     /// release that found it full comes back then).
+    ///
     /// A limit is named once per commit (a group commit ends many of its jobs at once).
     fn committed(&self, changes: &[Change<'_>]) {
         let mut named: Vec<(&str, bool)> = Vec::new();
