@@ -32,6 +32,7 @@ pub mod m20261127_000024_sqlite_planner_stats;
 mod m20261130_000025_embedding_labels;
 mod m20261130_000026_embedding_index;
 mod m20261130_000027_embedding_pgvector;
+mod m20261130_000028_rate_key;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -69,6 +70,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000025_embedding_labels::Migration),
             Box::new(m20261130_000026_embedding_index::Migration),
             Box::new(m20261130_000027_embedding_pgvector::Migration),
+            Box::new(m20261130_000028_rate_key::Migration),
         ]
     }
 }

@@ -98,6 +98,10 @@ pub mod row {
         /// `rate`): the rule, then a unit separator (U+001F) and its concurrency key when
         /// the limit is partitioned. `None`: no limit.
         pub limit_key: Option<String>,
+        /// `limit_key` when its limit has a `rate`, whose window counts the job's starts;
+        /// the store's own (an index of starts for rates only), not served.
+        #[serde(skip)]
+        pub rate_key: Option<String>,
         /// Since when the job is held QUEUED by its limit, neither sent nor claimable, until
         /// the limit allows it; `None` once admitted (or never held).
         pub held_since: Option<DateTime<Utc>>,

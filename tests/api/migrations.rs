@@ -59,4 +59,36 @@ async fn rooms_go_down_and_up_again(backend: Backend) {
     db.close().await.unwrap();
 }
 
-on_both_backends!(rooms_go_down_and_up_again);
+/// Migration 28 (`rate_key`): the starts rates count move to an index of their own, and
+/// every limited job stored before it keeps being counted (which limits have rates is
+/// configuration, so each gets its `limit_key`); new jobs get one only under a rate.
+async fn limited_jobs_stored_before_rate_keys_keep_counting(backend: Backend) {
+    use yardmaster::domain::{Limit, NewJob, Rate};
+    use yardmaster::store::JobCommands as _;
+
+    let (_database, url) = TestDatabase::create(backend).await;
+    let (db, store) = crate::helpers::migrated_store(&url).await;
+    let settings = StoreSettings { url, ..yardmaster::config::Settings::default().store };
+    let limited = |rate| NewJob {
+        limit: Some(Limit { key: "operation:ping".into(), max_running: Some(5), rate }),
+        ..NewJob::new("ping")
+    };
+    let rate = Rate { starts: 3, per: std::time::Duration::from_secs(1) };
+    store.submit_many(vec![limited(None), limited(Some(rate))]).await.unwrap();
+    let keyed = "SELECT CAST(COUNT(rate_key) AS TEXT) || ' of ' || CAST(COUNT(*) AS TEXT) FROM job";
+    assert_eq!(one_text(&settings, keyed).await, "1 of 2", "a max_running alone has no rate key");
+
+    Migrator::down(&db, Some(1)).await.unwrap();
+    Migrator::up(&db, Some(1)).await.unwrap();
+    assert_eq!(one_text(&settings, keyed).await, "2 of 2", "stored before: counted");
+    let wrong = "SELECT CAST(COUNT(*) AS TEXT) FROM job WHERE rate_key <> limit_key";
+    assert_eq!(one_text(&settings, wrong).await, "0");
+    let index = match backend {
+        Backend::Postgres => "SELECT string_agg(indexname, ',') FROM pg_indexes WHERE indexname LIKE '%started'",
+        _ => "SELECT group_concat(name) FROM sqlite_master WHERE type = 'index' AND name LIKE '%started'",
+    };
+    assert_eq!(one_text(&settings, index).await, "ix_job_rate_started");
+    db.close().await.unwrap();
+}
+
+on_both_backends!(rooms_go_down_and_up_again, limited_jobs_stored_before_rate_keys_keep_counting);

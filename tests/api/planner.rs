@@ -84,6 +84,11 @@ async fn live_jobs_are_found_through_their_partial_indexes() {
              AND limit_key = 'operation:ping' LIMIT 1000",
             "ix_job_limit_admitted",
         ),
+        (
+            "SELECT started_at FROM job WHERE rate_key IS NOT NULL AND started_at IS NOT NULL \
+             AND rate_key = 'operation:ping' AND started_at > '2026-11-27' ORDER BY started_at",
+            "ix_job_rate_started",
+        ),
     ] {
         let plan = plan(&db, sql).await;
         assert!(plan.contains(&format!("INDEX {index} ")), "{sql}\nis planned as: {plan}");

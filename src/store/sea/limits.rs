@@ -7,6 +7,9 @@
 //! - `rate` N per P: its starts in the last P plus its admitted jobs not yet started stay
 //!   at most N, so no window of P sees more than N starts (the last job admitted before a
 //!   window's end was counted with every start before it and every job admitted ahead).
+//!   Starts are those of the jobs submitted while the limit had its rate (`rate_key`), so
+//!   a limit with no rate adds no entry to the index of starts; a rate added to a running
+//!   deployment counts the starts of jobs submitted after it.
 //!
 //! The rest are held (`held_since`), QUEUED with a `job.held` event naming the limit, in
 //! no line and unsent, until [`DispatchBook::release`] admits them, by level, then age.
@@ -14,10 +17,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Alias, Expr, ExprTrait as _, Query};
+use sea_orm::sea_query::{Alias, Expr, ExprTrait as _, Query, QueryStatementBuilder as _};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, PaginatorTrait, QueryFilter,
-    QueryOrder, QuerySelect, QueryTrait, Statement,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, QueryTrait, Statement,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -67,8 +70,9 @@ async fn starts_since(txn: &DatabaseTransaction, key: &str, since: DateTime<Utc>
     job::Entity::find()
         .select_only()
         .column(job::Column::StartedAt)
-        .filter(Expr::cust("limit_key IS NOT NULL AND started_at IS NOT NULL"))
-        .filter(job::Column::LimitKey.eq(key))
+        // Literals, so both engines read the partial index of starts under rates.
+        .filter(Expr::cust("rate_key IS NOT NULL AND started_at IS NOT NULL"))
+        .filter(job::Column::RateKey.eq(key))
         .filter(job::Column::StartedAt.gt(since))
         .order_by_asc(job::Column::StartedAt)
         .into_tuple::<DateTime<Utc>>()
@@ -119,14 +123,30 @@ async fn room(txn: &DatabaseTransaction, limit: &Limit) -> Result<Room, DbErr> {
         let since = now - to_chrono(rate.per);
         // One statement, one snapshot: a job claimed meanwhile is counted once, as waiting
         // or as started, never as neither.
-        let used = job::Entity::find()
+        let waiting = job::Entity::find()
+            .select_only()
+            .expr(Expr::cust("COUNT(*)"))
+            // Literals, so both engines read the partial index of admitted jobs.
+            .filter(Expr::cust("limit_key IS NOT NULL AND held_since IS NULL AND status IN ('queued', 'running')"))
+            .filter(Expr::cust("status = 'queued'"))
             .filter(job::Column::LimitKey.eq(&limit.key))
-            .filter(
-                Expr::cust("status = 'queued' AND held_since IS NULL")
-                    .or(job::Column::StartedAt.gt(since).and(Expr::cust("started_at IS NOT NULL"))),
+            .into_query();
+        let started = job::Entity::find()
+            .select_only()
+            .expr(Expr::cust("COUNT(*)"))
+            .filter(Expr::cust("rate_key IS NOT NULL AND started_at IS NOT NULL"))
+            .filter(job::Column::RateKey.eq(&limit.key))
+            .filter(job::Column::StartedAt.gt(since))
+            .filter(Expr::cust("NOT (status = 'queued' AND held_since IS NULL)"))
+            .into_query();
+        let sum = Query::select()
+            .expr(
+                Expr::SubQuery(None, Box::new(waiting.into_sub_query_statement()))
+                    .add(Expr::SubQuery(None, Box::new(started.into_sub_query_statement()))),
             )
-            .count(txn)
-            .await?;
+            .to_owned();
+        let row = txn.query_one(&sum).await?.ok_or_else(|| DbErr::RecordNotFound("a count".into()))?;
+        let used = u64::try_from(row.try_get_by_index::<i64>(0)?).unwrap_or(0);
         room.rate = Some(most.saturating_sub(used));
         let starts = starts_since(txn, &limit.key, since).await?;
         let waiting = used.saturating_sub(starts.len() as u64);

@@ -95,6 +95,7 @@ pub(super) fn new_row(new: &NewJob) -> job::Model {
         effective_priority: i16::from(new.priority),
         ages_at: new.ages_at.filter(|_| new.priority > 0),
         limit_key: new.limit.as_ref().map(|limit| limit.key.clone()),
+        rate_key: new.limit.as_ref().filter(|limit| limit.rate.is_some()).map(|limit| limit.key.clone()),
         // Admission decides (`limits::admit`), in the inserting transaction.
         held_since: waiting,
         unique_key: new.unique.as_ref().map(|unique| unique.key.clone()),

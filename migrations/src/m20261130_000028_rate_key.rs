@@ -1,0 +1,53 @@
+//! `rate_key`: the limit a job's start counts toward a rate, set only when its limit has a
+//! `rate` (a job's `limit_key` then). The index of starts that rates count moves from
+//! every limited job to these: a `max_running` alone no longer adds an entry to it at each
+//! start and each ending. Jobs already stored keep being counted: every limited row gets
+//! its `limit_key` here, since which limits have rates is configuration, not data. Every
+//! statement may run twice (two processes migrating one store at once).
+
+use sea_orm_migration::prelude::*;
+use sea_orm_migration::sea_orm::ConnectionTrait;
+
+use crate::m20261127_000024_sqlite_planner_stats as planner;
+
+#[derive(DeriveMigrationName)]
+pub struct Migration;
+
+#[derive(DeriveIden)]
+enum Job {
+    Table,
+    RateKey,
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        if !manager.has_column("job", "rate_key").await? {
+            let column = ColumnDef::new(Job::RateKey).string_len(600).null().to_owned();
+            manager.alter_table(Table::alter().table(Job::Table).add_column(column).to_owned()).await?;
+        }
+        let db = manager.get_connection();
+        for sql in [
+            "UPDATE job SET rate_key = limit_key WHERE limit_key IS NOT NULL AND rate_key IS NULL",
+            "CREATE INDEX IF NOT EXISTS ix_job_rate_started ON job (rate_key, started_at) \
+             WHERE rate_key IS NOT NULL AND started_at IS NOT NULL",
+            "DROP INDEX IF EXISTS ix_job_limit_started",
+        ] {
+            db.execute_unprepared(sql).await?;
+        }
+        planner::set(db, "job", &[("ix_job_rate_started", "100000 10000 1")]).await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        for sql in [
+            "CREATE INDEX IF NOT EXISTS ix_job_limit_started ON job (limit_key, started_at) \
+             WHERE limit_key IS NOT NULL AND started_at IS NOT NULL",
+            "DROP INDEX IF EXISTS ix_job_rate_started",
+        ] {
+            db.execute_unprepared(sql).await?;
+        }
+        planner::set(db, "job", &[("ix_job_limit_started", "100000 10000 1")]).await?;
+        manager.alter_table(Table::alter().table(Job::Table).drop_column(Job::RateKey).to_owned()).await
+    }
+}
