@@ -1091,8 +1091,10 @@ impl Drop for Process {
     }
 }
 
+/// The yardmaster binary the worker processes run: the one built with this bench, or
+/// `BENCH_YARDMASTER` (`bench/ab.sh` pairs each bench binary with its own).
 fn release_binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_yardmaster"))
+    std::env::var_os("BENCH_YARDMASTER").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_yardmaster")), PathBuf::from)
 }
 
 /// `workers` worker processes on PostgreSQL + RabbitMQ, with this process's settings.
