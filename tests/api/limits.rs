@@ -3,7 +3,8 @@
 //! more starts in any window than it allows, a partitioned limit shares work between keys
 //! (20 jobs of one key finish long before a tenth of another's 2,000), held jobs say so;
 //! bad concurrency keys are refused at submit; a limit that holds nothing is looked at for
-//! held jobs once per quiet spell, not once per ending. `flow_processes` does the same
+//! held jobs once per quiet spell, not once per ending; a job released under a rate is
+//! counted by it, whenever it was submitted. `flow_processes` does the same
 //! across processes on PostgreSQL and RabbitMQ.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -263,4 +264,39 @@ fn limits_of_zero_and_loose_pointers_are_refused_at_start() {
         let err = jobs.validate().map(|()| format!("{jobs:?} accepted")).unwrap_or_else(|err| err.to_string());
         assert!(err.contains(expected), "{err}");
     }
+}
+
+/// At the store: which jobs' starts a rate counts (`rate_key`).
+mod rate_keys {
+    use sea_orm::{ConnectionTrait as _, DatabaseConnection, Statement};
+    use yardmaster::domain::{Limit, NewJob, Rate};
+    use yardmaster::store::{DispatchBook as _, JobCommands as _};
+
+    use crate::helpers::{migrated_store, Backend, TestDatabase};
+
+    /// Jobs with a rate key, then jobs held.
+    async fn keyed_and_held(db: &DatabaseConnection) -> String {
+        let sql = "SELECT CAST(COUNT(rate_key) AS TEXT) || ' ' || CAST(COUNT(held_since) AS TEXT) FROM job";
+        let row = db.query_one_raw(Statement::from_string(db.get_database_backend(), sql)).await.unwrap().unwrap();
+        row.try_get_by_index(0).unwrap()
+    }
+
+    /// A job held while its limit had no rate, released once it has one (a configuration
+    /// changed between), counts toward the rate when it starts, as one submitted under it.
+    async fn a_job_released_under_a_rate_counts_toward_it(backend: Backend) {
+        let (_database, url) = TestDatabase::create(backend).await;
+        let (db, store) = migrated_store(&url).await;
+        let running_only = Limit { key: "operation:ping".into(), max_running: Some(1), rate: None };
+        let job = NewJob { limit: Some(running_only.clone()), ..NewJob::new("ping") };
+        store.submit_many(vec![job; 2]).await.unwrap();
+        assert_eq!(keyed_and_held(&db).await, "0 1", "no rate: no key; room for one");
+
+        let per = std::time::Duration::from_secs(1);
+        let rated = Limit { max_running: Some(5), rate: Some(Rate { starts: 10, per }), ..running_only };
+        assert_eq!(store.release(&rated).await.unwrap().jobs.len(), 1);
+        assert_eq!(keyed_and_held(&db).await, "1 0", "released under the rate: keyed");
+        db.close().await.unwrap();
+    }
+
+    on_both_backends!(a_job_released_under_a_rate_counts_toward_it);
 }

@@ -7,9 +7,9 @@
 //! - `rate` N per P: its starts in the last P plus its admitted jobs not yet started stay
 //!   at most N, so no window of P sees more than N starts (the last job admitted before a
 //!   window's end was counted with every start before it and every job admitted ahead).
-//!   Starts are those of the jobs submitted while the limit had its rate (`rate_key`), so
-//!   a limit with no rate adds no entry to the index of starts; a rate added to a running
-//!   deployment counts the starts of jobs submitted after it.
+//!   Starts are those of the jobs submitted or released while the limit had its rate
+//!   (`rate_key`), so a limit with no rate adds no entry to the index of starts; a rate
+//!   added to a running deployment counts the starts of the jobs admitted after it.
 //!
 //! The rest are held (`held_since`), QUEUED with a `job.held` event naming the limit, in
 //! no line and unsent, until [`DispatchBook::release`] admits them, by level, then age.
@@ -264,8 +264,11 @@ impl SeaStore {
             return Ok(Released { jobs: Vec::new(), retry_in: None, nothing_held: true });
         }
         let ids: Vec<Uuid> = held.iter().map(|(id, ..)| *id).collect();
+        // Admitted under a rate, a job's start counts toward it, whenever it was submitted.
+        let rate_key = limit.rate.map(|_| limit.key.clone());
         job::Entity::update_many()
             .col_expr(job::Column::HeldSince, Expr::value(None::<DateTime<Utc>>))
+            .col_expr(job::Column::RateKey, Expr::value(rate_key))
             .filter(job::Column::Id.is_in(ids))
             .filter(Expr::cust("held_since IS NOT NULL AND waiting_since IS NULL AND status = 'queued'"))
             .exec(&*txn)
