@@ -114,6 +114,9 @@ async fn max_running_is_never_exceeded(backend: Backend) {
     let events = app.events(&ids[2]).await;
     let held = events.iter().find(|event| event["event"] == "job.held").unwrap_or_else(|| panic!("{events:?}"));
     assert_eq!(held["fields"]["by"].as_str(), Some("max_running"), "{held}");
+    let times: Vec<DateTime<Utc>> = events.iter().filter_map(|event| event["ts"].as_str()?.parse().ok()).collect();
+    assert_eq!(times.len(), events.len(), "{events:?}");
+    assert!(times.is_sorted(), "the events' times read in their order: {events:?}");
     let misnamed = "SELECT COUNT(*) FROM job_event WHERE event = 'job.held' AND message LIKE '%rate is used up'";
     assert_eq!(app.count(misnamed).await, 0, "a job held under max_running alone said a rate held it");
     let running = async || app.count("SELECT COUNT(*) FROM job WHERE operation = 'sleep' AND status = 'running'").await;

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use chrono::Utc;
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, DatabaseTransaction, DbErr, EntityTrait, IntoActiveModel, QueryFilter, SqlErr, UpdateMany};
+use sea_orm::{
+    ColumnTrait, DatabaseTransaction, DbErr, EntityTrait, IntoActiveModel, QueryFilter, Set, SqlErr, UpdateMany,
+};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -409,6 +411,12 @@ async fn insert_rows(
     let mut events: Vec<_> = rows.iter().zip(new).map(|(row, new)| event_row(row.id, &queued_event(new))).collect();
     events.extend(more);
     events.extend(held);
+    // One moment for the submission's events, so their times read in their order (a
+    // `job.held` or `job.waiting` was made before the `job.queued` written ahead of it).
+    let now = clock::now();
+    for event in &mut events {
+        event.ts = Set(now);
+    }
     append_events(txn, events).await?;
     Ok(rows)
 }
