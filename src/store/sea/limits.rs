@@ -17,10 +17,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Alias, Expr, ExprTrait as _, Query, QueryStatementBuilder as _};
+use sea_orm::sea_query::{Alias, Expr, ExprTrait as _, Query, QueryStatementBuilder as _, SelectStatement};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, QueryTrait, Statement,
+    QuerySelect, QueryTrait, Select, Statement,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -46,34 +46,51 @@ pub(super) async fn lock(txn: &DatabaseTransaction, key: &str) -> Result<(), DbE
     Ok(())
 }
 
-/// Admitted jobs of `key` that are QUEUED (or also RUNNING), counted up to `most` in the
-/// database: a limit far above what runs counts its many admitted jobs without a row each
-/// coming back.
-async fn admitted(txn: &DatabaseTransaction, key: &str, running_too: bool, most: u64) -> Result<u64, DbErr> {
-    let statuses = if running_too { "status IN ('queued', 'running')" } else { "status = 'queued'" };
+/// `key`'s admitted jobs that are QUEUED (or also RUNNING), as read from the partial index
+/// of admitted jobs.
+fn admitted_jobs(key: &str, running_too: bool) -> Select<job::Entity> {
     let admitted = job::Entity::find()
         .select_only()
-        .expr(Expr::val(1))
         // Literals, so both engines read the partial index of admitted jobs.
-        .filter(Expr::cust(format!("limit_key IS NOT NULL AND held_since IS NULL AND {statuses}")))
-        .filter(job::Column::LimitKey.eq(key))
-        .limit(most)
-        .into_query();
+        .filter(Expr::cust("limit_key IS NOT NULL AND held_since IS NULL AND status IN ('queued', 'running')"))
+        .filter(job::Column::LimitKey.eq(key));
+    match running_too {
+        true => admitted,
+        false => admitted.filter(Expr::cust("status = 'queued'")),
+    }
+}
+
+/// Admitted jobs of `key` that are QUEUED or RUNNING, counted up to `most` in the
+/// database: a limit far above what runs counts its many admitted jobs without a row each
+/// coming back.
+async fn admitted(txn: &DatabaseTransaction, key: &str, most: u64) -> Result<u64, DbErr> {
+    let admitted = admitted_jobs(key, true).expr(Expr::val(1)).limit(most).into_query();
     let count = Query::select().expr(Expr::cust("COUNT(*)")).from_subquery(admitted, Alias::new("admitted")).to_owned();
-    let row = txn.query_one(&count).await?.ok_or_else(|| DbErr::RecordNotFound("a count".into()))?;
+    count_of(txn, &count).await
+}
+
+/// The one count `statement` reads.
+async fn count_of(txn: &DatabaseTransaction, statement: &SelectStatement) -> Result<u64, DbErr> {
+    let row = txn.query_one(statement).await?.ok_or_else(|| DbErr::RecordNotFound("a count".into()))?;
     Ok(u64::try_from(row.try_get_by_index::<i64>(0)?).unwrap_or(0))
 }
 
-/// The starts of `key`'s jobs since `since`, oldest first (their last starts: a run
-/// started again within the window counts once).
-async fn starts_since(txn: &DatabaseTransaction, key: &str, since: DateTime<Utc>) -> Result<Vec<DateTime<Utc>>, DbErr> {
+/// The jobs whose starts `key`'s rate counts that started since `since` (their last starts:
+/// a run started again within the window counts once), as read from the partial index of
+/// starts under rates.
+fn starts(key: &str, since: DateTime<Utc>) -> Select<job::Entity> {
     job::Entity::find()
         .select_only()
-        .column(job::Column::StartedAt)
         // Literals, so both engines read the partial index of starts under rates.
         .filter(Expr::cust("rate_key IS NOT NULL AND started_at IS NOT NULL"))
         .filter(job::Column::RateKey.eq(key))
         .filter(job::Column::StartedAt.gt(since))
+}
+
+/// The starts of `key`'s jobs since `since`, oldest first.
+async fn starts_since(txn: &DatabaseTransaction, key: &str, since: DateTime<Utc>) -> Result<Vec<DateTime<Utc>>, DbErr> {
+    starts(key, since)
+        .column(job::Column::StartedAt)
         .order_by_asc(job::Column::StartedAt)
         .into_tuple::<DateTime<Utc>>()
         .all(txn)
@@ -115,7 +132,7 @@ async fn room(txn: &DatabaseTransaction, limit: &Limit) -> Result<Room, DbErr> {
     let mut room = Room { running: None, rate: None, later: None };
     if let Some(most) = limit.max_running {
         let most = u64::from(most);
-        room.running = Some(most.saturating_sub(admitted(txn, &limit.key, true, most).await?));
+        room.running = Some(most.saturating_sub(admitted(txn, &limit.key, most).await?));
     }
     if let Some(rate) = limit.rate {
         let most = u64::from(rate.starts);
@@ -123,20 +140,9 @@ async fn room(txn: &DatabaseTransaction, limit: &Limit) -> Result<Room, DbErr> {
         let since = now - to_chrono(rate.per);
         // One statement, one snapshot: a job claimed meanwhile is counted once, as waiting
         // or as started, never as neither.
-        let waiting = job::Entity::find()
-            .select_only()
+        let waiting = admitted_jobs(&limit.key, false).expr(Expr::cust("COUNT(*)")).into_query();
+        let started = starts(&limit.key, since)
             .expr(Expr::cust("COUNT(*)"))
-            // Literals, so both engines read the partial index of admitted jobs.
-            .filter(Expr::cust("limit_key IS NOT NULL AND held_since IS NULL AND status IN ('queued', 'running')"))
-            .filter(Expr::cust("status = 'queued'"))
-            .filter(job::Column::LimitKey.eq(&limit.key))
-            .into_query();
-        let started = job::Entity::find()
-            .select_only()
-            .expr(Expr::cust("COUNT(*)"))
-            .filter(Expr::cust("rate_key IS NOT NULL AND started_at IS NOT NULL"))
-            .filter(job::Column::RateKey.eq(&limit.key))
-            .filter(job::Column::StartedAt.gt(since))
             .filter(Expr::cust("NOT (status = 'queued' AND held_since IS NULL)"))
             .into_query();
         let sum = Query::select()
@@ -145,8 +151,7 @@ async fn room(txn: &DatabaseTransaction, limit: &Limit) -> Result<Room, DbErr> {
                     .add(Expr::SubQuery(None, Box::new(started.into_sub_query_statement()))),
             )
             .to_owned();
-        let row = txn.query_one(&sum).await?.ok_or_else(|| DbErr::RecordNotFound("a count".into()))?;
-        let used = u64::try_from(row.try_get_by_index::<i64>(0)?).unwrap_or(0);
+        let used = count_of(txn, &sum).await?;
         room.rate = Some(most.saturating_sub(used));
         let starts = starts_since(txn, &limit.key, since).await?;
         let waiting = used.saturating_sub(starts.len() as u64);
