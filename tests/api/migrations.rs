@@ -59,6 +59,13 @@ async fn rooms_go_down_and_up_again(backend: Backend) {
     db.close().await.unwrap();
 }
 
+/// How many steps down undo the migration whose name holds `number`, and every later one.
+fn steps_back_to(number: &str) -> u32 {
+    let migrations = Migrator::migrations();
+    let at = migrations.iter().position(|migration| migration.name().contains(number)).expect("a migration");
+    u32::try_from(migrations.len() - at).unwrap()
+}
+
 /// Migration 28 (`rate_key`): the starts rates count move to an index of their own, and
 /// every limited job stored before it keeps being counted (which limits have rates is
 /// configuration, so each gets its `limit_key`); new jobs get one only under a rate.
@@ -78,8 +85,8 @@ async fn limited_jobs_stored_before_rate_keys_keep_counting(backend: Backend) {
     let keyed = "SELECT CAST(COUNT(rate_key) AS TEXT) || ' of ' || CAST(COUNT(*) AS TEXT) FROM job";
     assert_eq!(one_text(&settings, keyed).await, "1 of 2", "a max_running alone has no rate key");
 
-    Migrator::down(&db, Some(1)).await.unwrap();
-    Migrator::up(&db, Some(1)).await.unwrap();
+    Migrator::down(&db, Some(steps_back_to("000028"))).await.unwrap();
+    Migrator::up(&db, None).await.unwrap();
     assert_eq!(one_text(&settings, keyed).await, "2 of 2", "stored before: counted");
     let wrong = "SELECT CAST(COUNT(*) AS TEXT) FROM job WHERE rate_key <> limit_key";
     assert_eq!(one_text(&settings, wrong).await, "0");
@@ -91,4 +98,31 @@ async fn limited_jobs_stored_before_rate_keys_keep_counting(backend: Backend) {
     db.close().await.unwrap();
 }
 
-on_both_backends!(rooms_go_down_and_up_again, limited_jobs_stored_before_rate_keys_keep_counting);
+/// Migration 29: on PostgreSQL an event holds no foreign key to its job (checking it wrote
+/// a lock on the job's row at every event), so the store alone keeps events to jobs that
+/// exist; SQLite keeps its key. Down gives PostgreSQL's back, for new events.
+async fn events_hold_no_key_to_their_job_on_postgres(backend: Backend) {
+    let (_database, url) = TestDatabase::create(backend).await;
+    let (db, _store) = crate::helpers::migrated_store(&url).await;
+    let orphan = |n: u32| {
+        format!(
+            "INSERT INTO job_event (job_id, ts, event, message, fields, level) VALUES \
+             ('01a21800-0000-7000-8000-00000000000{n}', CURRENT_TIMESTAMP, 'job.noted', NULL, '{{}}', 'info')"
+        )
+    };
+    let pg = backend == Backend::Postgres;
+    assert_eq!(db.execute_unprepared(&orphan(1)).await.is_ok(), pg, "an event of no job, on {backend:?}");
+    if pg {
+        Migrator::down(&db, Some(steps_back_to("000029"))).await.unwrap();
+        assert!(db.execute_unprepared(&orphan(2)).await.is_err(), "the key is back");
+        Migrator::up(&db, None).await.unwrap();
+        assert!(db.execute_unprepared(&orphan(3)).await.is_ok(), "and gone again");
+    }
+    db.close().await.unwrap();
+}
+
+on_both_backends!(
+    rooms_go_down_and_up_again,
+    limited_jobs_stored_before_rate_keys_keep_counting,
+    events_hold_no_key_to_their_job_on_postgres
+);

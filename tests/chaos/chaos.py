@@ -558,7 +558,9 @@ def check_ticks(pg, lose_one=False):
     while int(pg.psql(unsettled)) > 0 and time.time() < deadline:
         time.sleep(0.5)
     if lose_one:
-        pg.psql("DELETE FROM job WHERE id = (SELECT id FROM job WHERE idempotency_key LIKE 'schedule:%' LIMIT 1)")
+        # The job and its events, as pruning deletes them (events hold no foreign key).
+        pg.psql("WITH gone AS (DELETE FROM job WHERE id = (SELECT id FROM job WHERE idempotency_key LIKE 'schedule:%' "
+                "LIMIT 1) RETURNING id) DELETE FROM job_event WHERE job_id IN (SELECT id FROM gone)")
     fired, span, other, jobs, ended = pg.psql(
         "SELECT (SELECT COUNT(*) FROM schedule_tick WHERE outcome = 'fired'), "
         "(SELECT COALESCE(EXTRACT(EPOCH FROM MAX(tick_at) - MIN(tick_at))::bigint + 1, 0) FROM schedule_tick), "

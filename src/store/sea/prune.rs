@@ -161,6 +161,15 @@ impl SeaStore {
             family.into_iter().filter(|(_, root)| !kept.contains(root)).map(|(child, _)| child).collect();
         let mut pruned = Pruned { jobs: roots.len() as u64, children: children.len() as u64, ..Pruned::default() };
         let walked = turn.elapsed();
+        // The jobs first, children first, deepest last found first, so no row ever names a
+        // deleted parent. Then what names them: an event is written only with a
+        // compare-and-set on its job's row (PostgreSQL keeps no foreign key from events,
+        // migration 29), so one committed before a job's delete took the row is read by the
+        // deletes below, and one after finds no row to write against.
+        for chunk in children.rchunks(CHUNK).chain(roots.chunks(CHUNK)) {
+            job::Entity::delete_many().filter(job::Column::Id.is_in(chunk.iter().copied())).exec(&txn).await?;
+        }
+        let deleted = turn.elapsed();
         for chunk in roots.chunks(CHUNK).chain(children.chunks(CHUNK)) {
             let ids = chunk.iter().copied();
             pruned.events += job_event::Entity::delete_many()
@@ -182,12 +191,7 @@ impl SeaStore {
                 .exec(&txn)
                 .await?;
         }
-        // Children first, deepest last found first, so no row ever names a deleted parent.
         let unlinked = turn.elapsed();
-        for chunk in children.rchunks(CHUNK).chain(roots.chunks(CHUNK)) {
-            job::Entity::delete_many().filter(job::Column::Id.is_in(chunk.iter().copied())).exec(&txn).await?;
-        }
-        let deleted = turn.elapsed();
         txn.commit().await?;
         pruned.held = turn.elapsed();
         tracing::debug!(
