@@ -1,7 +1,7 @@
 //! On PostgreSQL, a job's events no longer hold a foreign key to it. Checking one took a
 //! `FOR KEY SHARE` lock on the job's row at every event written: a lock record in the
 //! write-ahead log and the job's page dirtied again, three times a job (3.1 of 5.4 lock
-//! records per job in a drain; 13% of the backends' CPU per job). The store keeps what the
+//! records per job in a drain; 14% of the backends' CPU per job). The store keeps what the
 //! key kept: every event is written in the transaction of a compare-and-set on its job's
 //! row, and a job's history is pruned by deleting the job, then its events
 //! (`store::sea::prune`), so an event written before the prune is deleted with it and one
