@@ -17,6 +17,8 @@
 //! default all but `groupcommit`, `flow`, `dag` and `fairness`). Needs the local PostgreSQL and RabbitMQ (`scripts/bench.sh` starts them,
 //! installs the peer, builds in release and keeps the output in `bench/results/`).
 
+#[path = "support/allocations.rs"]
+mod allocations;
 #[path = "support/cpu.rs"]
 mod cpu;
 #[path = "support/far.rs"]
@@ -32,8 +34,14 @@ mod scheduler;
 #[path = "support/sdk.rs"]
 mod sdk;
 
-// The in-process cases run with the binary's allocator.
-yardmaster::use_jemalloc!();
+// The in-process cases run with the binary's allocator (jemalloc, its settings), counted
+// when `BENCH_COUNT_ALLOCATIONS=1`.
+#[global_allocator]
+static ALLOCATOR: allocations::Counting = allocations::Counting;
+
+/// Where jemalloc looks for its settings (a C string), as in the binary.
+#[export_name = "_rjem_malloc_conf"]
+static MALLOC_CONF: &u8 = &yardmaster::startup::allocator::SETTINGS[0];
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -1037,11 +1045,16 @@ async fn drain_in_process(url: &str, jobs: usize, group_commit: usize) -> (f64, 
     seed(url, jobs).await;
     let before = sampler().snapshot();
     let profile = Profile::start();
+    let counted = allocations::Window::open();
     let mut settings = bench_settings(url);
     settings.store.group_commit_max = group_commit;
     let app = Application::builder(settings).without_api().build().await.unwrap();
     let db = app.db();
     wait_drained(&db, jobs).await;
+    if let Some(counted) = counted {
+        let (calls, bytes) = counted.per_job(jobs);
+        println!("allocations: {calls:.1} per job, {bytes:.0} bytes per job (Rust's, in this process, start-up included; group commit ≤ {group_commit})");
+    }
     drop(profile);
     let usage = sampler().since(&before);
     let rate = jobs as f64 / drain_seconds(&db).await;
