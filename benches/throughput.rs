@@ -36,12 +36,7 @@ mod sdk;
 
 // The in-process cases run with the binary's allocator (jemalloc, its settings), counted
 // when `BENCH_COUNT_ALLOCATIONS=1`.
-#[global_allocator]
-static ALLOCATOR: allocations::Counting = allocations::Counting;
-
-/// Where jemalloc looks for its settings (a C string), as in the binary.
-#[export_name = "_rjem_malloc_conf"]
-static MALLOC_CONF: &u8 = &yardmaster::startup::allocator::SETTINGS[0];
+yardmaster::use_jemalloc!(allocations::Counting);
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -39,7 +39,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { Jemalloc.dealloc(ptr, layout) }
     }
 
-    /// A growth counts as an allocation of the new size (it may move the block).
+    /// A resize counts as an allocation of the new size (it may move the block).
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count(new_size);
         unsafe { Jemalloc.realloc(ptr, layout, new_size) }

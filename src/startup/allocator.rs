@@ -15,12 +15,16 @@ pub use tikv_jemallocator::Jemalloc;
 pub const SETTINGS: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 /// Makes jemalloc, with [`SETTINGS`], the allocator of the binary (or bench) that invokes
-/// it; a library's tests and fuzz targets keep the system's.
+/// it; a library's tests and fuzz targets keep the system's. Given a unit struct that wraps
+/// jemalloc (the bench's counting one), that is the allocator, with the same settings.
 #[macro_export]
 macro_rules! use_jemalloc {
     () => {
+        $crate::use_jemalloc!($crate::startup::allocator::Jemalloc);
+    };
+    ($allocator:path) => {
         #[global_allocator]
-        static ALLOCATOR: $crate::startup::allocator::Jemalloc = $crate::startup::allocator::Jemalloc;
+        static ALLOCATOR: $allocator = $allocator;
 
         /// Where jemalloc looks for its settings (a C string).
         #[export_name = "_rjem_malloc_conf"]
