@@ -32,7 +32,7 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
             read -r levels limit <<< "$mix"
             lines=$(BENCH_ONLY="$case" BENCH_JOBS="${BENCH_JOBS:-40000}" BENCH_FLOWING=1 \
                 BENCH_FLOW_PRIORITIES="$levels" BENCH_FLOW_LIMIT="$limit" BENCH_YARDMASTER="${bin#*=}/yardmaster" "${bin#*=}/throughput" --bench 2>&1 |
-                grep -E '^yardmaster( embedded|: PostgreSQL \+ RabbitMQ, 2 worker)' | sed 's/  */ /g' | tr '\n' '|')
+                grep -E '^(yardmaster( embedded|: PostgreSQL \+ RabbitMQ, 2 worker)|submission of)' | sed 's/  */ /g' | tr '\n' '|')
             echo "round $round ${bin%%=*} levels=$levels limit=$limit: $lines"
         done
     done

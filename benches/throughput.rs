@@ -711,10 +711,31 @@ enum Store {
 const PINGS_SUCCEEDED: &str = "SELECT COUNT(*) FROM job WHERE operation = 'ping' AND status = 'succeeded'";
 
 /// Inserts `jobs` QUEUED ping jobs, 1,000 per transaction, unpublished: the start-up
-/// dispatch (or the bench's publisher) sends them.
+/// dispatch sends them.
 async fn seed(url: &str, jobs: usize) {
     let db = migrated(url).await;
-    let store = SeaStore::new(db.clone());
+    seed_into(&Seeder::Store(SeaStore::new(db.clone())), jobs).await;
+    db.close().await.ok();
+}
+
+/// Where seeded jobs go: straight into the store (unpublished), or through a dispatcher that
+/// publishes each submission as production does (its row, its messages, their record).
+enum Seeder {
+    Store(SeaStore),
+    Dispatcher(Dispatcher),
+}
+
+impl Seeder {
+    async fn submit(&self, batch: Vec<NewJob>) {
+        match self {
+            Seeder::Store(store) => drop(store.submit_many(batch).await.unwrap()),
+            Seeder::Dispatcher(dispatcher) => drop(dispatcher.submit_many(batch).await.unwrap()),
+        }
+    }
+}
+
+/// Submits the current shape's `jobs` pings, 1,000 per submission.
+async fn seed_into(seeder: &Seeder, jobs: usize) {
     let mut dag = match shape() {
         Shape::Dag => dag_jobs(jobs),
         _ => Vec::new(),
@@ -728,13 +749,12 @@ async fn seed(url: &str, jobs: usize) {
             (false, _) => vec![NewJob::new("ping"); now],
             (true, _) => (0..now).map(flowing_job).collect(),
         };
-        store.submit_many(batch).await.unwrap();
+        seeder.submit(batch).await;
         left -= now;
     }
     if shape() == Shape::Fair {
-        store.submit_many(vec![fair_job("small"); SMALL_TENANT]).await.unwrap();
+        seeder.submit(vec![fair_job("small"); SMALL_TENANT]).await;
     }
-    db.close().await.ok();
 }
 
 /// What the drains seed besides plain (or flowing) pings.
@@ -1152,6 +1172,7 @@ async fn publisher(url: &str, prefix: &str) -> Publisher {
     settings.transport.amqp.queue_prefix = prefix.to_owned();
     settings.transport.amqp.url = AMQP_URL.into();
     let db = yardmaster::store::connect(&settings.store).await.unwrap();
+    yardmaster::store::migrate(&db).await.unwrap();
     let store: Arc<dyn JobStore> = Arc::new(SeaStore::new(db.clone()).with_group_commit(settings.store.group_commit()));
     let transport = Arc::new(AmqpTransport::new(settings.transport.amqp.clone()).unwrap());
     let grouping = [("default".to_owned(), ids_per_message(32))].into();
@@ -1178,12 +1199,11 @@ async fn with_rabbitmq(jobs: usize, workers: usize, history: usize) -> Figure {
 /// Seeds `jobs` pings at `url`, starts `workers` worker processes and publishes the jobs:
 /// jobs/s over the drain's window, and the CPU from the workers' start to the last job.
 async fn drain_rabbitmq(url: &str, jobs: usize, workers: usize) -> (f64, Usage) {
-    seed(url, jobs).await;
     let prefix = queue_prefix();
+    let Publisher { db, dispatcher } = publisher(url, &prefix).await;
+    submit_all(dispatcher, jobs).await;
     let before = sampler().snapshot();
     let profile = Profile::start();
-    let Publisher { db, dispatcher } = publisher(url, &prefix).await;
-    send_all(&dispatcher, jobs).await;
     let processes = worker_processes(url, &prefix, workers);
     wait_drained(&db, jobs).await;
     drop(profile);
@@ -1194,17 +1214,25 @@ async fn drain_rabbitmq(url: &str, jobs: usize, workers: usize) -> (f64, Usage) 
     (rate, usage)
 }
 
-/// Sends every seeded job that may run now: all of them, or, in a DAG or under a limit, until
-/// nothing more is due (the workers send the rest as it is released).
-async fn send_all(dispatcher: &Dispatcher, jobs: usize) {
-    let mut sent = 0;
-    while sent < jobs as u64 {
-        let now = dispatcher.sweep_once(Duration::ZERO, 1000).await.unwrap();
-        if now == 0 && shape() != Shape::Flat {
-            return;
-        }
-        sent += now;
-    }
+/// Submits the jobs of a RabbitMQ drain as production does, through a dispatcher that
+/// publishes each submission of 1,000 (in a DAG or under a limit, the jobs that may start;
+/// the workers send the rest as it is released). Before the drain's window, as the peer's
+/// `addJobs` is before its own; the submission's CPU per job is printed here.
+async fn submit_all(dispatcher: Dispatcher, jobs: usize) {
+    let before = sampler().snapshot();
+    let seeder = Seeder::Dispatcher(dispatcher);
+    seed_into(&seeder, jobs).await;
+    let usage = sampler().since(&before);
+    let per_job = |role: Role| usage.get(role) * 1e6 / jobs as f64;
+    println!(
+        "submission of {jobs} through the dispatcher (insert, publish, record): {:.1} µs of CPU per job \
+         (bench {:.1}, pg conns {:.1}, pg own {:.1}, broker {:.1})",
+        usage.total() * 1e6 / jobs as f64,
+        per_job(Role::Bench),
+        per_job(Role::Postgres),
+        per_job(Role::PostgresBackground),
+        per_job(Role::Broker),
+    );
 }
 
 /// The same drains of plain pings, then of pings in a DAG, in one run: embedded and
@@ -1251,10 +1279,9 @@ async fn fairness_cases(jobs: usize) {
     println!("fairness: embedded: the small tenant's {SMALL_TENANT} done when {big} of the big tenant's {jobs} were (max_running {FAIR_LIMIT} each)");
 
     let database = FreshDatabase::create().await;
-    seed(&database.url, jobs).await;
     let prefix = queue_prefix();
     let Publisher { db, dispatcher } = publisher(&database.url, &prefix).await;
-    send_all(&dispatcher, jobs).await;
+    submit_all(dispatcher, jobs).await;
     let processes = worker_processes(&database.url, &prefix, 2);
     wait_for(&db, SMALL_DONE, SMALL_TENANT as i64).await;
     let big = count(&db, BIG_DONE).await;

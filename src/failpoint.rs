@@ -1,7 +1,8 @@
 //! Fault injection for crash tests: `YARDMASTER_FAILPOINT=NAME` makes the process kill itself
 //! with SIGKILL when it reaches the named point, as a power cut or OOM kill would.
 //!
-//! Points: `submit.after_commit` (a job row is committed, its message not yet published).
+//! Points: `submit.after_commit` (a job row is committed, its message not yet published);
+//! `submit.after_publish` (a submission's messages confirmed, its outbox row not yet deleted).
 
 use std::sync::OnceLock;
 

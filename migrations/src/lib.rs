@@ -34,6 +34,7 @@ mod m20261130_000026_embedding_index;
 mod m20261130_000027_embedding_pgvector;
 mod m20261130_000028_rate_key;
 mod m20261130_000029_event_foreign_key;
+mod m20261201_000030_dispatch_outbox;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -73,6 +74,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000027_embedding_pgvector::Migration),
             Box::new(m20261130_000028_rate_key::Migration),
             Box::new(m20261130_000029_event_foreign_key::Migration),
+            Box::new(m20261201_000030_dispatch_outbox::Migration),
         ]
     }
 }

@@ -2,9 +2,12 @@
 //! QUEUED jobs whose message was never confirmed (lost to a crash or an outage) or whose
 //! RetryLater delay is over.
 //!
-//! A job row is always committed before its message is published, and `published_at` is
-//! written only after the transport confirmed it, so a job is never announced before it
-//! exists and never stays QUEUED without a message for longer than one sweep.
+//! A job row is always committed before its message is published, so a job is never
+//! announced before it exists. A submission's jobs are written published; on a durable
+//! transport the same transaction writes an outbox row naming them, deleted once every
+//! message is confirmed, and a row left older than the grace hands its jobs back to the
+//! sweep. A job the sweep sends gets `published_at` once the transport confirmed it. So no
+//! job stays QUEUED without a message for longer than the grace and a sweep.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -139,19 +142,36 @@ impl Dispatcher {
     }
 
     async fn commit_and_announce(&self, mut job: NewJob) -> Result<Submission, StoreError> {
-        job.announced = !self.transport.is_durable() || job.queue.is_pulled();
-        job.ages_at = self.first_rise(&job);
+        let outbox = self.outbox();
+        self.prepare(&mut job, outbox);
         let submission = self.store.submit(job).await?;
         failpoint::hit("submit.after_commit");
         // A job that waits for its time is sent by the sweep when it is due.
         if submission.created && submission.job.run_after.is_some() {
             self.waiting.notify_one();
         }
-        // A job its limit holds is sent when the limit releases it.
-        if submission.created && submission.job.run_after.is_none() && submission.job.held_since.is_none() {
-            self.announce(&[Dispatch::of(&submission.job)]).await;
+        // A job written unsent (its limit holds it, it waits for a time or for other jobs)
+        // is sent when it is released or due.
+        if submission.created && submission.job.published_at.is_some() {
+            self.announce(&[Dispatch::of(&submission.job)], outbox).await;
         }
         Ok(submission)
+    }
+
+    /// A submission's outbox row, on a durable transport: its jobs are written published,
+    /// and the row records that their messages are not confirmed yet.
+    fn outbox(&self) -> Option<Uuid> {
+        self.transport.is_durable().then(Uuid::now_v7)
+    }
+
+    /// Sets what the store writes of a job's dispatch: published at its commit (and named by
+    /// `outbox` until the transport confirms it, on a durable transport), and when its level
+    /// first rises.
+    fn prepare(&self, job: &mut NewJob, outbox: Option<Uuid>) {
+        // A pulled queue's job is announced by its commit: its claimers take it.
+        job.announced = true;
+        job.outbox = outbox.filter(|_| !job.queue.is_pulled());
+        job.ages_at = self.first_rise(job);
     }
 
     /// Commits the jobs in one transaction (all or nothing), then publishes the new ones
@@ -163,30 +183,31 @@ impl Dispatcher {
     }
 
     async fn commit_and_announce_many(&self, mut jobs: Vec<NewJob>) -> Result<Vec<Submission>, StoreError> {
-        let announced = !self.transport.is_durable();
+        let outbox = self.outbox();
         for job in &mut jobs {
-            job.announced = announced || job.queue.is_pulled();
-            job.ages_at = self.first_rise(job);
+            self.prepare(job, outbox);
         }
         let submissions = self.store.submit_many(jobs).await?;
         failpoint::hit("submit.after_commit");
         let created: Vec<Dispatch> = submissions
             .iter()
-            .filter(|Submission { created, job }| *created && job.run_after.is_none() && job.held_since.is_none())
+            .filter(|Submission { created, job }| *created && job.published_at.is_some())
             .map(|Submission { job, .. }| Dispatch::of(job))
             .collect();
         if submissions.iter().any(|submission| submission.created && submission.job.run_after.is_some()) {
             self.waiting.notify_one();
         }
-        self.announce(&created).await;
+        self.announce(&created, outbox).await;
         Ok(submissions)
     }
 
-    /// Publishes jobs just committed. On a broker, as [`Self::publish_all`]. In process, their
-    /// rows were written published ([`NewJob::announced`]): a channel send cannot be lost
-    /// while this process lives, and a restart forgets every publication; a send that fails
-    /// all the same gives its jobs back to the sweep.
-    async fn announce(&self, jobs: &[Dispatch]) {
+    /// Publishes jobs just committed, whose rows were written published
+    /// ([`NewJob::announced`]). On a broker, with their confirms in flight together; once
+    /// every one is confirmed the submission's outbox row goes, and until then it hands
+    /// them back to the sweep should this process stop or a publish fail. In process, a
+    /// channel send cannot be lost while this process lives, and a restart forgets every
+    /// publication; a send that fails all the same gives its jobs back to the sweep.
+    async fn announce(&self, jobs: &[Dispatch], outbox: Option<Uuid>) {
         // Jobs of pulled queues (registered types, scripts) were written published: their
         // claimers were woken by the store's write, and nothing goes to the transport.
         let remote = jobs.iter().any(|job| QueueName::pulled(&job.queue));
@@ -199,7 +220,15 @@ impl Dispatcher {
             }
         };
         if self.transport.is_durable() {
-            self.publish_all(jobs).await;
+            let (confirmed, _) = self.send(jobs).await;
+            failpoint::hit("submit.after_publish");
+            if let (Some(outbox), false, true) = (outbox, jobs.is_empty(), confirmed.len() == jobs.len()) {
+                if let Err(err) = self.store.confirm_outbox(outbox).await {
+                    // The messages are out; at worst the sweep sends them again after the
+                    // grace, and a duplicate delivery finds the job already claimed.
+                    warn!(error = %err, "could not record a submission's publications");
+                }
+            }
             return;
         }
         for message in self.messages(jobs) {
@@ -226,28 +255,37 @@ impl Dispatcher {
         // its announcement (the store wakes its claimers).
         let (remote, jobs): (Vec<Dispatch>, Vec<Dispatch>) =
             jobs.iter().cloned().partition(|job| QueueName::pulled(&job.queue));
-        let messages = self.messages(&jobs);
-        let sends = messages.iter().map(|message| {
-            let ids: Vec<Uuid> = message.iter().map(|job| job.id).collect();
-            self.transport.publish_at(&message[0].queue, encode_job_ids(&ids), message[0].priority)
-        });
-        let results = join_all(sends).await;
-        let mut confirmed = remote;
-        for (message, result) in messages.into_iter().zip(results) {
-            match result {
-                Ok(()) => confirmed.extend(message.into_iter().cloned()),
-                Err(err) => {
-                    let (jobs, queue) = (message.len(), &message[0].queue);
-                    warn!(job_id = %message[0].id, jobs, queue = %queue, error = %err, "publish failed; the sweep will resend")
-                }
-            }
-        }
+        let (mut confirmed, _) = self.send(&jobs).await;
+        confirmed.extend(remote);
         if let Err(err) = self.store.mark_published(&confirmed).await {
             // The messages are out; at worst the sweep sends them again, and a duplicate
             // delivery finds the job already claimed.
             warn!(error = %err, "could not record publications");
         }
         confirmed.len() as u64
+    }
+
+    /// Publishes `jobs` as their messages, with the confirms in flight together: the jobs
+    /// the transport confirmed, and how many messages failed (logged; the sweep resends).
+    async fn send(&self, jobs: &[Dispatch]) -> (Vec<Dispatch>, usize) {
+        let messages = self.messages(jobs);
+        let sends = messages.iter().map(|message| {
+            let ids: Vec<Uuid> = message.iter().map(|job| job.id).collect();
+            self.transport.publish_at(&message[0].queue, encode_job_ids(&ids), message[0].priority)
+        });
+        let results = join_all(sends).await;
+        let (mut confirmed, mut failed) = (Vec::with_capacity(jobs.len()), 0);
+        for (message, result) in messages.into_iter().zip(results) {
+            match result {
+                Ok(()) => confirmed.extend(message.into_iter().cloned()),
+                Err(err) => {
+                    failed += 1;
+                    let (jobs, queue) = (message.len(), &message[0].queue);
+                    warn!(job_id = %message[0].id, jobs, queue = %queue, error = %err, "publish failed; the sweep will resend")
+                }
+            }
+        }
+        (confirmed, failed)
     }
 
     /// The messages `jobs` go out as: by queue and level, in order, up to the queue's ids
@@ -274,6 +312,10 @@ impl Dispatcher {
     pub async fn sweep_once(&self, grace: Duration, batch: u64) -> Result<u64, StoreError> {
         if let Some(step) = self.aging {
             self.raise_once(step, batch).await?;
+        }
+        let reclaimed = self.store.reclaim_outbox(grace, batch).await?;
+        if reclaimed > 0 {
+            warn!(jobs = reclaimed, "submissions whose messages were never confirmed handed back to the sweep");
         }
         let due = self.store.due_for_dispatch(grace, batch).await?;
         if due.is_empty() {
@@ -393,7 +435,8 @@ pub struct DispatchSettings {
     pub enabled: bool,
     /// Milliseconds between sweeps.
     pub interval_ms: u64,
-    /// A job younger than this is left to its submitter, which is still publishing it.
+    /// A job younger than this is left to its submitter, which is still publishing it; so is
+    /// a submission's outbox row (its messages not yet confirmed).
     pub grace_ms: u64,
     /// Jobs sent per sweep at most.
     pub batch: u64,

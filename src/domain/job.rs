@@ -197,6 +197,11 @@ pub struct NewJob {
     /// lives (the in-process transport): the row is written as published, so the sweep does
     /// not send it again and no second write records the publication.
     pub announced: bool,
+    /// With a durable transport, the submission's row of the dispatch outbox: the job is
+    /// written published (as `announced`) and named by that row until the transport
+    /// confirmed its message; a row left behind (a crash, a failed publish) hands its jobs
+    /// back to the dispatch sweep. `None`: no outbox row.
+    pub outbox: Option<Uuid>,
     /// The id to insert it under; `None` for a fresh one. An upload names its job before
     /// the row exists, so its files are in place under that id when the row appears.
     pub id: Option<Uuid>,
@@ -253,6 +258,7 @@ impl NewJob {
             retry_policy: RetryPolicy::default(),
             idempotency_key: None,
             announced: false,
+            outbox: None,
             id: None,
             submitted_by: None,
             service: None,

@@ -405,6 +405,7 @@ pub fn validate_submission(
         retry_policy,
         idempotency_key,
         announced: false,
+        outbox: None,
         id: None,
         submitted_by: None,
         service: None,

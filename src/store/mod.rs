@@ -228,6 +228,15 @@ pub trait DispatchBook: Send + Sync + 'static {
     /// transition): only rows still QUEUED, unpublished and at the same `attempts` change.
     async fn mark_published(&self, jobs: &[Dispatch]) -> Result<u64, StoreError>;
 
+    /// Deletes a submission's outbox row (`NewJob::outbox`) once the transport confirmed
+    /// every message of it; false when the row was gone (the sweep reclaimed it).
+    async fn confirm_outbox(&self, outbox: Uuid) -> Result<bool, StoreError>;
+
+    /// Hands back to the sweep the jobs of up to `limit` outbox rows older than `grace`
+    /// (their submitter crashed, or a publish failed): those still QUEUED are marked
+    /// unpublished, and the rows deleted, in one transaction. Returns how many jobs.
+    async fn reclaim_outbox(&self, grace: Duration, limit: u64) -> Result<u64, StoreError>;
+
     /// QUEUED jobs whose message was never confirmed and that may run now: those that
     /// waited for a time (a delay, `run_at`) first, by that time, then fresh ones oldest
     /// first, skipping those created within `grace` (their submitter is still publishing

@@ -193,33 +193,59 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-#[actix_rt::test]
-async fn a_crash_between_commit_and_publish_loses_no_job() {
-    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
-    let deployment = Deployment::new(&url);
-    let port = free_port().to_string();
-    let bind = format!("127.0.0.1:{port}");
+/// An API process that kills itself at `failpoint` on its first submission, which `body`
+/// (posted to `path`) makes: the process is seen dead by SIGKILL before answering.
+async fn submit_into_a_crash(deployment: &Deployment, failpoint: &str, path: &str, body: serde_json::Value) {
+    let bind = format!("127.0.0.1:{}", free_port());
     let mut api = deployment.spawn(
         &["serve", "--no-workers", "--bind", &bind],
-        &[("YARDMASTER_FAILPOINT", "submit.after_commit"), ("YARDMASTER__DISPATCH__ENABLED", "false")],
+        &[("YARDMASTER_FAILPOINT", failpoint), ("YARDMASTER__DISPATCH__ENABLED", "false")],
     );
     let client = deployment.client();
     eventually("the API came up", Duration::from_secs(60), || async {
         client.get(format!("http://{bind}/healthz")).send().await.is_ok().then_some(())
     })
     .await;
-
-    let submitted = client.post(format!("http://{bind}/jobs")).json(&json!({ "operation": "ping" })).send().await;
+    let submitted = client.post(format!("http://{bind}{path}")).json(&body).send().await;
     assert!(submitted.is_err(), "the process should have died before answering");
     let status = actix_rt::task::spawn_blocking(move || api.0.wait()).await.unwrap().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+}
+
+#[actix_rt::test]
+async fn a_crash_between_commit_and_publish_loses_no_job() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    let deployment = Deployment::new(&url);
+    submit_into_a_crash(&deployment, "submit.after_commit", "/jobs", json!({ "operation": "ping" })).await;
 
     let db = Database::connect(&url).await.unwrap();
-    let stranded = "SELECT COUNT(*) FROM job WHERE status = 'queued' AND published_at IS NULL";
-    assert_eq!(count(&db, stranded).await, 1, "the job was committed but never published");
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM job WHERE status = 'queued'").await, 1, "the job was committed");
+    let unconfirmed = "SELECT COUNT(*) FROM dispatch_outbox";
+    assert_eq!(count(&db, unconfirmed).await, 1, "its submission's messages were never confirmed");
 
     let _worker = deployment.spawn(&["worker", "--queue", "default"], &[]);
     wait_for_count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", 1, Duration::from_secs(60)).await;
+    assert_eq!(count(&db, unconfirmed).await, 0, "the sweep took the outbox row when it sent the job");
+}
+
+#[actix_rt::test]
+async fn a_crash_between_publish_and_its_record_runs_each_job_once() {
+    let (_database, url) = TestDatabase::create(Backend::Postgres).await;
+    let deployment = Deployment::new(&url);
+    let items: Vec<_> = (0..5).map(|_| json!({ "operation": "ping" })).collect();
+    submit_into_a_crash(&deployment, "submit.after_publish", "/jobs:batch", json!({ "jobs": items })).await;
+
+    let db = Database::connect(&url).await.unwrap();
+    let unconfirmed = "SELECT COUNT(*) FROM dispatch_outbox";
+    assert_eq!(count(&db, unconfirmed).await, 1, "the outbox row outlived its confirmed messages");
+
+    // The worker's start-up sweep finds the outbox row and sends the five again beside
+    // their first messages: whichever comes second finds its job taken.
+    let _worker = deployment.spawn(&["worker", "--queue", "default"], &[]);
+    wait_for_count(&db, "SELECT COUNT(*) FROM job WHERE status = 'succeeded'", 5, Duration::from_secs(60)).await;
+    wait_for_count(&db, unconfirmed, 0, Duration::from_secs(60)).await;
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM job_event WHERE event = 'job.started'").await, 5);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM job WHERE attempts <> 1").await, 0);
 }
 
 /// Short leases and fast reaper passes, so crash tests take seconds.

@@ -38,6 +38,7 @@ mod neighbour_index;
 mod openapi;
 #[cfg(feature = "otel")]
 mod otel;
+mod outbox;
 mod pauses;
 mod placement;
 mod planner;

@@ -2,7 +2,7 @@
 """The chaos run: real yardmaster processes on a private PostgreSQL cluster and a private
 RabbitMQ node (started here, so faults never reach anyone else's servers), a few thousand
 jobs submitted with idempotency keys, and faults at random times: workers SIGKILLed and
-SIGTERMed, the API killed, a commit-then-crash failpoint, the broker killed, PostgreSQL
+SIGTERMed, the API killed, commit-then-crash and publish-then-crash failpoints, the broker killed, PostgreSQL
 stopped immediately, a worker's link to the broker cut, and a worker whose clock runs
 minutes ahead. Then it waits for every job to end and checks, from the database:
 
@@ -465,9 +465,9 @@ class LimitSampler:
 
 
 def inject_faults(fleet, pg, rabbit, rng, every, until, faults):
-    kinds = ["worker_kill", "worker_term", "api_kill", "commit_then_crash", "broker_kill", "postgres_stop",
-             "network_cut"]
-    weights = [4, 3, 2, 1, 1, 1, 2]
+    kinds = ["worker_kill", "worker_term", "api_kill", "commit_then_crash", "publish_then_crash", "broker_kill",
+             "postgres_stop", "network_cut"]
+    weights = [4, 3, 2, 1, 1, 1, 1, 2]
     while until():
         time.sleep(rng.uniform(*every))
         kind = rng.choices(kinds, weights)[0]
@@ -484,6 +484,12 @@ def inject_faults(fleet, pg, rabbit, rng, every, until, faults):
             fleet.signal("api", signal.SIGKILL)
             fleet.processes["api"].wait()
             fleet.start("api", failpoint="submit.after_commit")
+        elif kind == "publish_then_crash":
+            # The next submission's messages are confirmed, then the API dies before its
+            # outbox row is deleted: the sweep sends those jobs again, and each runs once.
+            fleet.signal("api", signal.SIGKILL)
+            fleet.processes["api"].wait()
+            fleet.start("api", failpoint="submit.after_publish")
         elif kind == "broker_kill":
             rabbit.kill()
             time.sleep(rng.uniform(1, 3))

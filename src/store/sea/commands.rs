@@ -55,6 +55,7 @@ impl JobCommands for SeaStore {
             }
             (Err(err), _) => return Err(err.into()),
         }
+        super::dispatch_book::write_outbox(&txn, std::slice::from_ref(&row), &[&new]).await?;
         append_event(&txn, row.id, &queued_event(&new)).await?;
         txn.commit().await?;
         let job = row;
@@ -408,6 +409,7 @@ async fn insert_rows(
         false => Vec::new(),
     };
     insert_chunks(txn, &rows).await?;
+    super::dispatch_book::write_outbox(txn, &rows, new).await?;
     let mut events: Vec<_> = rows.iter().zip(new).map(|(row, new)| event_row(row.id, &queued_event(new))).collect();
     events.extend(more);
     events.extend(held);

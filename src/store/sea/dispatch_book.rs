@@ -6,15 +6,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder, QuerySelect,
+    TransactionTrait,
+};
 use uuid::Uuid;
 
 use chrono::Utc;
 
 use super::rows::{db_now, to_chrono, NOT_PAUSED};
 use super::{group_commit, SeaStore};
-use crate::domain::{JobStatus, Limit};
-use crate::store::entity::job;
+use crate::domain::{JobStatus, Limit, NewJob};
+use crate::store::entity::{dispatch_outbox, job};
 use crate::store::types::level;
 use crate::store::{clock, Call, Change, Dispatch, DispatchBook, Released, Settled, StoreError};
 
@@ -90,6 +93,20 @@ impl DispatchBook for SeaStore {
         Ok(rows
             .map(|(id, queue, attempts, stored)| Dispatch { id, queue, attempts, priority: level(stored) })
             .collect())
+    }
+
+    async fn confirm_outbox(&self, outbox: Uuid) -> Result<bool, StoreError> {
+        self.before(Call::Upkeep("confirm_outbox")).await?;
+        let deleted = match &self.writer {
+            Some(writer) => writer.write(group_commit::Write::ConfirmOutbox { outbox }).await?.into_count()?,
+            None => confirm_outbox(&self.db, outbox).await?,
+        };
+        Ok(deleted == 1)
+    }
+
+    async fn reclaim_outbox(&self, grace: Duration, limit: u64) -> Result<u64, StoreError> {
+        self.before(Call::Upkeep("reclaim_outbox")).await?;
+        self.reclaim_outbox_once(grace, limit).await
     }
 
     async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
@@ -193,7 +210,72 @@ impl DispatchBook for SeaStore {
     }
 }
 
+/// Deletes a submission's outbox row: the transport confirmed every message of it.
+pub(super) async fn confirm_outbox<C: ConnectionTrait>(db: &C, outbox: Uuid) -> Result<u64, DbErr> {
+    Ok(dispatch_outbox::Entity::delete_by_id(outbox).exec(db).await?.rows_affected)
+}
+
+/// Writes, in the submitting transaction, the outbox rows of the jobs written published
+/// for a durable transport (`NewJob::outbox`): one per submission, naming its jobs. Jobs
+/// written unsent (held, waiting for a time or for dependencies) are not named: the sweep
+/// or their release sends them.
+pub(super) async fn write_outbox<C: ConnectionTrait>(
+    db: &C,
+    rows: &[job::Model],
+    new: &[&NewJob],
+) -> Result<(), DbErr> {
+    let mut by_submission: BTreeMap<Uuid, Vec<Uuid>> = BTreeMap::new();
+    for (row, new) in rows.iter().zip(new) {
+        if let (Some(outbox), Some(_)) = (new.outbox, row.published_at) {
+            by_submission.entry(outbox).or_default().push(row.id);
+        }
+    }
+    if by_submission.is_empty() {
+        return Ok(());
+    }
+    let now = clock::now();
+    let models = by_submission.into_iter().map(|(id, jobs)| {
+        let jobs = jobs.iter().map(Uuid::to_string).collect::<Vec<_>>().join("\n");
+        dispatch_outbox::Model { id, created_at: now, jobs }.into_active_model()
+    });
+    dispatch_outbox::Entity::insert_many(models).exec_without_returning(db).await?;
+    Ok(())
+}
+
 impl SeaStore {
+    /// Hands the jobs of outbox rows older than `grace` back to the sweep: those still
+    /// QUEUED and recorded published are marked unpublished (a compare-and-set on both),
+    /// and the rows deleted, in one transaction. Returns how many jobs were handed back.
+    pub(super) async fn reclaim_outbox_once(&self, grace: Duration, limit: u64) -> Result<u64, StoreError> {
+        let stale = dispatch_outbox::Entity::find()
+            .filter(dispatch_outbox::Column::CreatedAt.lte(clock::now() - to_chrono(grace)))
+            .limit(limit)
+            .all(&self.db)
+            .await?;
+        if stale.is_empty() {
+            return Ok(0);
+        }
+        let txn = self.write_txn().await?;
+        let mut handed_back = 0;
+        for row in &stale {
+            let ids: Vec<Uuid> = row.jobs.lines().filter_map(|line| Uuid::parse_str(line).ok()).collect();
+            for chunk in ids.chunks(super::INSERT_CHUNK) {
+                handed_back += job::Entity::update_many()
+                    .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
+                    .filter(job::Column::Id.is_in(chunk.iter().copied()))
+                    .filter(Expr::cust("coalesce(status = 'queued', false)"))
+                    .filter(job::Column::PublishedAt.is_not_null())
+                    .exec(&*txn)
+                    .await?
+                    .rows_affected;
+            }
+        }
+        let ids = stale.iter().map(|row| row.id);
+        dispatch_outbox::Entity::delete_many().filter(dispatch_outbox::Column::Id.is_in(ids)).exec(&*txn).await?;
+        txn.commit().await?;
+        Ok(handed_back)
+    }
+
     pub(super) async fn record_publications<C: ConnectionTrait>(
         &self,
         db: &C,

@@ -42,6 +42,10 @@ pub(super) enum Write {
     MarkPublished {
         jobs: Vec<Dispatch>,
     },
+    /// A submission's outbox row deleted: its messages were confirmed.
+    ConfirmOutbox {
+        outbox: Uuid,
+    },
     ExtendLease {
         run: RunRef,
         lease: Duration,
@@ -272,6 +276,9 @@ impl SeaStore {
                 Write::Submit { new } => submissions.push((at, new.as_ref())),
                 Write::MarkPublished { jobs } => {
                     answers[at] = Some(Written::Count(self.record_publications(txn, jobs).await?));
+                }
+                Write::ConfirmOutbox { outbox } => {
+                    answers[at] = Some(Written::Count(super::dispatch_book::confirm_outbox(&**txn, *outbox).await?));
                 }
                 Write::ExtendLease { run, lease } => renewals.entry(*lease).or_default().push((at, *run)),
                 Write::Batch { outcome, reduce } => {
