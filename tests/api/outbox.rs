@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use sea_orm::{ConnectionTrait as _, DatabaseConnection, Statement};
 use serde_json::json;
 use uuid::Uuid;
@@ -81,6 +82,14 @@ async fn an_outbox_row_stands_for_a_submission_until_its_messages_are_confirmed(
         assert_eq!(store.get(with_key.id).await.unwrap().unwrap().status, JobStatus::Running);
         // And a confirm that comes after the reclaim finds nothing to delete.
         assert!(!store.confirm_outbox(single).await.unwrap());
+
+        // Confirms at once (with group commit, in one statement): each answered for its row.
+        let (x, y) = (Uuid::now_v7(), Uuid::now_v7());
+        store.submit_many(vec![sent(x), sent(y)]).await.unwrap();
+        let confirms = [x, y, Uuid::now_v7()].map(|outbox| store.confirm_outbox(outbox));
+        let confirmed: Vec<bool> = join_all(confirms).await.into_iter().map(Result::unwrap).collect();
+        assert_eq!(confirmed, [true, true, false], "grouped: {grouped}");
+        assert_eq!(outbox_rows(&db).await, 0);
         db.close().await.ok();
     }
 }

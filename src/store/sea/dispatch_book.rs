@@ -99,7 +99,7 @@ impl DispatchBook for SeaStore {
         self.before(Call::Upkeep("confirm_outbox")).await?;
         let deleted = match &self.writer {
             Some(writer) => writer.write(group_commit::Write::ConfirmOutbox { outbox }).await?.into_count()?,
-            None => confirm_outbox(&self.db, outbox).await?,
+            None => confirm_outboxes(&self.db, &[outbox]).await?.len() as u64,
         };
         Ok(deleted == 1)
     }
@@ -210,9 +210,14 @@ impl DispatchBook for SeaStore {
     }
 }
 
-/// Deletes a submission's outbox row: the transport confirmed every message of it.
-pub(super) async fn confirm_outbox<C: ConnectionTrait>(db: &C, outbox: Uuid) -> Result<u64, DbErr> {
-    Ok(dispatch_outbox::Entity::delete_by_id(outbox).exec(db).await?.rows_affected)
+/// Deletes submissions' outbox rows (the transport confirmed every message of each) in one
+/// statement; returns the ids of those that were there.
+pub(super) async fn confirm_outboxes<C: ConnectionTrait>(db: &C, ids: &[Uuid]) -> Result<Vec<Uuid>, DbErr> {
+    let deleted = dispatch_outbox::Entity::delete_many()
+        .filter(dispatch_outbox::Column::Id.is_in(ids.iter().copied()))
+        .exec_with_returning(db)
+        .await?;
+    Ok(deleted.into_iter().map(|row| row.id).collect())
 }
 
 /// Writes, in the submitting transaction, the outbox rows of the jobs written published

@@ -238,7 +238,8 @@ impl SeaStore {
 
     /// The writes of one group commit, as few statements as the writes allow: one
     /// `UPDATE … RETURNING` per claimant for the claims, one per status for plain outcomes,
-    /// one multi-row `INSERT` for submissions and one for all their events. Answers in the
+    /// one multi-row `INSERT` for submissions and one for all their events, one `DELETE` for
+    /// the outbox rows of confirmed submissions. Answers in the
     /// order of `writes`.
     async fn apply_batch(&self, txn: &WriteTxn, writes: &[Write]) -> Result<Vec<Written>, StoreError> {
         let mut answers: Vec<Option<Written>> = writes.iter().map(|_| None).collect();
@@ -246,6 +247,7 @@ impl SeaStore {
         let mut claims: BTreeMap<(&str, Duration), Vec<(usize, Uuid)>> = BTreeMap::new();
         let mut outcomes: BTreeMap<&'static str, Vec<(usize, RunRef, &Completion)>> = BTreeMap::new();
         let mut submissions = Vec::new();
+        let mut confirms: Vec<(usize, Uuid)> = Vec::new();
         let mut renewals: BTreeMap<Duration, Vec<(usize, RunRef)>> = BTreeMap::new();
         // Parents in a fixed order, so two processes lock them in the same order.
         let mut batches: BTreeMap<RunRef, Vec<(usize, &BatchOutcome)>> = BTreeMap::new();
@@ -277,9 +279,7 @@ impl SeaStore {
                 Write::MarkPublished { jobs } => {
                     answers[at] = Some(Written::Count(self.record_publications(txn, jobs).await?));
                 }
-                Write::ConfirmOutbox { outbox } => {
-                    answers[at] = Some(Written::Count(super::dispatch_book::confirm_outbox(&**txn, *outbox).await?));
-                }
+                Write::ConfirmOutbox { outbox } => confirms.push((at, *outbox)),
                 Write::ExtendLease { run, lease } => renewals.entry(*lease).or_default().push((at, *run)),
                 Write::Batch { outcome, reduce } => {
                     let parent = RunRef { id: outcome.parent_job_id, attempt: outcome.attempt };
@@ -332,6 +332,13 @@ impl SeaStore {
             };
             children_ended(txn, finished.iter().map(|(row, _)| row)).await?;
             answer_moved(&mut answers, &mut events, finished, wanted.into_iter().map(|(at, run, _)| (at, run.id)))?;
+        }
+        if !confirms.is_empty() {
+            let ids: Vec<Uuid> = confirms.iter().map(|(_, id)| *id).collect();
+            let deleted = super::dispatch_book::confirm_outboxes(&**txn, &ids).await?;
+            for (at, id) in confirms {
+                answers[at] = Some(Written::Count(u64::from(deleted.contains(&id))));
+            }
         }
         if !submissions.is_empty() {
             let new: Vec<&NewJob> = submissions.iter().map(|(_, new)| *new).collect();
