@@ -220,9 +220,10 @@ impl Dispatcher {
             }
         };
         if self.transport.is_durable() {
-            let (confirmed, _) = self.send(jobs).await;
+            let confirmed = self.send(jobs).await;
             failpoint::hit("submit.after_publish");
-            if let (Some(outbox), false, true) = (outbox, jobs.is_empty(), confirmed.len() == jobs.len()) {
+            let all_confirmed = !jobs.is_empty() && confirmed.len() == jobs.len();
+            if let (Some(outbox), true) = (outbox, all_confirmed) {
                 if let Err(err) = self.store.confirm_outbox(outbox).await {
                     // The messages are out; at worst the sweep sends them again after the
                     // grace, and a duplicate delivery finds the job already claimed.
@@ -255,7 +256,7 @@ impl Dispatcher {
         // its announcement (the store wakes its claimers).
         let (remote, jobs): (Vec<Dispatch>, Vec<Dispatch>) =
             jobs.iter().cloned().partition(|job| QueueName::pulled(&job.queue));
-        let (mut confirmed, _) = self.send(&jobs).await;
+        let mut confirmed = self.send(&jobs).await;
         confirmed.extend(remote);
         if let Err(err) = self.store.mark_published(&confirmed).await {
             // The messages are out; at worst the sweep sends them again, and a duplicate
@@ -265,27 +266,26 @@ impl Dispatcher {
         confirmed.len() as u64
     }
 
-    /// Publishes `jobs` as their messages, with the confirms in flight together: the jobs
-    /// the transport confirmed, and how many messages failed (logged; the sweep resends).
-    async fn send(&self, jobs: &[Dispatch]) -> (Vec<Dispatch>, usize) {
+    /// Publishes `jobs` as their messages, with the confirms in flight together; returns the
+    /// jobs the transport confirmed. A failed message is logged, and the sweep resends it.
+    async fn send(&self, jobs: &[Dispatch]) -> Vec<Dispatch> {
         let messages = self.messages(jobs);
         let sends = messages.iter().map(|message| {
             let ids: Vec<Uuid> = message.iter().map(|job| job.id).collect();
             self.transport.publish_at(&message[0].queue, encode_job_ids(&ids), message[0].priority)
         });
         let results = join_all(sends).await;
-        let (mut confirmed, mut failed) = (Vec::with_capacity(jobs.len()), 0);
+        let mut confirmed = Vec::with_capacity(jobs.len());
         for (message, result) in messages.into_iter().zip(results) {
             match result {
                 Ok(()) => confirmed.extend(message.into_iter().cloned()),
                 Err(err) => {
-                    failed += 1;
                     let (jobs, queue) = (message.len(), &message[0].queue);
                     warn!(job_id = %message[0].id, jobs, queue = %queue, error = %err, "publish failed; the sweep will resend")
                 }
             }
         }
-        (confirmed, failed)
+        confirmed
     }
 
     /// The messages `jobs` go out as: by queue and level, in order, up to the queue's ids

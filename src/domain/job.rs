@@ -193,9 +193,10 @@ pub struct NewJob {
     pub max_retries: i32,
     pub retry_policy: RetryPolicy,
     pub idempotency_key: Option<String>,
-    /// Its message goes out right after the commit and cannot be lost while this process
-    /// lives (the in-process transport): the row is written as published, so the sweep does
-    /// not send it again and no second write records the publication.
+    /// Its submitter publishes it right after the commit (`dispatch::Dispatcher`): the row
+    /// is written as published, so the sweep does not send it again and no second write
+    /// records the publication. In process a send cannot be lost while the process lives;
+    /// on a durable transport [`Self::outbox`] covers the time until the confirm.
     pub announced: bool,
     /// With a durable transport, the submission's row of the dispatch outbox: the job is
     /// written published (as `announced`) and named by that row until the transport

@@ -260,20 +260,19 @@ impl SeaStore {
         if stale.is_empty() {
             return Ok(0);
         }
+        let jobs: Vec<Uuid> =
+            stale.iter().flat_map(|row| row.jobs.lines()).filter_map(|line| Uuid::parse_str(line).ok()).collect();
         let txn = self.write_txn().await?;
         let mut handed_back = 0;
-        for row in &stale {
-            let ids: Vec<Uuid> = row.jobs.lines().filter_map(|line| Uuid::parse_str(line).ok()).collect();
-            for chunk in ids.chunks(super::INSERT_CHUNK) {
-                handed_back += job::Entity::update_many()
-                    .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
-                    .filter(job::Column::Id.is_in(chunk.iter().copied()))
-                    .filter(Expr::cust("coalesce(status = 'queued', false)"))
-                    .filter(job::Column::PublishedAt.is_not_null())
-                    .exec(&*txn)
-                    .await?
-                    .rows_affected;
-            }
+        for chunk in jobs.chunks(super::INSERT_CHUNK) {
+            handed_back += job::Entity::update_many()
+                .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
+                .filter(job::Column::Id.is_in(chunk.iter().copied()))
+                .filter(Expr::cust("coalesce(status = 'queued', false)"))
+                .filter(job::Column::PublishedAt.is_not_null())
+                .exec(&*txn)
+                .await?
+                .rows_affected;
         }
         let ids = stale.iter().map(|row| row.id);
         dispatch_outbox::Entity::delete_many().filter(dispatch_outbox::Column::Id.is_in(ids)).exec(&*txn).await?;
