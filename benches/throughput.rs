@@ -1173,6 +1173,11 @@ async fn publisher(url: &str, prefix: &str) -> Publisher {
     settings.transport.amqp.url = AMQP_URL.into();
     let db = yardmaster::store::connect(&settings.store).await.unwrap();
     yardmaster::store::migrate(&db).await.unwrap();
+    // An experiment's knob: SQL run on the fresh schema before any job is written (a
+    // table's fillfactor, another index), so one build compares layouts.
+    if let Ok(sql) = std::env::var("BENCH_PG_SETUP") {
+        db.execute_unprepared(&sql).await.unwrap_or_else(|err| panic!("BENCH_PG_SETUP: {err}"));
+    }
     let store: Arc<dyn JobStore> = Arc::new(SeaStore::new(db.clone()).with_group_commit(settings.store.group_commit()));
     let transport = Arc::new(AmqpTransport::new(settings.transport.amqp.clone()).unwrap());
     let grouping = [("default".to_owned(), ids_per_message(32))].into();
