@@ -48,6 +48,7 @@ mod queues;
 mod remote;
 mod remote_batches;
 mod retention;
+mod returned_rows;
 mod schedule_processes;
 mod schedules;
 mod stale_runs;

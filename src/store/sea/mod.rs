@@ -8,6 +8,7 @@
 
 mod autocommit;
 mod commands;
+mod decode;
 mod dependencies;
 mod dispatch_book;
 mod fan_out;
@@ -33,11 +34,12 @@ use chrono::Utc;
 use sea_orm::sea_query::{Expr, IntoCondition};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, QueryFilter, Statement, UpdateMany,
+    EntityTrait, FromQueryResult as _, QueryFilter, QueryTrait as _, Statement, UpdateMany,
 };
 use serde_json::Value;
 use uuid::Uuid;
 
+use self::decode::JobRow;
 use self::write_gate::{WriteGate, WriteTxn};
 use super::entity::{job, job_event};
 use super::{Call, Change, Hook, Observer, StoreError};
@@ -286,7 +288,10 @@ async fn compare_and_set_many(
         .col_expr(job::Column::Status, Expr::value(to.as_str()))
         .filter(rows)
         .filter(job::Column::Status.is_in(from.iter().map(|status| status.as_str())));
-    set(update).exec_with_returning(txn).await
+    let mut query = set(update).into_query();
+    query.returning_all();
+    let statement = txn.get_database_backend().build(&query);
+    Ok(JobRow::find_by_statement(statement).all(txn).await?.into_iter().map(|JobRow(row)| row).collect())
 }
 
 async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent) -> Result<(), DbErr> {
@@ -310,13 +315,19 @@ async fn append_events(txn: &DatabaseTransaction, events: Vec<job_event::ActiveM
 }
 
 fn event_row(job_id: Uuid, event: &NewEvent) -> job_event::ActiveModel {
+    owned_event_row(job_id, event.clone())
+}
+
+/// [`event_row`] of an event the caller is done with: its texts move into the row.
+fn owned_event_row(job_id: Uuid, event: NewEvent) -> job_event::ActiveModel {
+    let NewEvent { event, message, fields, level } = event;
     job_event::ActiveModel {
         job_id: Set(job_id),
         ts: Set(clock::now()),
-        event: Set(event.event.clone()),
-        message: Set(event.message.clone()),
-        fields: Set(event.fields.clone()),
-        level: Set(event.level.as_str().to_owned()),
+        event: Set(event),
+        message: Set(message),
+        fields: Set(fields),
+        level: Set(level.as_str().to_owned()),
         ..Default::default()
     }
 }

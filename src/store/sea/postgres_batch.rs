@@ -17,10 +17,11 @@
 
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, EntityTrait, Statement, Value as SqlValue};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, FromQueryResult as _, Statement, Value as SqlValue};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::decode::JobRow;
 use super::rows::millis;
 use super::run_sql::Outcome;
 use crate::domain::{EventName, JobStatus};
@@ -81,7 +82,9 @@ pub(super) async fn claim(
 ) -> Result<Vec<job::Model>, DbErr> {
     debug_assert_eq!(EventName::STARTED, "job.started");
     let values: Vec<SqlValue> = vec![json!(ids).into(), clock::now().into(), millis(lease).into(), owner.into()];
-    job::Entity::find().from_raw_sql(Statement::from_sql_and_values(DbBackend::Postgres, CLAIM, values)).all(txn).await
+    let rows =
+        JobRow::find_by_statement(Statement::from_sql_and_values(DbBackend::Postgres, CLAIM, values)).all(txn).await?;
+    Ok(rows.into_iter().map(|JobRow(row)| row).collect())
 }
 
 /// Plain outcomes of one status, each for its own run, events written: the rows that moved.
@@ -107,5 +110,7 @@ pub(super) async fn finish(
     let failures = i32::from(to == JobStatus::Failed);
     let values: Vec<SqlValue> =
         vec![Value::Array(rows).into(), to.as_str().into(), clock::now().into(), failures.into(), with_children.into()];
-    job::Entity::find().from_raw_sql(Statement::from_sql_and_values(DbBackend::Postgres, FINISH, values)).all(txn).await
+    let rows =
+        JobRow::find_by_statement(Statement::from_sql_and_values(DbBackend::Postgres, FINISH, values)).all(txn).await?;
+    Ok(rows.into_iter().map(|JobRow(row)| row).collect())
 }
