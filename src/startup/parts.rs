@@ -61,7 +61,7 @@ pub(super) async fn open_store(
             SeaStore::new(db.clone()).with_group_commit_on(batch, writer_db)
         }
     }
-    .observed_by(Arc::new(crate::telemetry::metrics::JobMetrics))
+    .observed_by(Arc::new(crate::telemetry::metrics::JobMetrics::default()))
     .observed_by(Arc::new(notifier));
     for watch in watches {
         sea = sea.observed_by(watch);

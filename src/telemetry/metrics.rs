@@ -6,10 +6,13 @@
 //! operation names (registered or configured), final statuses, route patterns (never a raw
 //! path), reaper and cleaner actions.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use chrono::{DateTime, Utc};
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter, Histogram, Unit,
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::domain::{EventName, Job, JobStatus};
@@ -23,10 +26,12 @@ const SECONDS: &[f64] = &[
 /// Bucket bounds of the group-commit batch sizes.
 const BATCH: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 
+/// The process's recorder, once [`handle`] has been asked for it (`None` inside: another was first).
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
 /// The process's recorder, installed by the first caller. `None` when another recorder
 /// was installed first (an embedding program's own): then `/metrics` answers 503.
 pub fn handle() -> Option<&'static PrometheusHandle> {
-    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
             let installed = PrometheusBuilder::new()
@@ -119,15 +124,63 @@ impl Drop for Held {
     }
 }
 
-/// A run started: `job` as its claim returned it.
-pub fn job_started(job: &Job) {
-    counter!("yardmaster_jobs_started_total", "queue" => job.queue.clone(), "operation" => job.operation.clone())
-        .increment(1);
-    if job.attempts <= 1 {
-        if let Some(started) = job.started_at {
-            let due = job.run_after.map_or(job.created_at, |after| after.max(job.created_at));
-            histogram!("yardmaster_job_wait_seconds", "operation" => job.operation.clone())
-                .record(seconds(due, started));
+/// What a job's start and end record to, for one queue and operation. A handle looked up
+/// by its labels copies them and builds its key every time (a dozen allocations a job
+/// each way); [`JobMetrics`] makes these once. Each is made when first used, so a series
+/// appears when something happened to it, as before.
+#[derive(Default)]
+struct JobHandles {
+    started: OnceLock<Counter>,
+    wait: OnceLock<Histogram>,
+    /// By final status (see [`final_index`]): jobs finished, and their run times.
+    finished: [OnceLock<(Counter, Histogram)>; 3],
+}
+
+/// The slot of a final status in [`JobHandles::finished`].
+fn final_index(status: JobStatus) -> usize {
+    match status {
+        JobStatus::Succeeded => 0,
+        JobStatus::Failed => 1,
+        _ => 2,
+    }
+}
+
+impl JobHandles {
+    /// A run started: `job` as its claim returned it.
+    fn started(&self, job: &Job) {
+        let started = self.started.get_or_init(|| {
+            counter!("yardmaster_jobs_started_total", "queue" => job.queue.clone(), "operation" => job.operation.clone())
+        });
+        started.increment(1);
+        if job.attempts <= 1 {
+            if let Some(started) = job.started_at {
+                let due = job.run_after.map_or(job.created_at, |after| after.max(job.created_at));
+                let wait = self
+                    .wait
+                    .get_or_init(|| histogram!("yardmaster_job_wait_seconds", "operation" => job.operation.clone()));
+                wait.record(seconds(due, started));
+            }
+        }
+    }
+
+    /// A job reached a final status: `job` as the write that ended it returned it.
+    fn ended(&self, job: &Job) {
+        if !job.status.is_terminal() {
+            return;
+        }
+        let (finished, run) = self.finished[final_index(job.status)].get_or_init(|| {
+            let status = job.status.as_str();
+            let finished = counter!(
+                "yardmaster_jobs_finished_total",
+                "queue" => job.queue.clone(), "operation" => job.operation.clone(), "status" => status
+            );
+            let run =
+                histogram!("yardmaster_job_run_seconds", "operation" => job.operation.clone(), "status" => status);
+            (finished, run)
+        });
+        finished.increment(1);
+        if let (Some(started), Some(ended)) = (job.started_at, job.finished_at) {
+            run.record(seconds(started, ended));
         }
     }
 }
@@ -140,23 +193,6 @@ fn dependencies_settled(job: &Job, met: bool) {
     if met {
         histogram!("yardmaster_dependency_wait_seconds", "operation" => job.operation.clone())
             .record(seconds(job.created_at, clock::now()));
-    }
-}
-
-/// A job reached a final status: `job` as the write that ended it returned it.
-pub fn job_ended(job: &Job) {
-    if !job.status.is_terminal() {
-        return;
-    }
-    let status = job.status.as_str();
-    counter!(
-        "yardmaster_jobs_finished_total",
-        "queue" => job.queue.clone(), "operation" => job.operation.clone(), "status" => status
-    )
-    .increment(1);
-    if let (Some(started), Some(finished)) = (job.started_at, job.finished_at) {
-        histogram!("yardmaster_job_run_seconds", "operation" => job.operation.clone(), "status" => status)
-            .record(seconds(started, finished));
     }
 }
 
@@ -213,14 +249,38 @@ fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
 
 /// The job counters and histograms, as an observer of the store: each commit that started,
 /// ended or handed back a run is counted once, after it committed.
-pub struct JobMetrics;
+#[derive(Default)]
+pub struct JobMetrics {
+    /// By queue, then operation (names the labels bound already).
+    handles: RwLock<HashMap<String, HashMap<String, Arc<JobHandles>>>>,
+}
+
+impl JobMetrics {
+    /// The handles of `job`'s queue and operation: kept once the process's recorder is
+    /// installed (a handle made before would record nowhere for good), else made for this use.
+    fn handles(&self, job: &Job) -> Arc<JobHandles> {
+        if HANDLE.get().is_none() {
+            return Arc::default();
+        }
+        let kept = self.handles.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(handles) =
+            kept.get(job.queue.as_str()).and_then(|operations| operations.get(job.operation.as_str()))
+        {
+            return handles.clone();
+        }
+        drop(kept);
+        let mut kept = self.handles.write().unwrap_or_else(PoisonError::into_inner);
+        let operations = kept.entry(job.queue.clone()).or_default();
+        operations.entry(job.operation.clone()).or_default().clone()
+    }
+}
 
 impl Observer for JobMetrics {
     fn committed(&self, changes: &[Change]) {
         for change in changes {
             let Change::Moved { job, was, event } = change else { continue };
             if *event == EventName::STARTED {
-                job_started(job);
+                self.handles(job).started(job);
             }
             if *event == EventName::DEPENDENCIES_MET || *event == EventName::DEPENDENCY_FAILED {
                 dependencies_settled(job, *event == EventName::DEPENDENCIES_MET);
@@ -231,7 +291,7 @@ impl Observer for JobMetrics {
             // A job that was running or waiting and is final now (not a finished job's files
             // being cleaned).
             if was.iter().any(|status| !status.is_terminal()) {
-                job_ended(job);
+                self.handles(job).ended(job);
             }
         }
     }
