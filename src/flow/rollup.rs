@@ -103,43 +103,57 @@ impl RollupWatch {
 pub struct Counted(Tallies);
 
 impl Observer for RollupWatch {
+    /// Counted within the commit by minute, queue and room first, then added to the shared
+    /// counts once per group: a commit of 64 jobs of one queue copies its names once, not
+    /// twice per job.
     fn committed(&self, changes: &[Change<'_>]) {
-        let mut counted: Vec<(Key, Tally)> = Vec::new();
+        let mut counts: Counts<'_> = Vec::new();
         for change in changes {
             let Change::Moved { job, was, event } = change else { continue };
             if *event == EventName::STARTED {
                 if let Some(started) = job.started_at {
-                    let mut tally = Tally { started: 1, ..Tally::default() };
+                    let tally = tally_of(&mut counts, job, started);
+                    tally.started += 1;
                     if job.attempts <= 1 {
                         let due = job.run_after.map_or(job.created_at, |after| after.max(job.created_at));
-                        tally.waits.insert(bucket(started - due), 1);
+                        *tally.waits.entry(bucket(started - due)).or_default() += 1;
                     }
-                    counted.push((key(job, started), tally));
                 }
             }
             if job.status.is_terminal() && was.iter().any(|status| !status.is_terminal()) {
-                let at = job.finished_at.unwrap_or_else(clock::now);
-                let mut tally = Tally::default();
+                let tally = tally_of(&mut counts, job, job.finished_at.unwrap_or_else(clock::now));
                 match job.status {
-                    JobStatus::Succeeded => tally.succeeded = 1,
-                    JobStatus::Failed => tally.failed = 1,
-                    _ => tally.cancelled = 1,
+                    JobStatus::Succeeded => tally.succeeded += 1,
+                    JobStatus::Failed => tally.failed += 1,
+                    _ => tally.cancelled += 1,
                 }
-                counted.push((key(job, at), tally));
             }
         }
-        if counted.is_empty() {
+        if counts.is_empty() {
             return;
         }
         let mut tallies = self.tallies.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        for (key, tally) in counted {
+        for ((minute, queue, room), tally) in counts {
+            let key = Key { minute, queue: queue.to_owned(), room: room.to_owned() };
             tallies.entry(key).or_default().add(&tally);
         }
     }
 }
 
-fn key(job: &Job, at: DateTime<Utc>) -> Key {
-    Key { minute: minute_of(at), queue: job.queue.clone(), room: job.room.clone() }
+/// One commit's counts, by minute, queue and room (names borrowed from its jobs).
+type Counts<'j> = Vec<((DateTime<Utc>, &'j str, &'j str), Tally)>;
+
+/// The tally of `job`'s queue and room in the minute of `at`, made if it is the first.
+fn tally_of<'c, 'j>(counts: &'c mut Counts<'j>, job: &'j Job, at: DateTime<Utc>) -> &'c mut Tally {
+    let slot = (minute_of(at), job.queue.as_str(), job.room.as_str());
+    let at = match counts.iter().position(|(seen, _)| *seen == slot) {
+        Some(at) => at,
+        None => {
+            counts.push((slot, Tally::default()));
+            counts.len() - 1
+        }
+    };
+    &mut counts[at].1
 }
 
 /// Adds the counts to the table, and samples the queues.

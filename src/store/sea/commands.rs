@@ -15,8 +15,8 @@ use uuid::Uuid;
 use super::rows::new_row;
 use super::write_gate::WriteTxn;
 use super::{
-    append_event, append_events, compare_and_set, dependencies, event_row, fan_out, group_commit, limits, retried,
-    unique, SeaStore, INSERT_CHUNK,
+    append_event, append_events, compare_and_set, dependencies, event_row, fan_out, group_commit, limits,
+    owned_event_row, retried, unique, SeaStore, INSERT_CHUNK,
 };
 use crate::domain::{EventName, InvalidTransition, Job, JobStatus, NewEvent, NewJob};
 use crate::store::entity::{job, job_event};
@@ -410,7 +410,8 @@ async fn insert_rows(
     };
     insert_chunks(txn, &rows).await?;
     super::dispatch_book::write_outbox(txn, &rows, new).await?;
-    let mut events: Vec<_> = rows.iter().zip(new).map(|(row, new)| event_row(row.id, &queued_event(new))).collect();
+    let mut events: Vec<_> =
+        rows.iter().zip(new).map(|(row, new)| owned_event_row(row.id, queued_event(new))).collect();
     events.extend(more);
     events.extend(held);
     // One moment for the submission's events, so their times read in their order (a

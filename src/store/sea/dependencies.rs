@@ -17,7 +17,7 @@ use sea_orm::{
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{append_event, apply_transition, event_row, SeaStore, INSERT_CHUNK};
+use super::{append_event, apply_transition, owned_event_row, SeaStore, INSERT_CHUNK};
 use crate::domain::{EventLevel, EventName, Job, JobStatus, NewEvent, NewJob, OnDependencyFailure, MAX_DEPENDENCIES};
 use crate::store::entity::{job, job_dependency, job_event};
 use crate::store::{clock, Change, DependencyResult, Dispatch, Linked, Links, Settled, StoreError};
@@ -91,7 +91,7 @@ pub(super) async fn link(
         }
         let fields = json!({ "depends_on": dependencies, "pending": pending });
         let message = format!("waits for {pending} of its {} dependencies", dependencies.len());
-        events.push(event_row(row.id, &NewEvent::new(EventName::WAITING).message(message).fields(fields)));
+        events.push(owned_event_row(row.id, NewEvent::new(EventName::WAITING).message(message).fields(fields)));
     }
     for chunk in edges.chunks(INSERT_CHUNK * 10) {
         job_dependency::Entity::insert_many(chunk.to_vec()).exec_without_returning(txn).await?;

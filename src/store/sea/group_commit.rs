@@ -19,7 +19,7 @@ use super::commands::insert_new;
 use super::fan_out::children_ended;
 use super::run_sql::Outcome;
 use super::write_gate::WriteTxn;
-use super::{append_events, event_row, postgres_batch, SeaStore};
+use super::{append_events, owned_event_row, postgres_batch, SeaStore};
 use crate::domain::{BatchOutcome, Job, JobStatus, NewEvent, NewJob};
 use crate::store::entity::{job, job_event};
 use crate::store::{BatchRecorded, Completion, Dispatch, Reduce, RunRef, StoreError};
@@ -368,7 +368,7 @@ fn answer_moved(
     for (at, id) in wanted {
         let job = match by_id.remove(&id) {
             Some((row, event)) => {
-                events.extend(event.map(|event| event_row(id, &event)));
+                events.extend(event.map(|event| owned_event_row(id, event)));
                 Some(Box::new(row))
             }
             None => None,

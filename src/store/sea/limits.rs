@@ -26,7 +26,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::rows::to_chrono;
-use super::{event_row, SeaStore};
+use super::{owned_event_row, SeaStore};
 use crate::domain::{EventLevel, EventName, Limit, NewEvent};
 use crate::store::entity::{job, job_event};
 use crate::store::types::level;
@@ -232,7 +232,7 @@ pub(super) async fn admit(
                 true => {
                     row.held_since = Some(now);
                     row.published_at = None;
-                    events.push(event_row(row.id, &held_event(limit, room.holder())));
+                    events.push(owned_event_row(row.id, held_event(limit, room.holder())));
                 }
                 false => room.take(),
             }
