@@ -251,9 +251,11 @@ fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
 /// ended or handed back a run is counted once, after it committed.
 #[derive(Default)]
 pub struct JobMetrics {
-    /// By queue, then operation (names the labels bound already).
-    handles: RwLock<HashMap<String, HashMap<String, Arc<JobHandles>>>>,
+    handles: RwLock<ByQueue>,
 }
+
+/// Handles by queue, then operation (names the labels bound already).
+type ByQueue = HashMap<String, HashMap<String, Arc<JobHandles>>>;
 
 impl JobMetrics {
     /// The handles of `job`'s queue and operation: kept once the process's recorder is
