@@ -5,19 +5,33 @@
 # (PostgreSQL 18 with pgvector 0.8), downloaded once into ~/.cache/yardmaster/wheels and
 # unpacked under /var/tmp, where the server's own user can read it. PostgreSQL refuses to run
 # as root: as root, the server runs as `nobody`. Its data stays in /var/tmp between runs.
+#
+# Version 0.1.5, not the newer 0.1.6: 0.1.6's vector.so is compiled for AVX-512 throughout
+# (its cosine distance runs on zmm registers), so on a CPU without AVX-512 the first index
+# build kills the backend with SIGILL and the server restarts under every test using it.
+# 0.1.5 (PostgreSQL 18.3, pgvector 0.8.2) keeps AVX-512 to the functions it picks at run time.
 set -euo pipefail
 
 port=${YARDMASTER_PGVECTOR_PORT:-5439}
-version=0.1.6
+version=0.1.5
 base=/var/tmp/yardmaster-pgvector-$version
 bin=$base/pgserver/pginstall/bin
 data=$base/data
 
-if pg_isready -q -h 127.0.0.1 -p "$port"; then exit 0; fi
-
 as_server() { # the server's user: nobody when run as root
   if [ "$(id -u)" -eq 0 ]; then runuser -u nobody -- "$@"; else "$@"; fi
 }
+
+# A server of another version this script once started gives way to this one.
+for other in /var/tmp/yardmaster-pgvector-*/data/postmaster.pid; do
+  [ -e "$other" ] || continue
+  other_base=${other%/data/postmaster.pid}
+  [ "$other_base" = "$base" ] && continue
+  echo "pgvector.sh: stopping the server of $other_base" >&2
+  as_server "$other_base/pgserver/pginstall/bin/pg_ctl" -D "$other_base/data" -m fast -w stop >/dev/null || true
+done
+
+if pg_isready -q -h 127.0.0.1 -p "$port"; then exit 0; fi
 
 if [ ! -x "$bin/postgres" ]; then
   wheels=$HOME/.cache/yardmaster/wheels
