@@ -111,6 +111,9 @@ stage() { # NAME COMMAND...
 
 stage units bash scripts/check-units.sh
 stage nextest cargo nextest run --workspace --no-fail-fast "$@"
+# A crash of the pgvector server reaches its tests only as dropped connections: its log says why.
+grep -h -A1 "terminated by signal" /var/tmp/yardmaster-pgvector-*/data/server.log 2>/dev/null |
+  sed 's/^/test.sh: pgvector server: /' | tail -n 20 >&2 || true
 # OpenTelemetry export is a feature of its own (not in the default build): its test, built with it.
 stage otel cargo nextest run --features otel --test api --no-fail-fast otel
 # The dashboard end to end in headless Chromium (tests/browser; screenshots in
