@@ -7,11 +7,13 @@ use async_trait::async_trait;
 use chrono::Utc;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, DatabaseTransaction, DbErr, EntityTrait, IntoActiveModel, QueryFilter, Set, SqlErr, UpdateMany,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, IdenStatic, Iterable, ModelTrait,
+    QueryFilter, Set, SqlErr, UpdateMany,
 };
 use serde_json::json;
 use uuid::Uuid;
 
+use super::insert_sql::MultiInsert;
 use super::rows::new_row;
 use super::write_gate::WriteTxn;
 use super::{
@@ -385,8 +387,12 @@ async fn insert_chunks(txn: &WriteTxn, rows: &[job::Model]) -> Result<(), DbErr>
         match txn.placement() {
             Some(placement) => placement.insert(txn, chunk).await?,
             None => {
-                let models = chunk.iter().cloned().map(IntoActiveModel::into_active_model);
-                job::Entity::insert_many(models).exec_without_returning(&**txn).await?;
+                let columns = job::Column::iter().map(|column| column.as_str());
+                let mut insert = MultiInsert::new(txn.get_database_backend(), "job", columns);
+                for row in chunk {
+                    insert.row(job::Column::iter().map(|column| row.get(column)));
+                }
+                txn.execute_raw(insert.into_statement()).await?;
             }
         }
     }

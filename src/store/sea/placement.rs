@@ -24,12 +24,11 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use sea_orm::sea_query::{Alias, Expr, InsertStatement, IntoIden, Query};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IntoActiveModel, Iterable,
-    Statement,
+    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IdenStatic, Iterable, ModelTrait, Statement, Value,
 };
 
+use super::insert_sql::MultiInsert;
 use crate::domain::LOWEST_PRIORITY;
 use crate::store::entity::job;
 
@@ -114,10 +113,10 @@ impl Placement {
             return Ok(());
         }
         let rowids = self.place(highest(txn).await?, rows, false);
-        match txn.execute(&statement(rows, &rowids)).await {
+        match txn.execute_raw(statement(rows, &rowids)).await {
             Err(err) if rowid_taken(&err) => {
                 let rowids = self.place(highest(txn).await?, rows, true);
-                txn.execute(&statement(rows, &rowids)).await?;
+                txn.execute_raw(statement(rows, &rowids)).await?;
             }
             inserted => {
                 inserted?;
@@ -143,20 +142,13 @@ fn rowid_taken(err: &DbErr) -> bool {
 }
 
 /// `INSERT INTO job (rowid, …every column…) VALUES …`, a row per model at its rowid.
-fn statement(rows: &[job::Model], rowids: &[i64]) -> InsertStatement {
-    let mut insert = Query::insert();
-    insert
-        .into_table(job::Entity)
-        .columns(std::iter::once(Alias::new("rowid").into_iden()).chain(job::Column::iter().map(IntoIden::into_iden)));
+fn statement(rows: &[job::Model], rowids: &[i64]) -> Statement {
+    let columns = std::iter::once("rowid").chain(job::Column::iter().map(|column| column.as_str()));
+    let mut insert = MultiInsert::new(DbBackend::Sqlite, "job", columns);
     for (row, rowid) in rows.iter().zip(rowids) {
-        let mut model = row.clone().into_active_model();
-        let values = job::Column::iter().map(|column| {
-            let value = model.take(column).into_value().expect("a model's every column is set");
-            column.save_as(Expr::val(value))
-        });
-        insert.values_panic(std::iter::once(Expr::val(*rowid)).chain(values.collect::<Vec<_>>()));
+        insert.row(std::iter::once(Value::from(*rowid)).chain(job::Column::iter().map(|column| row.get(column))));
     }
-    insert
+    insert.into_statement()
 }
 
 #[cfg(test)]

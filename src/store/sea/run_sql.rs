@@ -85,6 +85,7 @@ impl SeaStore {
         let (mut result, mut error_code, mut error_message) = (Case::new(), Case::new(), Case::new());
         for (run, completion) in runs {
             let outcome = Outcome::of(completion);
+            // A `CASE` without an arm for a row gives it NULL: arms only for values.
             result = result.when(run.id, outcome.result);
             error_code = error_code.when(run.id, outcome.error_code);
             error_message = error_message.when(run.id, outcome.error_message);
@@ -253,7 +254,8 @@ impl Outcome {
     }
 }
 
-/// `CASE WHEN id = … THEN … END`: one column's per-job values in a multi-row update.
+/// `CASE WHEN id = … THEN … END`: one column's per-job values in a multi-row update; a row
+/// with no arm gets NULL (there is no `ELSE`).
 struct Case(Option<CaseStatement>);
 
 impl Case {
@@ -261,7 +263,11 @@ impl Case {
         Case(None)
     }
 
-    fn when(self, id: Uuid, value: impl Into<sea_orm::Value>) -> Case {
+    /// An arm for `id` when there is a value; none is NULL already.
+    fn when<T: Into<sea_orm::Value>>(self, id: Uuid, value: Option<T>) -> Case {
+        let Some(value) = value else {
+            return self;
+        };
         let condition = job::Column::Id.eq(id);
         let value = Expr::value(value);
         Case(Some(match self.0 {
