@@ -7,14 +7,12 @@ use async_trait::async_trait;
 use chrono::Utc;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, IdenStatic, Iterable, ModelTrait,
-    QueryFilter, Set, SqlErr, UpdateMany,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, QueryFilter, Set, SqlErr, UpdateMany,
 };
 use serde_json::json;
 use uuid::Uuid;
 
-use super::insert_sql::MultiInsert;
-use super::rows::new_row;
+use super::rows::{insert_statement, new_row};
 use super::write_gate::WriteTxn;
 use super::{
     append_event, append_events, compare_and_set, dependencies, event_row, fan_out, group_commit, limits,
@@ -387,12 +385,7 @@ async fn insert_chunks(txn: &WriteTxn, rows: &[job::Model]) -> Result<(), DbErr>
         match txn.placement() {
             Some(placement) => placement.insert(txn, chunk).await?,
             None => {
-                let columns = job::Column::iter().map(|column| column.as_str());
-                let mut insert = MultiInsert::new(txn.get_database_backend(), "job", columns);
-                for row in chunk {
-                    insert.row(job::Column::iter().map(|column| row.get(column)));
-                }
-                txn.execute_raw(insert.into_statement()).await?;
+                txn.execute_raw(insert_statement(txn.get_database_backend(), chunk, None)).await?;
             }
         }
     }

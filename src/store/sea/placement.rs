@@ -24,11 +24,9 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IdenStatic, Iterable, ModelTrait, Statement, Value,
-};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement};
 
-use super::insert_sql::MultiInsert;
+use super::rows::insert_statement;
 use crate::domain::LOWEST_PRIORITY;
 use crate::store::entity::job;
 
@@ -113,10 +111,10 @@ impl Placement {
             return Ok(());
         }
         let rowids = self.place(highest(txn).await?, rows, false);
-        match txn.execute_raw(statement(rows, &rowids)).await {
+        match txn.execute_raw(insert_statement(DbBackend::Sqlite, rows, Some(&rowids))).await {
             Err(err) if rowid_taken(&err) => {
                 let rowids = self.place(highest(txn).await?, rows, true);
-                txn.execute_raw(statement(rows, &rowids)).await?;
+                txn.execute_raw(insert_statement(DbBackend::Sqlite, rows, Some(&rowids))).await?;
             }
             inserted => {
                 inserted?;
@@ -139,16 +137,6 @@ async fn highest(txn: &DatabaseTransaction) -> Result<i64, DbErr> {
 /// `SQLITE_CONSTRAINT_ROWID`, which SeaORM does not tell from other failures).
 fn rowid_taken(err: &DbErr) -> bool {
     err.to_string().contains("UNIQUE constraint failed: job.rowid")
-}
-
-/// `INSERT INTO job (rowid, …every column…) VALUES …`, a row per model at its rowid.
-fn statement(rows: &[job::Model], rowids: &[i64]) -> Statement {
-    let columns = std::iter::once("rowid").chain(job::Column::iter().map(|column| column.as_str()));
-    let mut insert = MultiInsert::new(DbBackend::Sqlite, "job", columns);
-    for (row, rowid) in rows.iter().zip(rowids) {
-        insert.row(std::iter::once(Value::from(*rowid)).chain(job::Column::iter().map(|column| row.get(column))));
-    }
-    insert.into_statement()
 }
 
 #[cfg(test)]

@@ -1,15 +1,32 @@
-//! A submission's new row, an event row as the domain's event, and the clock used in SQL.
+//! A submission's new row and the statement that inserts rows, an event row as the domain's
+//! event, and the clock used in SQL.
 
 use crate::store::clock;
 use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::DbBackend;
+use sea_orm::{DbBackend, IdenStatic, Iterable, ModelTrait, Statement, Value};
 use uuid::Uuid;
 
 use super::super::entity::{job, job_event};
 use super::super::StoreError;
+use super::insert_sql::MultiInsert;
 use crate::domain::{EventLevel, JobEvent, JobStatus, NewJob};
+
+/// `INSERT INTO job (…every column…) VALUES …`, a row per model; with `rowids` (SQLite's
+/// placement), each at its own.
+pub(super) fn insert_statement(backend: DbBackend, rows: &[job::Model], rowids: Option<&[i64]>) -> Statement {
+    let columns = job::Column::iter().map(|column| column.as_str());
+    let mut insert = match rowids {
+        Some(_) => MultiInsert::new(backend, "job", std::iter::once("rowid").chain(columns)),
+        None => MultiInsert::new(backend, "job", columns),
+    };
+    for (at, row) in rows.iter().enumerate() {
+        let rowid = rowids.map(|rowids| Value::from(rowids[at]));
+        insert.row(rowid.into_iter().chain(job::Column::iter().map(|column| row.get(column))));
+    }
+    insert.into_statement()
+}
 
 /// "Now" for lease and timeout arithmetic. On PostgreSQL it is the database's clock, so
 /// workers on many hosts judge leases by one clock; SQLite is embedded, one host, one clock.
