@@ -12,7 +12,6 @@ pub(super) struct MultiInsert {
     sql: String,
     values: Vec<Value>,
     columns: usize,
-    rows: usize,
 }
 
 impl MultiInsert {
@@ -31,7 +30,7 @@ impl MultiInsert {
             count += 1;
         }
         sql.push_str(") VALUES ");
-        MultiInsert { backend, sql, values: Vec::new(), columns: count, rows: 0 }
+        MultiInsert { backend, sql, values: Vec::new(), columns: count }
     }
 
     /// One row: exactly as many values as the statement has columns, in their order.
@@ -39,7 +38,7 @@ impl MultiInsert {
     /// # Panics
     /// When `values` gives another number of values (a bug of the caller's, not of its input).
     pub(super) fn row(&mut self, values: impl IntoIterator<Item = Value>) {
-        self.sql.push_str(if self.rows == 0 { "(" } else { ", (" });
+        self.sql.push_str(if self.values.is_empty() { "(" } else { ", (" });
         let before = self.values.len();
         for value in values {
             if self.values.len() > before {
@@ -56,7 +55,6 @@ impl MultiInsert {
         }
         assert_eq!(self.values.len() - before, self.columns, "a row of a multi-row insert with a value per column");
         self.sql.push(')');
-        self.rows += 1;
     }
 
     pub(super) fn into_statement(self) -> Statement {

@@ -14,7 +14,9 @@ use super::insert_sql::MultiInsert;
 use crate::domain::{EventLevel, JobEvent, JobStatus, NewJob};
 
 /// `INSERT INTO job (…every column…) VALUES …`, a row per model; with `rowids` (SQLite's
-/// placement), each at its own.
+/// placement, one per row), each at its own. Values are bound as they are: no column of
+/// `job` casts its value on the way in (SeaORM's `save_as`, which a native enum column would
+/// need); a test below holds that.
 pub(super) fn insert_statement(backend: DbBackend, rows: &[job::Model], rowids: Option<&[i64]>) -> Statement {
     let columns = job::Column::iter().map(|column| column.as_str());
     let mut insert = match rowids {
@@ -133,4 +135,20 @@ pub(super) fn to_event(row: job_event::Model) -> Result<JobEvent, StoreError> {
         fields: row.fields,
         level,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::sea_query::Expr;
+    use sea_orm::{ColumnTrait, Iterable};
+
+    use super::job;
+
+    #[test]
+    fn no_job_column_casts_what_it_saves() {
+        for column in job::Column::iter() {
+            let value = Expr::val(1);
+            assert_eq!(column.save_as(value.clone()), value, "{column:?} casts its value: insert_statement must too");
+        }
+    }
 }
