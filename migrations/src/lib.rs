@@ -35,6 +35,7 @@ mod m20261130_000027_embedding_pgvector;
 mod m20261130_000028_rate_key;
 mod m20261130_000029_event_foreign_key;
 mod m20261201_000030_dispatch_outbox;
+mod m20261202_000031_job_index_fillfactor;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -75,6 +76,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000028_rate_key::Migration),
             Box::new(m20261130_000029_event_foreign_key::Migration),
             Box::new(m20261201_000030_dispatch_outbox::Migration),
+            Box::new(m20261202_000031_job_index_fillfactor::Migration),
         ]
     }
 }

@@ -121,8 +121,42 @@ async fn events_hold_no_key_to_their_job_on_postgres(backend: Backend) {
     db.close().await.unwrap();
 }
 
+/// Migration 31: on PostgreSQL the six indexes of `job` keyed by its id leave half of each
+/// leaf free (a claim and an outcome each add an entry to every one); down gives back the
+/// default. SQLite's indexes have no such setting, and its store migrates the same.
+async fn id_keyed_indexes_leave_room_on_postgres(backend: Backend) {
+    let (_database, url) = TestDatabase::create(backend).await;
+    let settings = StoreSettings { url, ..yardmaster::config::Settings::default().store };
+    let (db, _store) = crate::helpers::migrated_store(&settings.url).await;
+    if backend == Backend::Postgres {
+        let options = "SELECT string_agg(relname || ':' || coalesce(array_to_string(reloptions, ','), '-'), ' ' \
+                       ORDER BY relname) FROM pg_class WHERE oid IN ('job_pkey'::regclass, \
+                       'ix_job_queue_id'::regclass, 'ix_job_room_id'::regclass, 'ix_job_operation_id'::regclass, \
+                       'ix_job_status_id'::regclass, 'ix_job_room_status_id'::regclass)";
+        let every = |option: &str| {
+            [
+                "ix_job_operation_id",
+                "ix_job_queue_id",
+                "ix_job_room_id",
+                "ix_job_room_status_id",
+                "ix_job_status_id",
+                "job_pkey",
+            ]
+            .map(|index| format!("{index}:{option}"))
+            .join(" ")
+        };
+        assert_eq!(one_text(&settings, options).await, every("fillfactor=50"));
+        Migrator::down(&db, Some(steps_back_to("000031"))).await.unwrap();
+        assert_eq!(one_text(&settings, options).await, every("-"), "down gives back the default");
+        Migrator::up(&db, None).await.unwrap();
+        assert_eq!(one_text(&settings, options).await, every("fillfactor=50"));
+    }
+    db.close().await.unwrap();
+}
+
 on_both_backends!(
     rooms_go_down_and_up_again,
     limited_jobs_stored_before_rate_keys_keep_counting,
-    events_hold_no_key_to_their_job_on_postgres
+    events_hold_no_key_to_their_job_on_postgres,
+    id_keyed_indexes_leave_room_on_postgres
 );
