@@ -4,14 +4,15 @@
 //! priority order rather than by age, every leaf is visited once per level, and a full leaf
 //! is cleared by checking its entries against the heap before it may split (bottom-up
 //! deletion): measured, the cost that made a drain of interleaved priorities dearer than a
-//! plain one (`BENCHMARKS.md`, 2026-12-02 (afternoon)). Pages written from now on keep the room; an
-//! existing deployment's older pages keep their density until `REINDEX INDEX CONCURRENTLY`
-//! rebuilds them, which the service does not need. SQLite's indexes have no such setting.
+//! plain one (`BENCHMARKS.md`, 2026-12-02 (afternoon)). Pages written from now on keep the
+//! room; an existing deployment's older pages keep their density until `REINDEX INDEX
+//! CONCURRENTLY` rebuilds them, which the service does not need. SQLite's indexes have no
+//! such setting.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
-/// The indexes, and the fillfactor they take.
+/// The indexes keyed by a job's id.
 const INDEXES: [&str; 6] = [
     "job_pkey",
     "ix_job_queue_id",
@@ -20,6 +21,7 @@ const INDEXES: [&str; 6] = [
     "ix_job_status_id",
     "ix_job_room_status_id",
 ];
+/// The share of each leaf page they fill, in percent (PostgreSQL's default for a B-tree: 90).
 const FILLFACTOR: u32 = 50;
 
 #[derive(DeriveMigrationName)]
