@@ -63,20 +63,30 @@ impl Schedules {
             }
             let due = s.next_fire_at;
             let after = |tick| spec.next_after(tick).unwrap_or(DateTime::<Utc>::MAX_UTC);
+            // The last tick's job to cancel for this one, once this pass has won the tick.
+            let mut replaced = None;
             let (decision, next) = match spec.step(due, now, &policy) {
                 Step::Retire => (Decision::Miss { count: 1 }, DateTime::<Utc>::MAX_UTC),
                 Step::Miss { count, resume } => (Decision::Miss { count }, resume),
                 Step::Fire(tick) => match self.overlaps(&s).await? {
                     Some(_) if s.overlap == Overlap::Skip.as_str() => (Decision::Skip, after(tick)),
                     Some(previous) if s.overlap == Overlap::CancelPrevious.as_str() => {
-                        self.store.cancel(previous).await?;
-                        info!(schedule = %s.id, job_id = %previous, "the last tick's job cancelled for the next");
+                        replaced = Some(previous);
                         (Decision::Fire { request: s.job.clone() }, after(tick))
                     }
                     _ => (Decision::Fire { request: s.job.clone() }, after(tick)),
                 },
             };
+            // A pass that loses the tick (to another scheduler, a pause, an edit) cancels
+            // nothing: the last job is cancelled only for a tick that fires.
             let Some(moved) = self.book.decide(&s, &decision, next).await? else { break };
+            if let Some(previous) = replaced {
+                // Should this process die right here, the tick's `firing` row is finished by
+                // another (finish_stranded) and the last job runs on beside it: an overlap,
+                // never a cancel without its replacement.
+                self.store.cancel(previous).await?;
+                info!(schedule = %s.id, job_id = %previous, "the last tick's job cancelled for the next");
+            }
             match decision {
                 Decision::Miss { count: missed } => {
                     count("missed", missed);

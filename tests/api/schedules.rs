@@ -3,10 +3,14 @@
 //! schedules declared in the configuration; bad schedules refused with their field.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Timelike, Utc};
 use serde_json::{json, Value};
+use uuid::Uuid;
+use yardmaster::store::{Call, Hook, StoreError};
 
 use crate::helpers::{eventually, read, Backend, TestApp, TestOptions, PARKED};
 
@@ -181,6 +185,50 @@ async fn overlap_follows_its_policy(backend: Backend) {
     assert_eq!(cancelled[0], "queued", "{cancelled:?}");
     assert!(cancelled[1..].iter().all(|status| status == "cancelled"), "{cancelled:?}");
     assert!(statuses(allow_log).await.iter().all(|status| status == "queued"));
+}
+
+/// Pauses a schedule from inside a scheduler's pass, once armed: at the pass's next read of
+/// a job (the last tick's, to see whether it overlaps), before the pass decides its tick.
+#[derive(Default)]
+struct PauseWhileDeciding {
+    /// The schedule's URL and a client with a token, until the pause is sent.
+    armed: Mutex<Option<(String, reqwest::Client)>>,
+    /// The job whose read the pause went in front of.
+    seen: Mutex<Option<Uuid>>,
+}
+
+#[async_trait]
+impl Hook for PauseWhileDeciding {
+    async fn before(&self, call: Call<'_>) -> Result<(), StoreError> {
+        let Call::Read("get", Some(job)) = call else { return Ok(()) };
+        let Some((url, client)) = self.armed.lock().unwrap().take() else { return Ok(()) };
+        let (status, body) = read(client.patch(url).json(&json!({ "paused": true })).send().await.unwrap()).await;
+        assert_eq!(status, 200, "{body}");
+        *self.seen.lock().unwrap() = Some(job);
+        Ok(())
+    }
+}
+
+/// A pass that loses its tick to a pause cancels nothing: the last tick's job of a
+/// `cancel_previous` schedule is cancelled only for a tick that fires.
+async fn a_pass_that_loses_its_tick_cancels_nothing(backend: Backend) {
+    let hook = Arc::new(PauseWhileDeciding::default());
+    let app = TestApp::spawn_with(backend, TestOptions { hook: Some(hook.clone()), ..Default::default() }).await;
+    let body = json!({ "name": "replace", "every_seconds": 1, "overlap": "cancel_previous", "job": { "operation": "ping", "queue": PARKED } });
+    let id = create(&app, body).await["id"].as_str().unwrap().to_owned();
+    until_ticks(&app, &id, "fired", 1).await;
+    *hook.armed.lock().unwrap() = Some((app.url(&format!("/schedules/{id}")), app.client.clone()));
+    let seen = eventually("the pause, sent from a pass", Duration::from_secs(20), || async {
+        hook.seen.lock().unwrap().map(|job| job.to_string())
+    })
+    .await;
+    let log = pause_and_settle(&app, &id).await;
+    let fired = with(&log, "fired");
+    let last = fired[0]["job_id"].as_str().unwrap();
+    // The pause went in front of the pass's look at the last tick's job, so that pass lost.
+    assert_eq!(seen, last, "{log:?}");
+    let (_, job) = app.get(&format!("/jobs/{last}")).await;
+    assert_eq!(job["status"], "queued", "the last job was cancelled for a tick that never fired: {log:?}");
 }
 
 async fn a_paused_schedule_fires_nothing_until_resumed(backend: Backend) {
@@ -405,6 +453,7 @@ on_every_backend!(
     two_schedulers_make_one_job_per_tick,
     catch_up_follows_its_policy,
     overlap_follows_its_policy,
+    a_pass_that_loses_its_tick_cancels_nothing,
     a_paused_schedule_fires_nothing_until_resumed,
     run_now_submits_and_lists_the_job,
     declared_schedules_are_created_then_updated,
