@@ -110,12 +110,21 @@ stage() { # NAME COMMAND...
 }
 
 stage units bash scripts/check-units.sh
-stage nextest cargo nextest run --workspace --no-fail-fast "$@"
+# One build serves every stage: the test binaries, and the server and example binaries the
+# browser, contract, Python and chaos stages start (YARDMASTER_BUILT: they build nothing).
+# With OpenTelemetry export (the `otel` feature, off unless `log.otlp_endpoint` is set), so
+# its test runs with the rest instead of after a second build; clippy checks the default.
+build_started=$SECONDS
+if ! cargo nextest run --workspace --features yardmaster/otel --no-run; then
+  echo "test.sh: the build failed after $((SECONDS - build_started)) s; no test ran" >&2
+  exit 1
+fi
+stages+=("$(printf '%-9s %-18s %5d s' build passed "$((SECONDS - build_started))")")
+export YARDMASTER_BUILT=1
+stage nextest cargo nextest run --workspace --features yardmaster/otel --no-fail-fast "$@"
 # A crash of the pgvector server reaches its tests only as dropped connections: its log says why.
 grep -h -A1 "terminated by signal" /var/tmp/yardmaster-pgvector-*/data/server.log 2>/dev/null |
   sed 's/^/test.sh: pgvector server: /' | tail -n 20 >&2 || true
-# OpenTelemetry export is a feature of its own (not in the default build): its test, built with it.
-stage otel cargo nextest run --features otel --test api --no-fail-fast otel
 # The dashboard end to end in headless Chromium (tests/browser; screenshots in
 # tests/browser/screenshots/).
 stage browser bash tests/browser/run.sh

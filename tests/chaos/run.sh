@@ -7,7 +7,8 @@ cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
 # libtorch for the inference feature (fetched once into ~/.cache/yardmaster).
 source scripts/libtorch.sh
-cargo build --bins --examples
+# scripts/test.sh has built every binary once (YARDMASTER_BUILT); run alone, build them.
+[ -n "${YARDMASTER_BUILT:-}" ] || cargo build --bins --examples
 args=(--bin-dir "$CARGO_TARGET_DIR/debug" --profile "${CHAOS_PROFILE:-short}")
 if [ -n "${CHAOS_SEED:-}" ]; then args+=(--seed "$CHAOS_SEED"); fi
 exec python3 tests/chaos/chaos.py "${args[@]}"

@@ -10,7 +10,8 @@ cd "$(dirname "$0")/../.."
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yardmaster/target}"
 source scripts/libtorch.sh
-cargo build --bin yardmaster
+# scripts/test.sh has built every binary once (YARDMASTER_BUILT); run alone, build them.
+[ -n "${YARDMASTER_BUILT:-}" ] || cargo build --bin yardmaster
 source tests/venv.sh
 ensure_sdk_venv
 
