@@ -2,7 +2,9 @@
 //!
 //! - The body must arrive within `server.body_timeout_seconds` of the request: a body sent
 //!   halfway and then stalled fails its read (408 `request_timeout`) instead of holding the
-//!   connection forever.
+//!   connection forever. What has arrived is the handler's however late it reads: the
+//!   deadline bounds the client's sending, not the server's own wait before reading (a busy
+//!   pool, a token looked up).
 //! - A body the handler never read (a chunked upload to `GET /jobs/{id}`) is kept alive
 //!   until the response is written, so the HTTP layer sees an unread body, answers with
 //!   `Connection: close` and closes after a short linger. Dropped early, actix-http would
@@ -122,8 +124,9 @@ fn foreign_encoding(req: &ServiceRequest) -> Option<String> {
     (!encoding.eq_ignore_ascii_case("identity")).then_some(encoding)
 }
 
-/// The body as the handler reads it: an error once the deadline, counted from the start
-/// of the request, has passed (a byte at a time cannot stretch it).
+/// The body as the handler reads it: what has arrived, and an error once the body is still
+/// incomplete at the deadline, counted from the start of the request (a byte at a time
+/// cannot stretch it).
 struct TimedBody {
     inner: Held,
     deadline: Pin<Box<Sleep>>,
@@ -134,11 +137,14 @@ impl Stream for TimedBody {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        if let ready @ Poll::Ready(_) = Pin::new(&mut *this.inner.borrow_mut()).poll_next(cx) {
+            return ready;
+        }
         if this.deadline.as_mut().poll(cx).is_ready() {
             let late = io::Error::new(io::ErrorKind::TimedOut, "the request body did not arrive in time");
             return Poll::Ready(Some(Err(PayloadError::Io(late))));
         }
-        Pin::new(&mut *this.inner.borrow_mut()).poll_next(cx)
+        Poll::Pending
     }
 }
 
@@ -164,4 +170,37 @@ impl MessageBody for HeldBody {
 /// Whether a payload error is the body deadline of [`BodyGuard`].
 pub fn is_body_timeout(err: &PayloadError) -> bool {
     matches!(err, PayloadError::Io(io) if io.kind() == io::ErrorKind::TimedOut)
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::{test, web, App, HttpResponse};
+    use futures_util::StreamExt as _;
+
+    use super::*;
+
+    /// Reads the body only after `wait`, as a handler held up by a busy pool would.
+    async fn late_echo(wait: Duration, mut body: web::Payload) -> HttpResponse {
+        sleep(wait).await;
+        let mut read = Vec::new();
+        while let Some(chunk) = body.next().await {
+            match chunk {
+                Ok(chunk) => read.extend_from_slice(&chunk),
+                Err(err) if is_body_timeout(&err) => return HttpResponse::RequestTimeout().finish(),
+                Err(err) => return HttpResponse::BadRequest().body(err.to_string()),
+            }
+        }
+        HttpResponse::Ok().body(read)
+    }
+
+    #[actix_web::test]
+    async fn a_body_that_arrived_is_read_however_late_the_handler_asks() {
+        let guard = BodyGuard::new(Duration::from_millis(50));
+        let route = web::post().to(|body: web::Payload| late_echo(Duration::from_millis(300), body));
+        let app = test::init_service(App::new().wrap(guard).route("/", route)).await;
+        let request = test::TestRequest::post().uri("/").set_payload("{\"whole\":true}").to_request();
+        let response = test::call_service(&app, request).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(test::read_body(response).await, "{\"whole\":true}");
+    }
 }
