@@ -11,7 +11,7 @@ use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::helpers::{amqp_url, eventually, seed, Backend, TestApp, TestDatabase, TestOptions};
+use crate::helpers::{amqp_url, eventually, seed, Backend, TestApp, TestDatabase, TestOptions, UNEXPLAINED_RUNS};
 
 /// A `yardmaster` child process, killed when dropped.
 pub struct Process(pub Child);
@@ -287,25 +287,27 @@ struct MidJob {
 }
 
 impl MidJob {
-    async fn start(seconds: f64) -> MidJob {
+    /// `lease_ms`: the workers' lease (`FAST`'s is short, for the reaper to act within a test).
+    async fn start(seconds: f64, lease_ms: &'static str) -> MidJob {
         let (database, url) = TestDatabase::create(Backend::Postgres).await;
         seed(&url, "count", 0).await;
         let deployment = Deployment::new(&url);
         let args = ["worker", "--queue", "default"];
-        let first = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "first")]));
+        let settings = |id| with_fast(&[("YARDMASTER__WORKER__ID", id), ("YARDMASTER__WORKER__LEASE_MS", lease_ms)]);
+        let first = deployment.spawn(&args, &settings("first"));
         let payload = json!({ "seconds": seconds, "steps": (seconds * 10.0) as u32 });
         let id = insert_job(&url, "sleep", payload).await;
         let db = Database::connect(&url).await.unwrap();
         let running = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'running' AND owner = 'first'");
         wait_for_row(&db, &running, Duration::from_secs(30)).await;
-        let second = deployment.spawn(&args, &with_fast(&[("YARDMASTER__WORKER__ID", "second")]));
+        let second = deployment.spawn(&args, &settings("second"));
         MidJob { db, id, first, _second: second, _deployment: deployment, _database: database }
     }
 }
 
 #[actix_rt::test]
 async fn a_worker_killed_mid_job_loses_it_to_the_reaper_and_another_finishes_it() {
-    let mid_job = MidJob::start(4.0).await;
+    let mid_job = MidJob::start(4.0, FAST[0].1).await;
     let (db, id, mut first) = (&mid_job.db, mid_job.id, mid_job.first);
 
     first.0.kill().unwrap();
@@ -313,15 +315,17 @@ async fn a_worker_killed_mid_job_loses_it_to_the_reaper_and_another_finishes_it(
 
     let done = format!("SELECT COUNT(*) FROM job WHERE id = '{id}' AND status = 'succeeded' AND owner = 'second'");
     wait_for_row(db, &done, Duration::from_secs(60)).await;
-    let requeued =
-        format!("SELECT COUNT(*) FROM job_event WHERE job_id = '{id}' AND event = 'job.lease_expired_requeue'");
-    assert_eq!(count(db, &requeued).await, 1);
-    assert_eq!(count(db, &format!("SELECT attempts::bigint FROM job WHERE id = '{id}'")).await, 2);
+    // The killed run's lease lapsed and the reaper requeued it; each attempt is explained so
+    // (a heartbeat late past the 1.5 s lease on a loaded machine is one more, logged as such).
+    assert!(count(db, &format!("SELECT attempts::bigint FROM job WHERE id = '{id}'")).await >= 2);
+    assert_eq!(count(db, UNEXPLAINED_RUNS).await, 0);
 }
 
 /// Six jobs travel in one message and run at once on worker "first", which is killed: the
 /// broker redelivers the message (finding them RUNNING), the reaper re-queues each, and
-/// worker "second" finishes all six. None is lost, none runs a third time.
+/// worker "second" finishes all six. None is lost, and the redelivery runs none again: every
+/// run after the first follows a lapse of the lease (one each, more only if a heartbeat was
+/// late on a loaded machine).
 #[actix_rt::test]
 async fn a_worker_killed_holding_a_message_of_six_jobs_loses_none() {
     let (_database, url) = TestDatabase::create(Backend::Postgres).await;
@@ -344,16 +348,16 @@ async fn a_worker_killed_holding_a_message_of_six_jobs_loses_none() {
 
     let second = [("YARDMASTER__WORKER__ID", "second")];
     let _second = deployment.spawn(&args, &with_fast(&[grouped[0], grouped[1], second[0]]));
-    let done = "SELECT COUNT(*) FROM job WHERE status = 'succeeded' AND owner = 'second' AND attempts = 2";
+    let done = "SELECT COUNT(*) FROM job WHERE status = 'succeeded' AND owner = 'second'";
     wait_for_count(&db, done, 6, Duration::from_secs(60)).await;
-    let requeued = "SELECT COUNT(*) FROM job_event WHERE event = 'job.lease_expired_requeue'";
-    assert_eq!(count(&db, requeued).await, 6);
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM job_event WHERE event = 'job.started'").await, 12);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM job WHERE attempts < 2").await, 0);
+    assert_eq!(count(&db, UNEXPLAINED_RUNS).await, 0);
 }
 
 #[actix_rt::test]
 async fn sigterm_mid_job_requeues_it_within_the_grace_and_exits_143() {
-    let mid_job = MidJob::start(5.0).await;
+    // A lease no late heartbeat lapses: the job is first's until the signal.
+    let mid_job = MidJob::start(5.0, "60000").await;
     let (db, id, mut first) = (&mid_job.db, mid_job.id, mid_job.first);
 
     let stopping = Instant::now();

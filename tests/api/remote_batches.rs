@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::helpers::{read, Backend, TestApp, TestOptions};
+use crate::helpers::{read, Backend, TestApp, TestOptions, UNEXPLAINED_RUNS};
 use crate::remote::{deadlines, each_ran_once, register_type, schema, token, worker_token, Worker, ROTATE};
 
 const NOOP: &str = "lab:analysis:Noop";
@@ -210,24 +210,37 @@ async fn a_silent_workers_batch_is_requeued_and_finished_by_another(backend: Bac
     let (_, answer) = claim_with(&app, &silent, json!({ "max_tasks": 12 })).await;
     assert_eq!(claimed_ids(&answer), submitted);
     let other = Worker::register(&app, lab.clone(), &[NOOP]).await;
-    let mut taken: Vec<Value> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while taken.len() < submitted.len() {
-        assert!(Instant::now() < deadline, "only {} of 12 came back: {taken:?}", taken.len());
+    // `other` claims and reports what it gets, as a worker loops. Its own tasks' 1 s leases
+    // can lapse before its report on a loaded machine: such a report is refused, the task
+    // comes back, and it claims it again (each such run explained by its lapse, below).
+    let mut finished: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while finished.len() < submitted.len() {
+        assert!(Instant::now() < deadline, "only {} of 12 finished: {finished:?}", finished.len());
         let request = other.client.post(app.url("/tasks/claim")).header("prefer", "wait=5");
         let body = json!({ "worker_id": other.id, "max_tasks": 12 });
         let (status, answer) = read(request.json(&body).send().await.unwrap()).await;
         assert_eq!(status, 200, "{answer}");
-        taken.extend(answer["tasks"].as_array().unwrap().iter().cloned());
+        let taken = answer["tasks"].as_array().unwrap().clone();
+        if taken.is_empty() {
+            continue;
+        }
+        assert!(taken.iter().all(|task| task["attempts"].as_i64() >= Some(2)), "{taken:?}");
+        let reports: Vec<Value> = taken
+            .iter()
+            .map(|task| json!({ "worker_id": other.id, "id": task["id"], "attempt": task["attempts"], "status": "succeeded" }))
+            .collect();
+        let (status, answer) = report_many(&app, &other.client, json!(reports)).await;
+        assert_eq!(status, 200, "{answer}");
+        for (task, result) in taken.iter().zip(answer["results"].as_array().unwrap()) {
+            match result["status"].as_u64() {
+                Some(200) => finished.push(task["id"].as_str().unwrap().to_owned()),
+                _ => assert_eq!(result["problem"]["code"].as_str(), Some("invalid_transition"), "{answer}"),
+            }
+        }
     }
-    assert!(taken.iter().all(|task| task["attempts"] == 2), "{taken:?}");
-    let reports: Vec<Value> = taken
-        .iter()
-        .map(|task| json!({ "worker_id": other.id, "id": task["id"], "attempt": 2, "status": "succeeded" }))
-        .collect();
-    let (status, answer) = report_many(&app, &other.client, json!(reports)).await;
-    assert_eq!(status, 200, "{answer}");
-    assert!(answer["results"].as_array().unwrap().iter().all(|result| result["status"] == 200), "{answer}");
+    finished.sort();
+    assert_eq!(finished, submitted);
     let late: Vec<Value> = submitted
         .iter()
         .map(|id| json!({ "worker_id": silent.id, "id": id, "attempt": 1, "status": "succeeded" }))
@@ -237,9 +250,8 @@ async fn a_silent_workers_batch_is_requeued_and_finished_by_another(backend: Bac
     let codes: Vec<Option<&str>> =
         answer["results"].as_array().unwrap().iter().map(|result| result["problem"]["code"].as_str()).collect();
     assert_eq!(codes, vec![Some("invalid_transition"); 12], "{answer}");
-    assert_eq!(app.count("SELECT COUNT(*) FROM job WHERE status = 'succeeded' AND attempts = 2").await, 12);
-    let requeued = "SELECT COUNT(*) FROM job_event WHERE event = 'job.lease_expired_requeue'";
-    assert_eq!(app.count(requeued).await, 12);
+    assert_eq!(app.count("SELECT COUNT(*) FROM job WHERE status = 'succeeded' AND attempts >= 2").await, 12);
+    assert_eq!(app.count(UNEXPLAINED_RUNS).await, 0);
 }
 
 async fn hostile_batches_are_refused_whole(backend: Backend) {
