@@ -19,7 +19,7 @@ pub use body_guard::{is_body_timeout, BodyGuard};
 pub use client_limit::ClientLimit;
 pub use error::{ApiError, Code, Problem};
 pub use extract::{json_config, page_size, path_config, query_config, required_whole_number, room_id, whole_number};
-pub use outage::{fail_fast, Outage};
+pub use outage::{fail_fast, Outage, DOWN_WINDOW};
 pub use prefer::wait as prefer_wait;
 pub use route::{
     read, resource, Access, Route, Surface, DELETE, PATCH, PUT, READ, READ_PATCH, READ_PATCH_DELETE, READ_PUT,

@@ -166,6 +166,7 @@ async fn an_unreachable_store_answers_503_at_once(backend: Backend) {
     let options = TestOptions { workers: false, hook: faulty(Fault::Unreachable), ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
     let path = format!("/jobs/{}", Uuid::now_v7());
+    let first_sent = std::time::Instant::now();
     for _ in 0..3 {
         let response = app.client.get(app.url(&path)).send().await.unwrap();
         let retry_after = response.headers().get("retry-after").map(|value| value.to_str().unwrap().to_owned());
@@ -173,7 +174,15 @@ async fn an_unreachable_store_answers_503_at_once(backend: Backend) {
         assert_eq!((code, problem["code"].as_str()), (503, Some("store_unavailable")), "{problem}");
         assert_eq!(retry_after.as_deref(), Some("2"));
     }
-    assert_eq!(UNREACHABLE_READS.load(Ordering::SeqCst), 1, "later requests did not wait on the store");
+    // The window opened after the first request was sent; if the last answer came within a
+    // window of that, every later request came inside it and read nothing. (A machine that
+    // stalled past the window may have let one of them look again, as it should.)
+    let reads = UNREACHABLE_READS.load(Ordering::SeqCst);
+    if first_sent.elapsed() < yardmaster::http::DOWN_WINDOW {
+        assert_eq!(reads, 1, "later requests did not wait on the store");
+    } else {
+        assert!((1..=3).contains(&reads), "{reads} reads");
+    }
     assert_eq!(app.get("/healthz").await.0, 200);
 }
 

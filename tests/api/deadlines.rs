@@ -81,7 +81,7 @@ async fn a_job_not_started_in_time_expires(backend: Backend) {
     let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
     let bodies: [fn() -> serde_json::Value; 3] = [
         || json!({ "operation": "ping", "queue_timeout_seconds": 0.5 }),
-        || json!({ "operation": "ping", "expires_at": (Utc::now() + chrono::Duration::milliseconds(500)).to_rfc3339() }),
+        || json!({ "operation": "ping", "expires_at": (Utc::now() + chrono::Duration::seconds(2)).to_rfc3339() }),
         // Its wait counts from its run_at.
         || json!({ "operation": "ping", "delay_seconds": 0.3, "queue_timeout_seconds": 0.3 }),
     ];

@@ -99,7 +99,7 @@ async fn a_dag_runs_in_the_order_of_its_edges(backend: Backend) {
 async fn a_waiting_job_reads_its_dependencies_results(backend: Backend) {
     let options = TestOptions { queues: vec![("default", 4)], ..Default::default() };
     let app = TestApp::spawn_with(backend, options).await;
-    let (status, slow) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 3, "steps": 1 } })).await;
+    let (status, slow) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 8, "steps": 1 } })).await;
     assert_eq!(status, 201, "{slow}");
     let slow = slow["id"].as_str().unwrap().to_owned();
     let (status, quick) = app.submit(json!({ "operation": "ping" })).await;

@@ -22,7 +22,8 @@ fn slack() -> chrono::Duration {
 
 async fn a_job_waits_for_its_time_then_runs(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let run_at = Utc::now() + chrono::Duration::milliseconds(1500);
+    // Far enough ahead that the submission is read before it, however loaded the machine.
+    let run_at = Utc::now() + chrono::Duration::seconds(3);
     let (status, job) = app.submit(json!({ "operation": "ping", "run_at": run_at.to_rfc3339() })).await;
     assert_eq!(status, 201, "{job}");
     let id = job["id"].as_str().unwrap().to_owned();

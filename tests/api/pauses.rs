@@ -22,7 +22,7 @@ async fn queue(app: &TestApp, name: &str) -> Value {
 
 async fn a_paused_queue_starts_nothing_until_resumed(backend: Backend) {
     let app = TestApp::spawn_with(backend, two_queues()).await;
-    let (_, running) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 0.5, "steps": 1 } })).await;
+    let (_, running) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 2, "steps": 1 } })).await;
     let running = running["id"].as_str().unwrap().to_owned();
     app.wait_for_status(&running, "running").await;
 

@@ -66,7 +66,9 @@ async fn urgent_jobs_start_before_the_queued_low_ones(backend: Backend) {
 /// then starts before the urgent jobs that came after it rose. With aging off it would
 /// start after every one of them.
 async fn a_waiting_job_rises_and_is_not_starved(backend: Backend) {
-    let jobs = JobsSettings { priority_aging_seconds: 0.1, ..Default::default() };
+    // Nine rises of 0.5 s: the batch submitted right after the low job is queued long before
+    // it reaches level 0, however loaded the machine.
+    let jobs = JobsSettings { priority_aging_seconds: 0.5, ..Default::default() };
     let app = TestApp::spawn_with(backend, one_slot(jobs)).await;
     let blocker = occupy(&app).await;
     let (status, low) = app.submit(json!({ "operation": "ping", "priority": 9 })).await;

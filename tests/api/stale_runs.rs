@@ -10,9 +10,11 @@ use crate::helpers::{eventually, Backend, TestApp, TestOptions};
 
 const STEPS: i64 = 40;
 
-/// Submits a `stubborn` job and waits until it has reported a few steps.
+/// Submits a `stubborn` job and waits until it has reported a few steps. Its 4 s leave
+/// the cancel that follows seconds to land while it runs, however loaded the machine.
 async fn start_stubborn(app: &TestApp) -> String {
-    let (code, job) = app.submit(json!({ "operation": "stubborn", "payload": { "steps": STEPS } })).await;
+    let payload = json!({ "steps": STEPS, "pause_ms": 100 });
+    let (code, job) = app.submit(json!({ "operation": "stubborn", "payload": payload })).await;
     assert_eq!(code, 201, "{job}");
     let id = job["id"].as_str().unwrap().to_owned();
     eventually("progress reported", Duration::from_secs(30), || async {

@@ -121,7 +121,8 @@ def test_events_are_read_and_followed_to_the_end(shared: Server) -> None:
 
 def test_a_followed_stream_resumes_across_a_server_restart(server: Server) -> None:
     client = Client(server.base, server.admin, retry_budget=60)
-    job = client.submit("sleep", {"seconds": 4, "steps": 8})
+    # Long enough to outlast the server's 2 s grace even if the restart comes seconds late.
+    job = client.submit("sleep", {"seconds": 6, "steps": 12})
     followed: list[dict[str, Any]] = []
     restarted = False
     for event in client.events(job["id"], follow=True):
