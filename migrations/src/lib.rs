@@ -36,6 +36,7 @@ mod m20261130_000028_rate_key;
 mod m20261130_000029_event_foreign_key;
 mod m20261201_000030_dispatch_outbox;
 mod m20261202_000031_job_index_fillfactor;
+mod m20261206_000032_status_indexes_without_succeeded;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -77,6 +78,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000029_event_foreign_key::Migration),
             Box::new(m20261201_000030_dispatch_outbox::Migration),
             Box::new(m20261202_000031_job_index_fillfactor::Migration),
+            Box::new(m20261206_000032_status_indexes_without_succeeded::Migration),
         ]
     }
 }

@@ -157,9 +157,58 @@ async fn id_keyed_indexes_leave_room_on_postgres(backend: Backend) {
     db.close().await.unwrap();
 }
 
+/// Migration 32: on PostgreSQL the two indexes keyed by status and id hold no succeeded job
+/// (keeping migration 31's room); down makes them whole again, and up, finding an index
+/// already partial (built beforehand, `docs/deployment.md`), leaves it. SQLite's stay whole.
+async fn status_indexes_leave_succeeded_jobs_out_on_postgres(backend: Backend) {
+    let (_database, url) = TestDatabase::create(backend).await;
+    let settings = StoreSettings { url, ..yardmaster::config::Settings::default().store };
+    let (db, _store) = crate::helpers::migrated_store(&settings.url).await;
+    let definitions = || async {
+        let mut definitions = Vec::new();
+        for index in ["ix_job_status_id", "ix_job_room_status_id"] {
+            let sql = match backend {
+                Backend::Postgres => format!("SELECT indexdef FROM pg_indexes WHERE indexname = '{index}'"),
+                _ => format!("SELECT sql FROM sqlite_master WHERE name = '{index}'"),
+            };
+            definitions.push(one_text(&settings, &sql).await);
+        }
+        definitions
+    };
+    let partial =
+        |definitions: &[String]| definitions.iter().all(|d| d.contains(" WHERE ") && d.contains("<> 'succeeded'"));
+    let whole = |definitions: &[String]| definitions.iter().all(|d| !d.contains("WHERE"));
+    if backend == Backend::Postgres {
+        let built = definitions().await;
+        assert!(partial(&built) && built.iter().all(|d| d.contains("fillfactor='50'")), "{built:?}");
+        Migrator::down(&db, Some(steps_back_to("000032"))).await.unwrap();
+        let down = definitions().await;
+        assert!(whole(&down) && down.iter().all(|d| d.contains("fillfactor='50'")), "{down:?}");
+        // Built beforehand under another name and swapped in, as a large deployment does.
+        let raw = yardmaster::store::connect(&settings).await.unwrap();
+        for statement in [
+            "CREATE INDEX ix_job_status_id_new ON job (status, id) WITH (fillfactor = 50) WHERE status <> 'succeeded'",
+            "DROP INDEX ix_job_status_id",
+            "ALTER INDEX ix_job_status_id_new RENAME TO ix_job_status_id",
+        ] {
+            raw.execute_unprepared(statement).await.unwrap();
+        }
+        let oid = "SELECT 'ix_job_status_id'::regclass::oid::text";
+        let before = one_text(&settings, oid).await;
+        Migrator::up(&db, None).await.unwrap();
+        assert!(partial(&definitions().await), "{:?}", definitions().await);
+        assert_eq!(one_text(&settings, oid).await, before, "an index already partial was built again");
+        raw.close().await.unwrap();
+    } else {
+        assert!(whole(&definitions().await), "{:?}", definitions().await);
+    }
+    db.close().await.unwrap();
+}
+
 on_both_backends!(
     rooms_go_down_and_up_again,
     limited_jobs_stored_before_rate_keys_keep_counting,
     events_hold_no_key_to_their_job_on_postgres,
-    id_keyed_indexes_leave_room_on_postgres
+    id_keyed_indexes_leave_room_on_postgres,
+    status_indexes_leave_succeeded_jobs_out_on_postgres
 );
