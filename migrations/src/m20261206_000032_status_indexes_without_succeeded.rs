@@ -5,7 +5,8 @@
 //! (`BENCHMARKS.md`, 2026-12-06). A listing of succeeded jobs reads `ix_job_room_id` instead
 //! and skips the others (most jobs are succeeded ones); a listing of any other status reads
 //! the partial index, as its status comes as a literal (`store::sea::reads`). SQLite keeps
-//! both whole: its planner does without the change (`BENCHMARKS.md`, 2026-11-30 (late)).
+//! both whole: there, the same change measured no better than a round's noise
+//! (`BENCHMARKS.md`, 2026-11-30 (late)).
 //!
 //! Each is rebuilt under the migration's lock on `job` (writes wait while it builds), unless
 //! it is already so: `docs/deployment.md` says how a large deployment builds them beforehand
