@@ -37,6 +37,7 @@ mod m20261130_000029_event_foreign_key;
 mod m20261201_000030_dispatch_outbox;
 mod m20261202_000031_job_index_fillfactor;
 mod m20261206_000032_status_indexes_without_succeeded;
+mod m20261206_000033_fan_in_counts;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -79,6 +80,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000030_dispatch_outbox::Migration),
             Box::new(m20261202_000031_job_index_fillfactor::Migration),
             Box::new(m20261206_000032_status_indexes_without_succeeded::Migration),
+            Box::new(m20261206_000033_fan_in_counts::Migration),
         ]
     }
 }

@@ -214,6 +214,95 @@ async fn outcomes_count_once_per_batch_and_run(backend: Backend) {
     assert_eq!(names.iter().filter(|name| *name == "job.succeeded").count(), 1, "{names:?}");
 }
 
+/// A parent whose row holds a large payload (a coordinator's inputs) counts each batch
+/// where a reader sees it at once (`GET /jobs/{id}`, the listing, the events), and the close
+/// leaves the count on the row. On SQLite the count moves beside the row, which is not
+/// rewritten per batch (SQLite rebuilds a whole record, payload and all, on update): a
+/// trigger counts the updates of the running parent's row.
+async fn a_parent_counts_its_batches_where_readers_see_them(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let store = app.store.clone();
+    let mut new = NewJob::new("sum_squares");
+    new.payload = json!({ "inputs": vec!["M".repeat(1_000); 1_000] });
+    let parent = store.submit(new).await.unwrap().job;
+    let run = RunRef::from(&store.claim(parent.id, "test", Duration::from_secs(60)).await.unwrap().unwrap());
+    const BATCHES: i64 = 20;
+    assert!(store.fan_out(run, BATCHES, FanOutForm::Batches).await.unwrap().is_some());
+    assert!(store.defer(run).await.unwrap().is_some());
+    let sqlite = backend == Backend::Sqlite;
+    if sqlite {
+        let watch = "CREATE TABLE test_parent_rewrites (n integer); \
+                     CREATE TRIGGER test_parent_rewrites AFTER UPDATE ON job \
+                     WHEN OLD.status = 'running' AND NEW.status = 'running' \
+                     BEGIN INSERT INTO test_parent_rewrites VALUES (1); END;";
+        sea_orm::ConnectionTrait::execute_unprepared(&app.db, watch).await.unwrap();
+    }
+    let outcome = |index: i64| BatchOutcome {
+        parent_job_id: run.id,
+        attempt: run.attempt,
+        index,
+        result: BatchResult::Succeeded { output: json!({ "sum": index }) },
+    };
+    let id = run.id.to_string();
+    for index in 0..BATCHES - 1 {
+        let counted = store.record_batch(outcome(index), registry()).await.unwrap();
+        assert_eq!(counted, BatchRecorded::Counted { closed: None });
+        let (status, job) = app.get(&format!("/jobs/{id}")).await;
+        assert_eq!((status, job["progress_current"].as_i64()), (200, Some(index + 1)), "{job}");
+        let (status, page) = app.get("/jobs?status=running&limit=10").await;
+        let listed = page["jobs"].as_array().unwrap().iter().find(|job| job["id"] == id.as_str()).cloned();
+        assert_eq!((status, listed.map(|job| job["progress_current"].clone())), (200, Some(json!(index + 1))));
+    }
+    if sqlite {
+        assert_eq!(app.count("SELECT COUNT(*) FROM test_parent_rewrites").await, 0, "the parent's row was rewritten");
+        let row = job::Entity::find_by_id(run.id).one(&app.db).await.unwrap().unwrap();
+        assert_eq!(row.progress_current, 0, "the count is beside the row while the run lasts");
+    }
+    let last = store.record_batch(outcome(BATCHES - 1), registry()).await.unwrap();
+    assert_eq!(last, BatchRecorded::Counted { closed: Some(JobStatus::Succeeded) });
+    let job = store.get(run.id).await.unwrap().unwrap();
+    assert_eq!((job.status, job.progress_current), (JobStatus::Succeeded, BATCHES));
+    let stored = job::Entity::find_by_id(run.id).one(&app.db).await.unwrap().unwrap();
+    assert_eq!(stored.progress_current, BATCHES, "the close leaves the count on the row");
+    if sqlite {
+        assert_eq!(app.count("SELECT COUNT(*) FROM job_fan_in").await, 0, "a finished run's count stays beside it");
+    }
+    let counts: Vec<i64> = app
+        .events(&id)
+        .await
+        .iter()
+        .filter(|event| event["event"] == "batch.succeeded")
+        .filter_map(|event| event["fields"]["_progress_current"].as_i64())
+        .collect();
+    assert_eq!(counts, (1..=BATCHES).collect::<Vec<_>>());
+}
+
+/// A batch parent that leaves RUNNING any other way (here: cancelled) keeps on its row what
+/// its batches counted.
+async fn a_cancelled_parent_keeps_its_count(backend: Backend) {
+    let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
+    let store = app.store.clone();
+    let parent = store.submit(NewJob::new("sum_squares")).await.unwrap().job;
+    let run = RunRef::from(&store.claim(parent.id, "test", Duration::from_secs(60)).await.unwrap().unwrap());
+    assert!(store.fan_out(run, 10, FanOutForm::Batches).await.unwrap().is_some());
+    assert!(store.defer(run).await.unwrap().is_some());
+    for index in 0..3 {
+        let outcome = BatchOutcome {
+            parent_job_id: run.id,
+            attempt: run.attempt,
+            index,
+            result: BatchResult::Succeeded { output: json!({ "sum": index }) },
+        };
+        store.record_batch(outcome, registry()).await.unwrap();
+    }
+    let (status, cancelled) = app.post(&format!("/jobs/{}/cancel", run.id)).await;
+    assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled}");
+    let stored = job::Entity::find_by_id(run.id).one(&app.db).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.progress_current), (JobStatus::Cancelled, 3));
+    let (_, job) = app.get(&format!("/jobs/{}", run.id)).await;
+    assert_eq!(job["progress_current"], 3, "{job}");
+}
+
 /// A deferred parent holds no lease: the reaper judges it by its batches' events. Started
 /// an hour ago, with its own events (queued, started, fanned out, deferred) as old, a fresh
 /// `batch.succeeded` alone keeps it alive; once that is old too, it times out.
@@ -388,6 +477,8 @@ on_both_backends!(
     cancelling_a_parent_stops_its_batches,
     a_long_fan_out_outlives_the_lease,
     outcomes_count_once_per_batch_and_run,
+    a_parent_counts_its_batches_where_readers_see_them,
+    a_cancelled_parent_keeps_its_count,
     the_reaper_judges_a_deferred_parent_by_its_batches,
     a_batch_that_cannot_run_fails_its_parent,
     a_bad_range_is_refused,

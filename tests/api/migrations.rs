@@ -205,10 +205,51 @@ async fn status_indexes_leave_succeeded_jobs_out_on_postgres(backend: Backend) {
     db.close().await.unwrap();
 }
 
+/// Migration 33: on SQLite a running batch parent's count is kept beside its row; going down
+/// folds it into the row, and up again counts on from there. PostgreSQL counts on the row
+/// throughout, and the migration leaves it as it is.
+async fn batch_counts_fold_into_the_row_going_down(backend: Backend) {
+    use std::time::Duration;
+    use yardmaster::domain::{BatchOutcome, BatchResult, FanOutForm, NewJob};
+    use yardmaster::store::{JobCommands as _, JobReads as _, RunRef, RunWrites as _};
+
+    let (_database, url) = TestDatabase::create(backend).await;
+    let settings = StoreSettings { url, ..yardmaster::config::Settings::default().store };
+    let (db, store) = crate::helpers::migrated_store(&settings.url).await;
+    let registry = || std::sync::Arc::new(yardmaster::ops::OperationRegistry::builtin());
+    let parent = store.submit(NewJob::new("sum_squares")).await.unwrap().job;
+    let run = RunRef::from(&store.claim(parent.id, "test", Duration::from_secs(60)).await.unwrap().unwrap());
+    assert!(store.fan_out(run, 5, FanOutForm::Batches).await.unwrap().is_some());
+    let outcome = |index: i64| BatchOutcome {
+        parent_job_id: run.id,
+        attempt: run.attempt,
+        index,
+        result: BatchResult::Succeeded { output: serde_json::json!({ "sum": index }) },
+    };
+    for index in 0..2 {
+        store.record_batch(outcome(index), registry()).await.unwrap();
+    }
+    let on_row = "SELECT CAST(progress_current AS TEXT) FROM job";
+    let beside = "SELECT CAST(COUNT(*) AS TEXT) FROM sqlite_master WHERE name = 'job_fan_in'";
+    if backend == Backend::Sqlite {
+        assert_eq!(one_text(&settings, on_row).await, "0", "counted beside the row");
+    }
+    Migrator::down(&db, Some(steps_back_to("000033"))).await.unwrap();
+    assert_eq!(one_text(&settings, on_row).await, "2", "the count went onto the row");
+    if backend == Backend::Sqlite {
+        assert_eq!(one_text(&settings, beside).await, "0");
+    }
+    Migrator::up(&db, None).await.unwrap();
+    store.record_batch(outcome(2), registry()).await.unwrap();
+    assert_eq!(store.get(run.id).await.unwrap().unwrap().progress_current, 3, "counted on from the row");
+    db.close().await.unwrap();
+}
+
 on_both_backends!(
     rooms_go_down_and_up_again,
     limited_jobs_stored_before_rate_keys_keep_counting,
     events_hold_no_key_to_their_job_on_postgres,
     id_keyed_indexes_leave_room_on_postgres,
-    status_indexes_leave_succeeded_jobs_out_on_postgres
+    status_indexes_leave_succeeded_jobs_out_on_postgres,
+    batch_counts_fold_into_the_row_going_down
 );

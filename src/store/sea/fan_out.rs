@@ -23,6 +23,7 @@ use sea_orm::{
 use serde_json::json;
 use uuid::Uuid;
 
+use super::fan_in;
 use super::run_sql::finish_in;
 use super::{append_event, SeaStore};
 use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
@@ -63,7 +64,7 @@ impl SeaStore {
         outcomes: &[&BatchOutcome],
         reduce: &dyn Reduce,
     ) -> Result<Vec<BatchRecorded>, StoreError> {
-        let Some(Counters { operation, .. }) = lock_parent(txn, parent).await? else {
+        let Some(locked) = lock_parent(txn, parent).await? else {
             return Ok(outcomes.iter().map(|_| BatchRecorded::ParentGone).collect());
         };
         let now = clock::now();
@@ -75,7 +76,7 @@ impl SeaStore {
                 answers.push(BatchRecorded::ParentGone);
                 continue;
             }
-            let (result, rows) = batch_rows(reduce, &operation, parent, &outcome.result);
+            let (result, rows) = batch_rows(reduce, &locked.operation, parent, &outcome.result);
             let row = batch_row(outcome, &result, now);
             let key = [job_batch::Column::ParentJobId, job_batch::Column::Attempt, job_batch::Column::Batch];
             let inserted =
@@ -99,7 +100,7 @@ impl SeaStore {
                 fail_parent(txn, parent, batch, &format!("batch {index}"), &error_code, &message).await?
             }
             None if succeeded.is_empty() => None,
-            None => self.advance_parent(txn, parent, &succeeded, reduce).await?,
+            None => self.advance_parent(txn, parent, &locked, &succeeded, reduce).await?,
         };
         // The outcome that closed the parent is the last one counted.
         if let Some(last) = answers.iter_mut().rev().find(|answer| matches!(answer, BatchRecorded::Counted { .. })) {
@@ -108,19 +109,32 @@ impl SeaStore {
         Ok(answers)
     }
 
-    /// Moves the counter by the new successes; the move that reaches the total closes the
-    /// parent SUCCEEDED in the same transaction, its result the reduced batch outputs.
+    /// Moves the counter of `parent` (`locked` by [`lock_parent`]) by the new successes; the
+    /// move that reaches the total closes the parent SUCCEEDED in the same transaction, its
+    /// result the reduced batch outputs. On SQLite the counter is the one beside the row
+    /// ([`fan_in`]), which the close folds into it.
     async fn advance_parent(
         &self,
         txn: &DatabaseTransaction,
         parent: RunRef,
+        locked: &Counters,
         batches: &[i64],
         reduce: &dyn Reduce,
     ) -> Result<Option<JobStatus>, StoreError> {
         let count = batches.len() as i64;
-        let moved =
-            running(parent).col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent).add(count));
-        let Some(row) = counters(txn, moved).await? else { return Ok(None) };
+        let row = match fan_in::beside(txn) {
+            true => Counters {
+                progress_current: fan_in::count(txn, parent, locked.progress_current, count).await?,
+                operation: locked.operation.clone(),
+                ..*locked
+            },
+            false => {
+                let moved = running(parent)
+                    .col_expr(job::Column::ProgressCurrent, Expr::col(job::Column::ProgressCurrent).add(count));
+                let Some(row) = counters(txn, moved).await? else { return Ok(None) };
+                row
+            }
+        };
         let fields = json!({ "batches": batches, "_progress_current": row.progress_current });
         append_event(txn, parent.id, &NewEvent::new(EventName::BATCHES_SUCCEEDED).fields(fields)).await?;
         let total = row.progress_total.unwrap_or(i64::MAX);

@@ -11,6 +11,7 @@ mod commands;
 mod decode;
 mod dependencies;
 mod dispatch_book;
+mod fan_in;
 mod fan_out;
 mod group_commit;
 mod insert_sql;
@@ -35,7 +36,7 @@ use chrono::Utc;
 use sea_orm::sea_query::{Expr, IntoCondition};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, FromQueryResult as _, QueryFilter, QueryTrait as _, Statement, UpdateMany,
+    EntityTrait, FromQueryResult as _, QueryFilter, QueryTrait as _, Statement, TransactionTrait as _, UpdateMany,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -172,7 +173,16 @@ impl SeaStore {
     }
 
     pub(super) async fn find(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
-        Ok(job::Entity::find_by_id(id).one(&self.db).await?)
+        let Some(job) = job::Entity::find_by_id(id).one(&self.db).await? else { return Ok(None) };
+        if !fan_in::wanted(&self.db, &job) {
+            return Ok(Some(job));
+        }
+        // A running batch parent on SQLite: its row and its count in one snapshot.
+        let txn = self.db.begin().await?;
+        let mut jobs: Vec<Job> = job::Entity::find_by_id(id).one(&txn).await?.into_iter().collect();
+        fan_in::apply(&txn, &mut jobs).await?;
+        txn.commit().await?;
+        Ok(jobs.pop())
     }
 
     /// Runs one transition: the compare-and-set, then its event, in one transaction.

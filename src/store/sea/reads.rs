@@ -6,9 +6,12 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, EntityTrait, Iterable, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{
+    ColumnTrait, EntityTrait, Iterable, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait as _,
+};
 use uuid::Uuid;
 
+use super::fan_in;
 use super::rows::{db_now, to_event};
 use super::SeaStore;
 use crate::domain::{Job, JobEvent, JobStatus, JobSummary, QueueName};
@@ -35,6 +38,17 @@ impl JobReads for SeaStore {
         for some in ids.chunks(500) {
             jobs.extend(job::Entity::find().filter(job::Column::Id.is_in(some.iter().copied())).all(&self.db).await?);
         }
+        if !jobs.iter().any(|job| fan_in::wanted(&self.db, job)) {
+            return Ok(jobs);
+        }
+        // Running batch parents on SQLite: rows and counts in one snapshot.
+        let txn = self.db.begin().await?;
+        jobs.clear();
+        for some in ids.chunks(500) {
+            jobs.extend(job::Entity::find().filter(job::Column::Id.is_in(some.iter().copied())).all(&txn).await?);
+        }
+        fan_in::apply(&txn, &mut jobs).await?;
+        txn.commit().await?;
         Ok(jobs)
     }
 
@@ -76,6 +90,7 @@ impl JobReads for SeaStore {
         }
         let mut jobs =
             query.order_by_desc(C::Id).limit(filter.limit + 1).into_model::<JobSummary>().all(&self.db).await?;
+        fan_in::apply(&self.db, &mut jobs).await?;
         let next_cursor = match jobs.len() as u64 > filter.limit {
             true => {
                 jobs.truncate(filter.limit as usize);

@@ -13,6 +13,7 @@ use sea_orm::{ColumnTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, 
 use serde_json::json;
 use uuid::Uuid;
 
+use super::fan_in;
 use super::fan_out::{close_succeeded, running, NoTime};
 use super::rows::{db_now, db_now_plus, millis, startable, to_chrono};
 use super::run_sql::forget_fan_out;
@@ -222,6 +223,9 @@ impl RunWrites for SeaStore {
             .exec_with_returning(&txn)
             .await?;
         let Some(row) = moved.into_iter().next() else { return Ok(None) };
+        if form == FanOutForm::Batches && fan_in::beside(&txn) {
+            fan_in::forget(&txn, run).await?;
+        }
         let fields = json!({ "form": form.as_str(), "total": total, "done": done });
         append_event(&txn, run.id, &NewEvent::new(EventName::FANNED_OUT).fields(fields)).await?;
         txn.commit().await?;

@@ -1,0 +1,110 @@
+//! A running batch parent's count on SQLite, kept beside its row (`job_fan_in`, migration
+//! 33). SQLite rebuilds a whole record on update, and a coordinator's row holds its inputs:
+//! counting each batch there copied megabytes a batch. The count moves in the batch's own
+//! transaction, as on the row before; a trigger folds it into `progress_current` when the run
+//! leaves RUNNING, and reads of a running parent take it from here. PostgreSQL counts on the
+//! row (a large payload is stored out of line there).
+
+use std::collections::HashMap;
+
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement};
+use uuid::Uuid;
+
+use crate::domain::{FanOutForm, Job, JobStatus, JobSummary};
+use crate::store::RunRef;
+
+/// Whether `db` keeps batch counts beside the row.
+pub(super) fn beside<C: ConnectionTrait>(db: &C) -> bool {
+    db.get_database_backend() == DbBackend::Sqlite
+}
+
+/// Moves `parent`'s count by `by`, from `seed` (its row's count) if nothing was counted
+/// beside it yet; the count after.
+pub(super) async fn count(txn: &DatabaseTransaction, parent: RunRef, seed: i64, by: i64) -> Result<i64, DbErr> {
+    let statement = Statement::from_sql_and_values(
+        DbBackend::Sqlite,
+        "INSERT INTO job_fan_in (job_id, attempt, done) VALUES (?, ?, ?) \
+         ON CONFLICT (job_id, attempt) DO UPDATE SET done = done + ? RETURNING done",
+        [parent.id.into(), parent.attempt.into(), (seed + by).into(), by.into()],
+    );
+    let row = txn.query_one_raw(statement).await?.ok_or_else(|| DbErr::RecordNotFound("a fan-in count".into()))?;
+    row.try_get_by_index::<i64>(0)
+}
+
+/// Forgets what was counted for `run` (a run setting its count afresh).
+pub(super) async fn forget(txn: &DatabaseTransaction, run: RunRef) -> Result<(), DbErr> {
+    let statement =
+        Statement::from_sql_and_values(DbBackend::Sqlite, "DELETE FROM job_fan_in WHERE job_id = ?", [run.id.into()]);
+    txn.execute_raw(statement).await.map(drop)
+}
+
+/// A job as some read returns it, whose count may be beside its row.
+pub(super) trait Counted {
+    /// `(id, attempt)` of its run if it is a running batch parent.
+    fn batch_run(&self) -> Option<(Uuid, i32)>;
+    fn set_count(&mut self, done: i64);
+}
+
+/// Whether a job so is a running batch parent.
+fn running_batches(status: JobStatus, fan_out: Option<&str>) -> bool {
+    status == JobStatus::Running && fan_out == Some(FanOutForm::Batches.as_str())
+}
+
+impl Counted for Job {
+    fn batch_run(&self) -> Option<(Uuid, i32)> {
+        running_batches(self.status, self.fan_out.as_deref()).then_some((self.id, self.attempts))
+    }
+
+    fn set_count(&mut self, done: i64) {
+        self.progress_current = done;
+    }
+}
+
+impl Counted for JobSummary {
+    fn batch_run(&self) -> Option<(Uuid, i32)> {
+        running_batches(self.status, self.fan_out.as_deref()).then_some((self.id, self.attempts))
+    }
+
+    fn set_count(&mut self, done: i64) {
+        self.progress_current = done;
+    }
+}
+
+/// Whether `job`, read from `db`, may have its count beside its row.
+pub(super) fn wanted<C: ConnectionTrait>(db: &C, job: &impl Counted) -> bool {
+    beside(db) && job.batch_run().is_some()
+}
+
+/// `jobs` with the counts of their running batch parents. Read in the transaction that read
+/// the rows (one snapshot), a run that ended between the two reads is seen folded; read
+/// after, it keeps the count its row had then.
+pub(super) async fn apply<C: ConnectionTrait>(db: &C, jobs: &mut [impl Counted]) -> Result<(), DbErr> {
+    if !beside(db) {
+        return Ok(());
+    }
+    let runs: Vec<_> = jobs.iter().filter_map(Counted::batch_run).collect();
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let mut counts = HashMap::new();
+    // Within SQLite's limit of bound parameters.
+    for some in runs.chunks(400) {
+        let marks = vec!["(?, ?)"; some.len()].join(", ");
+        let values = some.iter().flat_map(|(id, attempt)| [(*id).into(), (*attempt).into()]);
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            format!("SELECT job_id, attempt, done FROM job_fan_in WHERE (job_id, attempt) IN (VALUES {marks})"),
+            values,
+        );
+        for row in db.query_all_raw(statement).await? {
+            let run = (row.try_get_by_index::<Uuid>(0)?, row.try_get_by_index::<i32>(1)?);
+            counts.insert(run, row.try_get_by_index::<i64>(2)?);
+        }
+    }
+    for job in jobs {
+        if let Some(done) = job.batch_run().and_then(|run| counts.get(&run)) {
+            job.set_count(*done);
+        }
+    }
+    Ok(())
+}
