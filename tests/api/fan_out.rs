@@ -296,7 +296,8 @@ async fn a_cancelled_parent_keeps_its_count(backend: Backend) {
         store.record_batch(outcome, registry()).await.unwrap();
     }
     let (status, cancelled) = app.post(&format!("/jobs/{}/cancel", run.id)).await;
-    assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled}");
+    let answer = (status, cancelled["status"].as_str(), cancelled["progress_current"].as_i64());
+    assert_eq!(answer, (200, Some("cancelled"), Some(3)), "{cancelled}");
     let stored = job::Entity::find_by_id(run.id).one(&app.db).await.unwrap().unwrap();
     assert_eq!((stored.status, stored.progress_current), (JobStatus::Cancelled, 3));
     let (_, job) = app.get(&format!("/jobs/{}", run.id)).await;

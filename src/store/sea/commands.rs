@@ -12,6 +12,7 @@ use sea_orm::{
 use serde_json::json;
 use uuid::Uuid;
 
+use super::fan_in;
 use super::rows::{insert_statement, new_row};
 use super::write_gate::WriteTxn;
 use super::{
@@ -202,8 +203,9 @@ impl SeaStore {
         // Keyed by (room, key): keys are per room. Rows of other rooms read here are ignored.
         let mut known: HashMap<(String, String), Job> = HashMap::new();
         for chunk in keys.chunks(INSERT_CHUNK) {
-            let rows =
+            let mut rows =
                 job::Entity::find().filter(job::Column::IdempotencyKey.is_in(chunk.iter().copied())).all(&txn).await?;
+            fan_in::apply(&txn, &mut rows).await?;
             for row in rows {
                 let job = row;
                 known.insert((job.room.clone(), job.idempotency_key.clone().unwrap_or_default()), job);
@@ -310,7 +312,15 @@ impl SeaStore {
     /// never answers with, or conflicts with, another's job).
     async fn find_by_key(&self, room: &str, key: &str) -> Result<Option<Job>, StoreError> {
         let keyed = job::Column::IdempotencyKey.eq(key);
-        Ok(job::Entity::find().filter(job::Column::Room.eq(room)).filter(keyed).one(&self.db).await?)
+        let mut job: Vec<Job> = job::Entity::find()
+            .filter(job::Column::Room.eq(room))
+            .filter(keyed)
+            .one(&self.db)
+            .await?
+            .into_iter()
+            .collect();
+        fan_in::apply(&self.db, &mut job).await?;
+        Ok(job.pop())
     }
 
     async fn cancel_once(&self, id: Uuid) -> Result<Option<(Cancellation, Vec<Job>)>, StoreError> {

@@ -31,11 +31,59 @@ pub(super) async fn count(txn: &DatabaseTransaction, parent: RunRef, seed: i64, 
     row.try_get_by_index::<i64>(0)
 }
 
-/// Forgets what was counted for `run` (a run setting its count afresh).
-pub(super) async fn forget(txn: &DatabaseTransaction, run: RunRef) -> Result<(), DbErr> {
-    let statement =
+/// Starts `run`'s count afresh, beside its row when it fans out in batches: a count is then
+/// beside the row for as long as the run lasts, and a running batch parent with none has
+/// ended since its row was read.
+pub(super) async fn start(txn: &DatabaseTransaction, run: RunRef, form: FanOutForm) -> Result<(), DbErr> {
+    let forget =
         Statement::from_sql_and_values(DbBackend::Sqlite, "DELETE FROM job_fan_in WHERE job_id = ?", [run.id.into()]);
-    txn.execute_raw(statement).await.map(drop)
+    txn.execute_raw(forget).await?;
+    if form == FanOutForm::Batches {
+        let start = Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            "INSERT INTO job_fan_in (job_id, attempt, done) VALUES (?, ?, 0)",
+            [run.id.into(), run.attempt.into()],
+        );
+        txn.execute_raw(start).await?;
+    }
+    Ok(())
+}
+
+/// The `progress_current` of these jobs' rows, as stored now.
+async fn on_rows<C: ConnectionTrait>(db: &C, ids: &[Uuid]) -> Result<HashMap<Uuid, i64>, DbErr> {
+    let mut counts = HashMap::new();
+    for some in ids.chunks(400) {
+        let marks = vec!["?"; some.len()].join(", ");
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            format!("SELECT id, progress_current FROM job WHERE id IN ({marks})"),
+            some.iter().map(|id| (*id).into()),
+        );
+        for row in db.query_all_raw(statement).await? {
+            counts.insert(row.try_get_by_index::<Uuid>(0)?, row.try_get_by_index::<i64>(1)?);
+        }
+    }
+    Ok(counts)
+}
+
+/// Rows a statement took out of RUNNING, with their counts as the trigger folded them:
+/// SQLite's `RETURNING` gives a row as it was before its `AFTER` triggers ran.
+pub(super) async fn folded(txn: &DatabaseTransaction, rows: &mut [Job]) -> Result<(), DbErr> {
+    if !beside(txn) {
+        return Ok(());
+    }
+    let batches = Some(FanOutForm::Batches.as_str());
+    let ids: Vec<Uuid> = rows.iter().filter(|row| row.fan_out.as_deref() == batches).map(|row| row.id).collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let counts = on_rows(txn, &ids).await?;
+    for row in rows {
+        if let Some(done) = counts.get(&row.id) {
+            row.progress_current = *done;
+        }
+    }
+    Ok(())
 }
 
 /// A job as some read returns it, whose count may be beside its row.
@@ -70,14 +118,8 @@ impl Counted for JobSummary {
     }
 }
 
-/// Whether `job`, read from `db`, may have its count beside its row.
-pub(super) fn wanted<C: ConnectionTrait>(db: &C, job: &impl Counted) -> bool {
-    beside(db) && job.batch_run().is_some()
-}
-
-/// `jobs` with the counts of their running batch parents. Read in the transaction that read
-/// the rows (one snapshot), a run that ended between the two reads is seen folded; read
-/// after, it keeps the count its row had then.
+/// `jobs` with the counts of their running batch parents. One whose count is gone from
+/// beside its row ended after its row was read: its row holds the count, folded.
 pub(super) async fn apply<C: ConnectionTrait>(db: &C, jobs: &mut [impl Counted]) -> Result<(), DbErr> {
     if !beside(db) {
         return Ok(());
@@ -101,8 +143,14 @@ pub(super) async fn apply<C: ConnectionTrait>(db: &C, jobs: &mut [impl Counted])
             counts.insert(run, row.try_get_by_index::<i64>(2)?);
         }
     }
+    let ended: Vec<Uuid> = runs.iter().filter(|run| !counts.contains_key(*run)).map(|(id, _)| *id).collect();
+    let folded = match ended.is_empty() {
+        true => HashMap::new(),
+        false => on_rows(db, &ended).await?,
+    };
     for job in jobs {
-        if let Some(done) = job.batch_run().and_then(|run| counts.get(&run)) {
+        let Some(run) = job.batch_run() else { continue };
+        if let Some(done) = counts.get(&run).or_else(|| folded.get(&run.0)) {
             job.set_count(*done);
         }
     }

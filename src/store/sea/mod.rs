@@ -36,7 +36,7 @@ use chrono::Utc;
 use sea_orm::sea_query::{Expr, IntoCondition};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, FromQueryResult as _, QueryFilter, QueryTrait as _, Statement, TransactionTrait as _, UpdateMany,
+    EntityTrait, FromQueryResult as _, QueryFilter, QueryTrait as _, Statement, UpdateMany,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -173,16 +173,9 @@ impl SeaStore {
     }
 
     pub(super) async fn find(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
-        let Some(job) = job::Entity::find_by_id(id).one(&self.db).await? else { return Ok(None) };
-        if !fan_in::wanted(&self.db, &job) {
-            return Ok(Some(job));
-        }
-        // A running batch parent on SQLite: its row and its count in one snapshot.
-        let txn = self.db.begin().await?;
-        let mut jobs: Vec<Job> = job::Entity::find_by_id(id).one(&txn).await?.into_iter().collect();
-        fan_in::apply(&txn, &mut jobs).await?;
-        txn.commit().await?;
-        Ok(jobs.pop())
+        let mut job: Vec<Job> = job::Entity::find_by_id(id).one(&self.db).await?.into_iter().collect();
+        fan_in::apply(&self.db, &mut job).await?;
+        Ok(job.pop())
     }
 
     /// Runs one transition: the compare-and-set, then its event, in one transaction.
@@ -303,7 +296,10 @@ async fn compare_and_set_many(
     let mut query = set(update).into_query();
     query.returning_all();
     let statement = txn.get_database_backend().build(&query);
-    Ok(JobRow::find_by_statement(statement).all(txn).await?.into_iter().map(|JobRow(row)| row).collect())
+    let mut moved: Vec<job::Model> =
+        JobRow::find_by_statement(statement).all(txn).await?.into_iter().map(|JobRow(row)| row).collect();
+    fan_in::folded(txn, &mut moved).await?;
+    Ok(moved)
 }
 
 async fn append_event<C: ConnectionTrait>(db: &C, job_id: Uuid, event: &NewEvent) -> Result<(), DbErr> {

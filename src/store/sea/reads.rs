@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{
-    ColumnTrait, EntityTrait, Iterable, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait as _,
-};
+use sea_orm::{ColumnTrait, EntityTrait, Iterable, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
 use uuid::Uuid;
 
 use super::fan_in;
@@ -38,17 +36,7 @@ impl JobReads for SeaStore {
         for some in ids.chunks(500) {
             jobs.extend(job::Entity::find().filter(job::Column::Id.is_in(some.iter().copied())).all(&self.db).await?);
         }
-        if !jobs.iter().any(|job| fan_in::wanted(&self.db, job)) {
-            return Ok(jobs);
-        }
-        // Running batch parents on SQLite: rows and counts in one snapshot.
-        let txn = self.db.begin().await?;
-        jobs.clear();
-        for some in ids.chunks(500) {
-            jobs.extend(job::Entity::find().filter(job::Column::Id.is_in(some.iter().copied())).all(&txn).await?);
-        }
-        fan_in::apply(&txn, &mut jobs).await?;
-        txn.commit().await?;
+        fan_in::apply(&self.db, &mut jobs).await?;
         Ok(jobs)
     }
 

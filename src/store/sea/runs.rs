@@ -223,8 +223,8 @@ impl RunWrites for SeaStore {
             .exec_with_returning(&txn)
             .await?;
         let Some(row) = moved.into_iter().next() else { return Ok(None) };
-        if form == FanOutForm::Batches && fan_in::beside(&txn) {
-            fan_in::forget(&txn, run).await?;
+        if fan_in::beside(&txn) {
+            fan_in::start(&txn, run, form).await?;
         }
         let fields = json!({ "form": form.as_str(), "total": total, "done": done });
         append_event(&txn, run.id, &NewEvent::new(EventName::FANNED_OUT).fields(fields)).await?;

@@ -16,12 +16,16 @@ use crate::store::entity::job;
 pub(super) async fn earlier(txn: &DatabaseTransaction, room: &str, unique: &Unique) -> Result<Option<Job>, DbErr> {
     lock(txn, &format!("unique\u{1f}{room}\u{1f}{}", unique.key)).await?;
     let since = clock::now() - to_chrono(unique.window);
-    job::Entity::find()
+    let mut earlier: Vec<Job> = job::Entity::find()
         .filter(job::Column::Room.eq(room))
         .filter(job::Column::UniqueKey.eq(unique.key.as_str()))
         .filter(job::Column::CreatedAt.gt(since))
         .filter(job::Column::Status.is_in(unique.states.iter().copied()))
         .order_by_desc(job::Column::Id)
         .one(txn)
-        .await
+        .await?
+        .into_iter()
+        .collect();
+    super::fan_in::apply(txn, &mut earlier).await?;
+    Ok(earlier.pop())
 }
