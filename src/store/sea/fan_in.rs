@@ -118,8 +118,8 @@ impl Counted for JobSummary {
     }
 }
 
-/// `jobs` with the counts of their running batch parents. One whose count is gone from
-/// beside its row ended after its row was read: its row holds the count, folded.
+/// `jobs` with the counts of their running batch parents. One with no count beside its row
+/// ended after its row was read (or fanned out before migration 33): its row holds the count.
 pub(super) async fn apply<C: ConnectionTrait>(db: &C, jobs: &mut [impl Counted]) -> Result<(), DbErr> {
     if !beside(db) {
         return Ok(());
