@@ -27,6 +27,16 @@ fn sum_of_squares(n: u64) -> u64 {
     n * (n + 1) * (2 * n + 1) / 6
 }
 
+/// Batch `index` of a `sum_squares` parent's run `attempt`, succeeded with its index as sum.
+fn summed(parent: Uuid, attempt: i32, index: i64) -> BatchOutcome {
+    BatchOutcome {
+        parent_job_id: parent,
+        attempt,
+        index,
+        result: BatchResult::Succeeded { output: json!({ "sum": index }) },
+    }
+}
+
 async fn batch_rows(app: &TestApp, parent: Uuid) -> Vec<job_batch::Model> {
     job_batch::Entity::find().filter(job_batch::Column::ParentJobId.eq(parent)).all(&app.db).await.unwrap()
 }
@@ -190,12 +200,7 @@ async fn outcomes_count_once_per_batch_and_run(backend: Backend) {
     let parent = store.submit(NewJob::new("sum_squares")).await.unwrap().job;
     let run = RunRef::from(&store.claim(parent.id, "test", Duration::from_secs(60)).await.unwrap().unwrap());
     assert!(store.fan_out(run, 2, FanOutForm::Batches).await.unwrap().is_some());
-    let outcome = |index: i64, attempt: i32| BatchOutcome {
-        parent_job_id: run.id,
-        attempt,
-        index,
-        result: BatchResult::Succeeded { output: json!({ "sum": index }) },
-    };
+    let outcome = |index: i64, attempt: i32| summed(run.id, attempt, index);
 
     let first = store.record_batch(outcome(0, run.attempt), registry()).await.unwrap();
     assert_eq!(first, BatchRecorded::Counted { closed: None });
@@ -237,12 +242,7 @@ async fn a_parent_counts_its_batches_where_readers_see_them(backend: Backend) {
                      BEGIN INSERT INTO test_parent_rewrites VALUES (1); END;";
         sea_orm::ConnectionTrait::execute_unprepared(&app.db, watch).await.unwrap();
     }
-    let outcome = |index: i64| BatchOutcome {
-        parent_job_id: run.id,
-        attempt: run.attempt,
-        index,
-        result: BatchResult::Succeeded { output: json!({ "sum": index }) },
-    };
+    let outcome = |index: i64| summed(run.id, run.attempt, index);
     let id = run.id.to_string();
     for index in 0..BATCHES - 1 {
         let counted = store.record_batch(outcome(index), registry()).await.unwrap();
@@ -287,13 +287,7 @@ async fn a_cancelled_parent_keeps_its_count(backend: Backend) {
     assert!(store.fan_out(run, 10, FanOutForm::Batches).await.unwrap().is_some());
     assert!(store.defer(run).await.unwrap().is_some());
     for index in 0..3 {
-        let outcome = BatchOutcome {
-            parent_job_id: run.id,
-            attempt: run.attempt,
-            index,
-            result: BatchResult::Succeeded { output: json!({ "sum": index }) },
-        };
-        store.record_batch(outcome, registry()).await.unwrap();
+        store.record_batch(summed(run.id, run.attempt, index), registry()).await.unwrap();
     }
     let (status, cancelled) = app.post(&format!("/jobs/{}/cancel", run.id)).await;
     let answer = (status, cancelled["status"].as_str(), cancelled["progress_current"].as_i64());
