@@ -902,6 +902,11 @@ async fn migrated(url: &str) -> DatabaseConnection {
     settings.store.url = url.to_owned();
     let db = yardmaster::store::connect(&settings.store).await.unwrap();
     yardmaster::store::migrate(&db).await.unwrap();
+    // An experiment's knob, as `BENCH_PG_SETUP` for PostgreSQL: SQL run on the migrated
+    // SQLite file before any job is written, so one build compares layouts.
+    if let (true, Ok(sql)) = (url.starts_with("sqlite:"), std::env::var("BENCH_SQLITE_SETUP")) {
+        db.execute_unprepared(&sql).await.unwrap_or_else(|err| panic!("BENCH_SQLITE_SETUP: {err}"));
+    }
     db
 }
 
