@@ -245,11 +245,68 @@ async fn batch_counts_fold_into_the_row_going_down(backend: Backend) {
     db.close().await.unwrap();
 }
 
+/// Migration 34: on SQLite the count beside a batch parent's row carries the run's total, so
+/// counting a batch reads no counter of the row. A parent that fanned out before it (a count
+/// with no total) is counted from its row as before, and still closes exactly at its total.
+async fn batch_counts_started_without_a_total_count_on(backend: Backend) {
+    use std::time::Duration;
+    use yardmaster::domain::{BatchOutcome, BatchResult, FanOutForm, JobStatus, NewJob};
+    use yardmaster::store::{BatchRecorded, JobCommands as _, JobReads as _, RunRef, RunWrites as _};
+
+    let (_database, url) = TestDatabase::create(backend).await;
+    let settings = StoreSettings { url, ..yardmaster::config::Settings::default().store };
+    let (db, store) = crate::helpers::migrated_store(&settings.url).await;
+    let registry = || std::sync::Arc::new(yardmaster::ops::OperationRegistry::builtin());
+    let outcome = |run: RunRef, index: i64| BatchOutcome {
+        parent_job_id: run.id,
+        attempt: run.attempt,
+        index,
+        result: BatchResult::Succeeded { output: serde_json::json!({ "sum": index }) },
+    };
+    // One parent fans out and counts a batch; migration 34 goes down and up under it (its
+    // count, kept, has no total then, as one started before the migration); one fans out after.
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let parent = store.submit(NewJob::new("sum_squares")).await.unwrap().job;
+        let run = RunRef::from(&store.claim(parent.id, "test", Duration::from_secs(60)).await.unwrap().unwrap());
+        assert!(store.fan_out(run, 3, FanOutForm::Batches).await.unwrap().is_some());
+        if runs.is_empty() {
+            store.record_batch(outcome(run, 0), registry()).await.unwrap();
+            Migrator::down(&db, Some(steps_back_to("000034"))).await.unwrap();
+            Migrator::up(&db, None).await.unwrap();
+        }
+        runs.push(run);
+    }
+    if backend == Backend::Sqlite {
+        let totals =
+            "SELECT group_concat(COALESCE(total, 'none'), ',') FROM (SELECT total FROM job_fan_in ORDER BY job_id)";
+        assert_eq!(one_text(&settings, totals).await, "none,3");
+    }
+    for run in &runs {
+        let first = match run == &runs[0] {
+            true => 1,
+            false => 0,
+        };
+        for index in first..3 {
+            let recorded = store.record_batch(outcome(*run, index), registry()).await.unwrap();
+            let closed = match index {
+                2 => Some(JobStatus::Succeeded),
+                _ => None,
+            };
+            assert_eq!(recorded, BatchRecorded::Counted { closed }, "batch {index} of {}", run.id);
+        }
+        let parent = store.get(run.id).await.unwrap().unwrap();
+        assert_eq!((parent.status, parent.progress_current), (JobStatus::Succeeded, 3));
+    }
+    db.close().await.unwrap();
+}
+
 on_both_backends!(
     rooms_go_down_and_up_again,
     limited_jobs_stored_before_rate_keys_keep_counting,
     events_hold_no_key_to_their_job_on_postgres,
     id_keyed_indexes_leave_room_on_postgres,
     status_indexes_leave_succeeded_jobs_out_on_postgres,
-    batch_counts_fold_into_the_row_going_down
+    batch_counts_fold_into_the_row_going_down,
+    batch_counts_started_without_a_total_count_on
 );

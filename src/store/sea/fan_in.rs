@@ -31,22 +31,41 @@ pub(super) async fn count(txn: &DatabaseTransaction, parent: RunRef, seed: i64, 
     row.try_get_by_index::<i64>(0)
 }
 
-/// Starts `run`'s count afresh, beside its row when it fans out in batches: a count is then
-/// beside the row for as long as the run lasts, and a running batch parent with none has
-/// ended since its row was read.
-pub(super) async fn start(txn: &DatabaseTransaction, run: RunRef, form: FanOutForm) -> Result<(), DbErr> {
+/// Starts `run`'s count afresh, beside its row when it fans out in batches (with its
+/// `total`): a count is then beside the row for as long as the run lasts, and a running
+/// batch parent with none has ended since its row was read.
+pub(super) async fn start(txn: &DatabaseTransaction, run: RunRef, form: FanOutForm, total: i64) -> Result<(), DbErr> {
     let forget =
         Statement::from_sql_and_values(DbBackend::Sqlite, "DELETE FROM job_fan_in WHERE job_id = ?", [run.id.into()]);
     txn.execute_raw(forget).await?;
     if form == FanOutForm::Batches {
         let start = Statement::from_sql_and_values(
             DbBackend::Sqlite,
-            "INSERT INTO job_fan_in (job_id, attempt, done) VALUES (?, ?, 0)",
-            [run.id.into(), run.attempt.into()],
+            "INSERT INTO job_fan_in (job_id, attempt, done, total) VALUES (?, ?, 0, ?)",
+            [run.id.into(), run.attempt.into(), total.into()],
         );
         txn.execute_raw(start).await?;
     }
     Ok(())
+}
+
+/// A running batch parent's count as the fan-in path reads it inside a writer's
+/// transaction: `(operation, done, total)` of `parent` if its run is RUNNING in batches,
+/// read from beside its row and the row's operation (stored before the payload, so no page
+/// of a coordinator's inputs is read). `None` when the count has no total beside it: the
+/// run has ended, or it fanned out before migration 34; its row says which.
+pub(super) async fn running_count(
+    txn: &DatabaseTransaction,
+    parent: RunRef,
+) -> Result<Option<(String, i64, i64)>, DbErr> {
+    let statement = Statement::from_sql_and_values(
+        DbBackend::Sqlite,
+        "SELECT job.operation, job_fan_in.done, job_fan_in.total FROM job_fan_in JOIN job ON job.id = job_fan_in.job_id \
+         WHERE job_fan_in.job_id = ? AND job_fan_in.attempt = ? AND job_fan_in.total IS NOT NULL",
+        [parent.id.into(), parent.attempt.into()],
+    );
+    let Some(row) = txn.query_one_raw(statement).await? else { return Ok(None) };
+    Ok(Some((row.try_get_by_index(0)?, row.try_get_by_index(1)?, row.try_get_by_index(2)?)))
 }
 
 /// The `progress_current` of these jobs' rows, as stored now.

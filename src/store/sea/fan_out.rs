@@ -255,9 +255,19 @@ struct Counters {
 /// the commit so that outcomes of one parent queue up here. On PostgreSQL a no-op update
 /// locks the row. On SQLite the transaction already holds the one writer's lock, and an
 /// update would rewrite the whole row, the coordinator's payload of megabytes with it (the
-/// record is rebuilt and compared page by page): a read is enough there.
+/// record is rebuilt and compared page by page): a read is enough there, of the count beside
+/// the row ([`fan_in::running_count`]), since the row's own counters are stored after the
+/// payload; of the row only for a count started before migration 34.
 async fn lock_parent(txn: &DatabaseTransaction, parent: RunRef) -> Result<Option<Counters>, DbErr> {
     if txn.get_database_backend() == DbBackend::Sqlite {
+        if let Some((operation, done, total)) = fan_in::running_count(txn, parent).await? {
+            return Ok(Some(Counters {
+                operation,
+                attempts: parent.attempt,
+                progress_current: done,
+                progress_total: Some(total),
+            }));
+        }
         let row = job::Entity::find()
             .select_only()
             .columns([

@@ -224,7 +224,7 @@ impl RunWrites for SeaStore {
             .await?;
         let Some(row) = moved.into_iter().next() else { return Ok(None) };
         if fan_in::beside(&txn) {
-            fan_in::start(&txn, run, form).await?;
+            fan_in::start(&txn, run, form, total).await?;
         }
         let fields = json!({ "form": form.as_str(), "total": total, "done": done });
         append_event(&txn, run.id, &NewEvent::new(EventName::FANNED_OUT).fields(fields)).await?;
