@@ -4,9 +4,9 @@
 //! whose new entries a drain claimed level by level (priorities) scatters the widest
 //! (`BENCHMARKS.md`, 2026-12-06). A listing of succeeded jobs reads `ix_job_room_id` instead
 //! and skips the others (most jobs are succeeded ones); a listing of any other status reads
-//! the partial index, as its status comes as a literal (`store::sea::reads`). SQLite keeps
-//! both whole: there, the same change measured no better than a round's noise
-//! (`BENCHMARKS.md`, 2026-11-30 (late)).
+//! the partial index, as its status comes as a literal (`store::sea::reads`). SQLite kept
+//! both whole here (the same change measured no better than a round's noise then,
+//! `BENCHMARKS.md`, 2026-11-30 (late)); migration 35 makes them partial there too.
 //!
 //! Each is rebuilt under the migration's lock on `job` (writes wait while it builds), unless
 //! it is already so: `docs/deployment.md` says how a large deployment builds them beforehand
@@ -16,7 +16,8 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 /// (name, columns) of each index; both keep migration 31's room in their leaves.
-const INDEXES: [(&str, &str); 2] = [("ix_job_status_id", "status, id"), ("ix_job_room_status_id", "room, status, id")];
+pub const INDEXES: [(&str, &str); 2] =
+    [("ix_job_status_id", "status, id"), ("ix_job_room_status_id", "room, status, id")];
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;

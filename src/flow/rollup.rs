@@ -255,7 +255,7 @@ impl Rollup {
                 "held",
             )
             .column_as(Expr::cust("SUM(CASE WHEN status = 'running' THEN 1 ELSE 0 END)"), "running")
-            .filter(Expr::cust("status IN ('queued', 'running')"))
+            .filter(Expr::cust(format!("status IN ('queued', 'running') AND {}", crate::store::NOT_SUCCEEDED)))
             .group_by(crate::store::entity::job::Column::Queue)
             .group_by(crate::store::entity::job::Column::Room)
             .into_tuple()

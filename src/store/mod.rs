@@ -26,7 +26,7 @@ pub use connect::{connect, connect_for_pruning, migrate, Backend};
 pub use observe::{Call, Change, Hook, Observer};
 pub use overview::QueueFigures;
 pub use sea::write_gate::{WriteGate, WriteTxn};
-pub use sea::{startable, SeaStore};
+pub use sea::{startable, SeaStore, NOT_SUCCEEDED};
 pub use types::{
     after_failure, level, BatchRecorded, BatchRows, Cancellation, Completion, DependencyResult, Dispatch, ExpiredLease,
     JobFilter, Linked, Links, Page, Pruned, Released, Requeue, RunRef, Settled, StoreError, Submission,

@@ -157,10 +157,12 @@ async fn id_keyed_indexes_leave_room_on_postgres(backend: Backend) {
     db.close().await.unwrap();
 }
 
-/// Migration 32: on PostgreSQL the two indexes keyed by status and id hold no succeeded job
-/// (keeping migration 31's room); down makes them whole again, and up, finding an index
-/// already partial (built beforehand, `docs/deployment.md`), leaves it. SQLite's stay whole.
-async fn status_indexes_leave_succeeded_jobs_out_on_postgres(backend: Backend) {
+/// Migrations 32 (PostgreSQL) and 35 (SQLite): the two indexes keyed by status and id hold no
+/// succeeded job (on PostgreSQL keeping migration 31's room); down makes them whole again,
+/// and up, on PostgreSQL finding an index already partial (built beforehand,
+/// `docs/deployment.md`), leaves it. On SQLite each keeps its row of the planner's
+/// statistics (migration 24) whole or partial.
+async fn status_indexes_leave_succeeded_jobs_out(backend: Backend) {
     let (_database, url) = TestDatabase::create(backend).await;
     let settings = StoreSettings { url, ..yardmaster::config::Settings::default().store };
     let (db, _store) = crate::helpers::migrated_store(&settings.url).await;
@@ -200,7 +202,16 @@ async fn status_indexes_leave_succeeded_jobs_out_on_postgres(backend: Backend) {
         assert_eq!(one_text(&settings, oid).await, before, "an index already partial was built again");
         raw.close().await.unwrap();
     } else {
+        let planned = "SELECT CAST(COUNT(*) AS TEXT) FROM sqlite_stat1 \
+                       WHERE idx IN ('ix_job_status_id', 'ix_job_room_status_id')";
+        assert!(partial(&definitions().await), "{:?}", definitions().await);
+        assert_eq!(one_text(&settings, planned).await, "2");
+        Migrator::down(&db, Some(steps_back_to("000035"))).await.unwrap();
         assert!(whole(&definitions().await), "{:?}", definitions().await);
+        assert_eq!(one_text(&settings, planned).await, "2");
+        Migrator::up(&db, None).await.unwrap();
+        assert!(partial(&definitions().await), "{:?}", definitions().await);
+        assert_eq!(one_text(&settings, planned).await, "2");
     }
     db.close().await.unwrap();
 }
@@ -306,7 +317,7 @@ on_both_backends!(
     limited_jobs_stored_before_rate_keys_keep_counting,
     events_hold_no_key_to_their_job_on_postgres,
     id_keyed_indexes_leave_room_on_postgres,
-    status_indexes_leave_succeeded_jobs_out_on_postgres,
+    status_indexes_leave_succeeded_jobs_out,
     batch_counts_fold_into_the_row_going_down,
     batch_counts_started_without_a_total_count_on
 );

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use chrono::Utc;
 
-use super::rows::{db_now, to_chrono, NOT_PAUSED};
+use super::rows::{db_now, to_chrono, NOT_PAUSED, NOT_SUCCEEDED};
 use super::{group_commit, SeaStore};
 use crate::domain::{JobStatus, Limit, NewJob};
 use crate::store::entity::{dispatch_outbox, job};
@@ -141,7 +141,8 @@ impl DispatchBook for SeaStore {
         self.before(Call::Upkeep("forget_publications")).await?;
         let result = job::Entity::update_many()
             .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
-            .filter(job::Column::Status.eq(JobStatus::Queued))
+            // Literals, so both engines read the status index (a bound status reads the table).
+            .filter(Expr::cust(format!("status = 'queued' AND {NOT_SUCCEEDED}")))
             .filter(job::Column::PublishedAt.is_not_null())
             .exec(&self.db)
             .await?;

@@ -23,7 +23,7 @@ mod prune;
 mod reads;
 mod rows;
 
-pub use rows::startable;
+pub use rows::{startable, NOT_SUCCEEDED};
 mod run_sql;
 mod runs;
 mod unique;

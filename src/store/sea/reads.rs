@@ -10,7 +10,7 @@ use sea_orm::{ColumnTrait, EntityTrait, Iterable, PaginatorTrait, QueryFilter, Q
 use uuid::Uuid;
 
 use super::fan_in;
-use super::rows::{db_now, to_event};
+use super::rows::{db_now, to_event, NOT_SUCCEEDED};
 use super::SeaStore;
 use crate::domain::{Job, JobEvent, JobStatus, JobSummary, QueueName};
 use crate::store::entity::{job, job_event};
@@ -55,8 +55,12 @@ impl JobReads for SeaStore {
         if let Some(status) = filter.status {
             // A literal (of a closed set): PostgreSQL plans each status on its own, so any
             // but succeeded reads the partial status indexes (migration 32), never a generic
-            // plan that could not prove its predicate and walks the room's whole history.
-            query = query.filter(Expr::cust(format!("status = '{}'", status.as_str())));
+            // plan that could not prove its predicate and walks the room's whole history;
+            // SQLite reads them given their own term besides (migration 35).
+            query = query.filter(Expr::cust(match status {
+                JobStatus::Succeeded => "status = 'succeeded'".to_owned(),
+                status => format!("status = '{}' AND {NOT_SUCCEEDED}", status.as_str()),
+            }));
         }
         if let Some(operation) = &filter.operation {
             query = query.filter(C::Operation.eq(operation.as_str()));
@@ -120,8 +124,8 @@ impl JobReads for SeaStore {
             .column(job::Column::Status)
             .column_as(Expr::cust("COUNT(*)"), "jobs")
             .column_as(Expr::cust("MIN(COALESCE(run_after, created_at))"), "oldest_due")
-            // A literal, so both engines read the status index.
-            .filter(Expr::cust("status IN ('queued', 'running')"))
+            // Literals, so both engines read the status index.
+            .filter(Expr::cust(format!("status IN ('queued', 'running') AND {NOT_SUCCEEDED}")))
             .group_by(job::Column::Queue)
             .group_by(job::Column::Status)
             .into_tuple()

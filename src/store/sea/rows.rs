@@ -58,6 +58,12 @@ pub fn startable(backend: DbBackend) -> sea_orm::sea_query::SimpleExpr {
     due.and(alive).and(Expr::cust(NOT_PAUSED)).and(Expr::col(job::Column::HeldSince).is_null())
 }
 
+/// The term by which a look for jobs of a status other than succeeded reads the status
+/// indexes (`ix_job_status_id`, `ix_job_room_status_id`), which hold no succeeded job
+/// (migrations 32 and 35): SQLite reads a partial index only for a query whose condition
+/// holds the index's own term as written. PostgreSQL proves it from the status alone.
+pub const NOT_SUCCEEDED: &str = "status <> 'succeeded'";
+
 /// The job's queue is not paused (`queue_state`, migration 19).
 pub(super) const NOT_PAUSED: &str =
     "NOT EXISTS (SELECT 1 FROM queue_state WHERE queue_state.name = job.queue AND queue_state.paused_at IS NOT NULL)";
