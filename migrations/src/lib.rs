@@ -43,6 +43,21 @@ mod m20261206_000035_sqlite_status_indexes_without_succeeded;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
+/// Runs `sql` (one or more statements) if the store is `backend`, for a step that only one
+/// engine takes.
+async fn only_on(
+    manager: &SchemaManager<'_>,
+    backend: sea_orm_migration::sea_orm::DbBackend,
+    sql: &str,
+) -> Result<(), DbErr> {
+    use sea_orm_migration::sea_orm::ConnectionTrait as _;
+    let db = manager.get_connection();
+    if db.get_database_backend() == backend {
+        db.execute_unprepared(sql).await?;
+    }
+    Ok(())
+}
+
 /// Lists every migration in the order it is applied.
 pub struct Migrator;
 

@@ -8,7 +8,9 @@
 //! PostgreSQL keeps a large payload out of line and counts on the row: nothing changes there.
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+use sea_orm_migration::sea_orm::DbBackend;
+
+use crate::only_on;
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -16,11 +18,9 @@ pub struct Migration;
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        if db.get_database_backend() != DbBackend::Sqlite {
-            return Ok(());
-        }
-        db.execute_unprepared(
+        only_on(
+            manager,
+            DbBackend::Sqlite,
             "CREATE TABLE IF NOT EXISTS job_fan_in (
                  job_id uuid_text NOT NULL,
                  attempt integer NOT NULL,
@@ -37,24 +37,20 @@ impl MigrationTrait for Migration {
                  DELETE FROM job_fan_in WHERE job_id = NEW.id;
              END;",
         )
-        .await?;
-        Ok(())
+        .await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        if db.get_database_backend() != DbBackend::Sqlite {
-            return Ok(());
-        }
         // Running parents keep what they counted: folded into their rows first.
-        db.execute_unprepared(
+        only_on(
+            manager,
+            DbBackend::Sqlite,
             "UPDATE job SET progress_current =
                  (SELECT done FROM job_fan_in WHERE job_id = job.id AND attempt = job.attempts)
              WHERE EXISTS (SELECT 1 FROM job_fan_in WHERE job_id = job.id AND attempt = job.attempts);
              DROP TRIGGER IF EXISTS job_fan_in_fold;
              DROP TABLE IF EXISTS job_fan_in;",
         )
-        .await?;
-        Ok(())
+        .await
     }
 }

@@ -7,7 +7,9 @@
 //! before. PostgreSQL has no such table.
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+use sea_orm_migration::sea_orm::DbBackend;
+
+use crate::only_on;
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -15,18 +17,10 @@ pub struct Migration;
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        if db.get_database_backend() == DbBackend::Sqlite {
-            db.execute_unprepared("ALTER TABLE job_fan_in ADD COLUMN total integer").await?;
-        }
-        Ok(())
+        only_on(manager, DbBackend::Sqlite, "ALTER TABLE job_fan_in ADD COLUMN total integer").await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        if db.get_database_backend() == DbBackend::Sqlite {
-            db.execute_unprepared("ALTER TABLE job_fan_in DROP COLUMN total").await?;
-        }
-        Ok(())
+        only_on(manager, DbBackend::Sqlite, "ALTER TABLE job_fan_in DROP COLUMN total").await
     }
 }
