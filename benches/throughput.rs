@@ -1083,14 +1083,26 @@ async fn drain_in_process(url: &str, jobs: usize, group_commit: usize) -> (f64, 
 }
 
 /// A system-wide `perf record` over one drain's window when `BENCH_PERF` names its output
-/// file (bench/profile.sh); stopped (SIGINT, so perf writes its file) when dropped.
+/// file (bench/profile.sh), or a system-wide `perf stat` of context switches and of the
+/// system calls a drain makes most when `BENCH_PERF_STAT` does (counts, not samples: two
+/// drains compared call by call); stopped (SIGINT, so perf writes its file) when dropped.
 struct Profile(Option<Child>);
+
+/// What `BENCH_PERF_STAT` counts.
+const PERF_STAT_EVENTS: &str = "cpu-clock,context-switches,syscalls:sys_enter_futex,syscalls:sys_enter_write,\
+syscalls:sys_enter_read,syscalls:sys_enter_pwrite64,syscalls:sys_enter_pread64,syscalls:sys_enter_fdatasync,\
+syscalls:sys_enter_fsync,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom";
 
 impl Profile {
     fn start() -> Profile {
-        let Ok(output) = std::env::var("BENCH_PERF") else { return Profile(None) };
+        let (args, output) = match (std::env::var("BENCH_PERF"), std::env::var("BENCH_PERF_STAT")) {
+            (Ok(output), _) => (vec!["record", "-a", "-g", "-e", "cpu-clock", "-F", "499", "-o"], output),
+            (_, Ok(output)) => (vec!["stat", "-a", "-e", PERF_STAT_EVENTS, "-o"], output),
+            _ => return Profile(None),
+        };
         let child = Command::new("perf")
-            .args(["record", "-a", "-g", "-e", "cpu-clock", "-F", "499", "-o", &output])
+            .args(args)
+            .arg(&output)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
