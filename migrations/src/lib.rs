@@ -40,6 +40,7 @@ mod m20261206_000032_status_indexes_without_succeeded;
 mod m20261206_000033_fan_in_counts;
 mod m20261206_000034_fan_in_totals;
 mod m20261206_000035_sqlite_status_indexes_without_succeeded;
+mod m20261206_000036_sqlite_admitted_until_finished;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -100,6 +101,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000033_fan_in_counts::Migration),
             Box::new(m20261206_000034_fan_in_totals::Migration),
             Box::new(m20261206_000035_sqlite_status_indexes_without_succeeded::Migration),
+            Box::new(m20261206_000036_sqlite_admitted_until_finished::Migration),
         ]
     }
 }

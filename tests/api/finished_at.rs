@@ -55,9 +55,13 @@ async fn every_way_in_and_out_keeps_finished_at_in_step(backend: Backend) {
         "SELECT COUNT(*) FROM job WHERE ({ended} AND finished_at IS NULL) OR ({live} AND finished_at IS NOT NULL)"
     );
     assert_eq!(count(&db, &out_of_step).await, 0, "a job whose finished_at says otherwise than its status");
-    // What the limit counts: the live jobs it admitted (5, retried by hand, is held again).
-    let admitted = format!("SELECT COUNT(*) FROM job WHERE limit_key IS NOT NULL AND held_since IS NULL AND {live}");
-    assert_eq!(count(&db, &admitted).await, 3);
+    // What the limit counts: the live jobs it admitted (5, retried by hand, is held again),
+    // by the term of its index on either engine (migration 36).
+    for live in [live, "finished_at IS NULL"] {
+        let admitted =
+            format!("SELECT COUNT(*) FROM job WHERE limit_key IS NOT NULL AND held_since IS NULL AND {live}");
+        assert_eq!(count(&db, &admitted).await, 3, "{live}");
+    }
 }
 
 on_both_backends!(every_way_in_and_out_keeps_finished_at_in_step);

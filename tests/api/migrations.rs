@@ -216,6 +216,84 @@ async fn status_indexes_leave_succeeded_jobs_out(backend: Backend) {
     db.close().await.unwrap();
 }
 
+/// Migration 36: on SQLite a limit's index of admitted jobs holds a job until it has ended
+/// (`finished_at IS NULL`), so a claim leaves its entry alone; down gives back the status's
+/// term. Either way the look that counts admitted jobs reads the index, and a limit admits
+/// as many as it allows: a job claimed still counts, one ended no longer does. PostgreSQL
+/// keeps the status's term throughout.
+async fn admitted_jobs_are_counted_until_they_end(backend: Backend) {
+    use std::time::Duration;
+    use yardmaster::domain::{Limit, NewJob};
+    use yardmaster::store::{Completion, DispatchBook as _, JobCommands as _, RunRef, RunWrites as _};
+
+    let (_database, url) = TestDatabase::create(backend).await;
+    let settings = StoreSettings { url, ..yardmaster::config::Settings::default().store };
+    let (db, store) = crate::helpers::migrated_store(&settings.url).await;
+    let definition = || async {
+        let sql = match backend {
+            Backend::Postgres => "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_job_limit_admitted'",
+            _ => "SELECT sql FROM sqlite_master WHERE name = 'ix_job_limit_admitted'",
+        };
+        one_text(&settings, sql).await
+    };
+    let limit = Limit { key: "operation:ping".into(), max_running: Some(2), rate: None };
+    // Two admitted and one of them claimed: both count, the next is held. Both ended: the
+    // release admits the held one, and one more fits beside it.
+    let admits_as_it_allows = || async {
+        let submit = || async {
+            let job = store.submit(NewJob { limit: Some(limit.clone()), ..NewJob::new("ping") }).await.unwrap().job;
+            (job.id, job.held_since.is_none())
+        };
+        let ((first, true), (second, true)) = (submit().await, submit().await) else { panic!("not admitted") };
+        let claimed = store.claim(first, "test", Duration::from_secs(60)).await.unwrap().unwrap();
+        let (held, false) = submit().await else { panic!("admitted beside a claimed job and a queued one") };
+        let done = Completion::Succeeded { result: serde_json::json!({}) };
+        store.finish(RunRef::from(&claimed), &done).await.unwrap().unwrap();
+        store.cancel(second).await.unwrap();
+        let released = store.release(&limit).await.unwrap();
+        assert_eq!(released.jobs.iter().map(|job| job.id).collect::<Vec<_>>(), [held], "ended jobs still counted");
+        let (fourth, true) = submit().await else { panic!("not admitted beside one job") };
+        let (fifth, false) = submit().await else { panic!("admitted beside two jobs") };
+        for id in [held, fourth, fifth] {
+            store.cancel(id).await.unwrap();
+        }
+    };
+    if backend == Backend::Postgres {
+        assert!(definition().await.contains("status"), "{}", definition().await);
+        admits_as_it_allows().await;
+        Migrator::down(&db, Some(steps_back_to("000036"))).await.unwrap();
+        Migrator::up(&db, None).await.unwrap();
+        assert!(definition().await.contains("status"), "{}", definition().await);
+        admits_as_it_allows().await;
+    } else {
+        let planned = "SELECT CAST(COUNT(*) AS TEXT) FROM sqlite_stat1 WHERE idx = 'ix_job_limit_admitted'";
+        // The count's look, planned on a connection opened after the schema changed.
+        let counted_from_the_index = || async {
+            let sql = "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM job WHERE limit_key IS NOT NULL \
+                       AND held_since IS NULL AND finished_at IS NULL AND status IN ('queued', 'running') \
+                       AND limit_key = 'operation:ping'";
+            let fresh = yardmaster::store::connect(&settings).await.unwrap();
+            let rows = fresh.query_all_raw(Statement::from_string(DbBackend::Sqlite, sql)).await.unwrap();
+            let plan: Vec<String> = rows.iter().map(|row| row.try_get::<String>("", "detail").unwrap()).collect();
+            fresh.close().await.unwrap();
+            assert!(plan.iter().any(|step| step.contains("INDEX ix_job_limit_admitted")), "{plan:?}");
+            assert_eq!(one_text(&settings, planned).await, "1");
+        };
+        assert!(definition().await.ends_with("finished_at IS NULL"), "{}", definition().await);
+        counted_from_the_index().await;
+        admits_as_it_allows().await;
+        Migrator::down(&db, Some(steps_back_to("000036"))).await.unwrap();
+        assert!(definition().await.ends_with("status IN ('queued', 'running')"), "{}", definition().await);
+        counted_from_the_index().await;
+        admits_as_it_allows().await;
+        Migrator::up(&db, None).await.unwrap();
+        assert!(definition().await.ends_with("finished_at IS NULL"), "{}", definition().await);
+        counted_from_the_index().await;
+        admits_as_it_allows().await;
+    }
+    db.close().await.unwrap();
+}
+
 /// Migration 33: on SQLite a running batch parent's count is kept beside its row; going down
 /// folds it into the row, and up again counts on from there. PostgreSQL counts on the row
 /// throughout, and the migration leaves it as it is.
@@ -318,6 +396,7 @@ on_both_backends!(
     events_hold_no_key_to_their_job_on_postgres,
     id_keyed_indexes_leave_room_on_postgres,
     status_indexes_leave_succeeded_jobs_out,
+    admitted_jobs_are_counted_until_they_end,
     batch_counts_fold_into_the_row_going_down,
     batch_counts_started_without_a_total_count_on
 );

@@ -80,8 +80,8 @@ async fn live_jobs_are_found_through_their_partial_indexes() {
             "ix_job_waiting_deps",
         ),
         (
-            "SELECT id FROM job WHERE limit_key IS NOT NULL AND held_since IS NULL AND status IN ('queued', 'running') \
-             AND limit_key = 'operation:ping' LIMIT 1000",
+            "SELECT id FROM job WHERE limit_key IS NOT NULL AND held_since IS NULL AND finished_at IS NULL \
+             AND status IN ('queued', 'running') AND limit_key = 'operation:ping' LIMIT 1000",
             "ix_job_limit_admitted",
         ),
         (

@@ -29,11 +29,12 @@ const CANCELLABLE: &[JobStatus] = &[JobStatus::Queued, JobStatus::Running];
 #[async_trait]
 impl JobCommands for SeaStore {
     async fn submit(&self, new: NewJob) -> Result<Submission, StoreError> {
-        // A keyed job under a limit (admission and the key's lookup in one transaction), and
-        // a unique one (its earlier job looked up where it would be inserted).
-        // And one with dependencies (checked and linked where it is inserted).
-        if (new.limit.is_some() && new.idempotency_key.is_some()) || new.unique.is_some() || !new.depends_on.is_empty()
-        {
+        // A job under a limit when keyed (admission and the key's lookup in one transaction)
+        // or with no group commit (whose writer admits the others), a unique one (its earlier
+        // job looked up where it would be inserted), and one with dependencies (checked and
+        // linked where it is inserted).
+        let admitted_here = new.idempotency_key.is_some() || self.writer.is_none();
+        if (new.limit.is_some() && admitted_here) || new.unique.is_some() || !new.depends_on.is_empty() {
             let mut submitted = self.submit_many(vec![new]).await?;
             return submitted.pop().ok_or_else(|| StoreError::Corrupt("a submission made nothing".into()));
         }

@@ -51,8 +51,12 @@ pub(super) async fn lock(txn: &DatabaseTransaction, key: &str) -> Result<(), DbE
 fn admitted_jobs(key: &str, running_too: bool) -> Select<job::Entity> {
     let admitted = job::Entity::find()
         .select_only()
-        // Literals, so both engines read the partial index of admitted jobs.
-        .filter(Expr::cust("limit_key IS NOT NULL AND held_since IS NULL AND status IN ('queued', 'running')"))
+        // Literals, so both engines read the partial index of admitted jobs: its term is
+        // `finished_at IS NULL` on SQLite (migration 36), the status on PostgreSQL; a job
+        // not yet ended is QUEUED or RUNNING, so either term alone says the same.
+        .filter(Expr::cust(
+            "limit_key IS NOT NULL AND held_since IS NULL AND finished_at IS NULL AND status IN ('queued', 'running')",
+        ))
         .filter(job::Column::LimitKey.eq(key));
     match running_too {
         true => admitted,
