@@ -134,8 +134,10 @@ impl Stream {
     }
 
     /// The next event; `None` once the server ended the stream. Keep-alive comments are
-    /// skipped.
+    /// skipped; no event within 30 s fails the test (a missed event would otherwise wait
+    /// forever behind the comments).
     async fn next(&mut self) -> Option<Received> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let frame: String = self.buffer.drain(..end + 2).collect();
@@ -148,8 +150,9 @@ impl Stream {
                 };
                 return Some(Received { id: id.parse().unwrap(), event, data: serde_json::from_str(&data).unwrap() });
             }
-            let chunk = tokio::time::timeout(Duration::from_secs(30), self.response.chunk()).await;
-            match chunk.expect("the stream went silent").unwrap() {
+            // A deadline for the event, not for each chunk: keep-alive comments come every 15 s.
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk()).await;
+            match chunk.expect("no event within 30 s").unwrap() {
                 Some(bytes) => self.buffer.push_str(std::str::from_utf8(&bytes).unwrap()),
                 None => return None,
             }
