@@ -6,12 +6,11 @@
 //! closing it. Between events it holds no database connection and polls nothing: the job's
 //! changes (any job's, for a room) wake it.
 //!
-//! Known gap (PostgreSQL): the cursor is the event's id, which the sequence hands out before
-//! the event's transaction commits, so when two transactions writing events of one room
-//! commit in the other order than their ids, a read between the two commits moves the
-//! cursor past the id still uncommitted, and the stream never sends that event (seen once
-//! in `live::postgres::a_room_stream_sends_the_rooms_events_in_order_and_resumes`). SQLite
-//! writes one transaction at a time, so its ids commit in order.
+//! Ids and commits: on PostgreSQL the sequence hands an event its id before its transaction
+//! commits, and writers commit side by side. One job's events are written with its row
+//! locked, so its ids commit in order; a room's come from many jobs, so the store hands a
+//! room's events out only once every lower id has committed or gone (`store::sea::settle`),
+//! and a cursor never passes an id still open. SQLite writes one transaction at a time.
 
 use std::collections::VecDeque;
 use std::time::Duration;

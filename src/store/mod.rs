@@ -52,7 +52,8 @@ pub trait JobReads: Send + Sync + 'static {
     async fn events(&self, id: Uuid, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError>;
 
     /// The events of every job of `room`, in the order they were written, after event id
-    /// `after`.
+    /// `after`: only once no event of a lower id can still appear (on PostgreSQL, while a
+    /// transaction that may hold one stays open, none, after waiting up to 5 s).
     async fn room_events(&self, room: &str, after: Option<i64>, limit: u64) -> Result<Vec<JobEvent>, StoreError>;
 
     /// Each queue's QUEUED and RUNNING jobs and when its longest-waiting job became due,

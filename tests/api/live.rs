@@ -276,6 +276,60 @@ async fn a_room_stream_sends_the_rooms_events_in_order_and_resumes(backend: Back
     }
 }
 
+/// PostgreSQL hands out event ids before their transactions commit: an event of a room
+/// committed after a lower id's transaction is still open is held back until that one ends,
+/// so the stream sends both, in id order (before, the cursor passed the open id and the
+/// stream never sent it). SQLite has one writer, so no id commits out of order there.
+#[actix_rt::test]
+async fn postgres_a_room_stream_holds_an_event_until_every_lower_id_has_committed() {
+    let app = TestApp::spawn_with(Backend::Postgres, TestOptions { workers: false, ..Default::default() }).await;
+    let (token, _) = member_token(&app, "a").await;
+    let alice = client_with(&token);
+    let submit = |body: Value| {
+        let (alice, url) = (alice.clone(), app.url("/jobs"));
+        async move {
+            let (status, job) = read(alice.post(url).json(&body).send().await.unwrap()).await;
+            assert_eq!(status, 201, "{job}");
+            job["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let first = submit(json!({ "operation": "ping", "queue": PARKED, "room": "a" })).await;
+    // An event of the first job whose transaction stays open: its id is drawn now.
+    let open = sea_orm::TransactionTrait::begin(&app.db).await.unwrap();
+    let insert = "INSERT INTO job_event (job_id, ts, event, fields, level) \
+                  VALUES ($1, now(), 'test.held', '{}', 'info') RETURNING id";
+    let statement = sea_orm::Statement::from_sql_and_values(
+        sea_orm::DbBackend::Postgres,
+        insert,
+        [first.parse::<uuid::Uuid>().unwrap().into()],
+    );
+    let held: i64 =
+        sea_orm::ConnectionTrait::query_one_raw(&open, statement).await.unwrap().unwrap().try_get("", "id").unwrap();
+    // A second job's event, committed while the first is open, with a higher id.
+    let second = submit(json!({ "operation": "ping", "queue": PARKED, "room": "a" })).await;
+    let response = alice.get(app.url("/rooms/a/events/stream")).send().await.unwrap();
+    let mut stream = Stream { response, buffer: String::new() };
+    let mut reader = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while !seen.iter().any(|event: &Received| event.data["job_id"] == second.as_str()) {
+            seen.push(stream.next().await.expect("the room stream ended"));
+        }
+        seen
+    });
+    // Let the stream read while the first transaction is open (the second job's event is
+    // there to be read); a stream that sends it now has skipped the open id. Either way the
+    // transaction then commits and the reader goes on.
+    let early = tokio::time::timeout(Duration::from_secs(2), &mut reader).await.ok();
+    open.commit().await.unwrap();
+    let seen = match early {
+        Some(seen) => seen.unwrap(),
+        None => reader.await.unwrap(),
+    };
+    let ids: Vec<i64> = seen.iter().map(|event| event.id).collect();
+    assert!(ids.contains(&held), "the stream sent the second job's event and never the first's held one: {ids:?}");
+    assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "out of order: {ids:?}");
+}
+
 on_both_backends!(
     a_held_long_poll_is_counted_until_it_answers,
     a_room_stream_sends_the_rooms_events_in_order_and_resumes,

@@ -26,6 +26,7 @@ mod rows;
 pub use rows::{startable, NOT_SUCCEEDED};
 mod run_sql;
 mod runs;
+mod settle;
 mod unique;
 pub(super) mod write_gate;
 

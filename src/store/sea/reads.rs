@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::fan_in;
 use super::rows::{db_now, to_event, NOT_SUCCEEDED};
+use super::settle::{self, Settled};
 use super::SeaStore;
 use crate::domain::{Job, JobEvent, JobStatus, JobSummary, QueueName};
 use crate::store::entity::{job, job_event};
@@ -105,7 +106,15 @@ impl JobReads for SeaStore {
             .from(job::Entity)
             .and_where(job::Column::Room.eq(room))
             .to_owned();
-        self.events_where(job_event::Column::JobId.in_subquery(jobs), after, limit).await
+        let of_room = || job_event::Column::JobId.in_subquery(jobs.clone());
+        let events = self.events_where(of_room(), after, limit).await?;
+        let Some(last) = events.last().map(|event| event.id) else { return Ok(events) };
+        // A room's events come from many jobs' transactions, committing in any order.
+        match settle::settled(&self.db).await? {
+            Settled::AsRead => Ok(events),
+            Settled::ReadAgain => self.events_where(of_room().and(job_event::Column::Id.lte(last)), after, limit).await,
+            Settled::NotYet => Ok(Vec::new()),
+        }
     }
 
     async fn queue_figures(
