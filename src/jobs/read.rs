@@ -35,7 +35,8 @@ pub async fn get(
         let job = find(&state, &caller, *id).await?;
         return Ok(HttpResponse::Ok().json(JobView::of(&state, job).await?));
     };
-    let job = state.waiters.read_until_ended(*id, wait, &state.closing, || find(&state, &caller, *id)).await?;
+    let (read, ended) = (|| find(&state, &caller, *id), || has_ended(&state, *id));
+    let job = state.waiters.read_until_ended(*id, wait, &state.closing, read, ended).await?;
     let applied = format!("wait={}", wait.as_secs());
     Ok(HttpResponse::Ok().insert_header(("Preference-Applied", applied)).json(JobView::of(&state, job).await?))
 }
@@ -62,6 +63,12 @@ impl JobView {
 pub async fn find(state: &AppState, caller: &Caller, id: Uuid) -> Result<Job, ApiError> {
     let job = state.store.get(id).await?.filter(|job| caller.can_read(&job.room));
     job.ok_or_else(|| ApiError::new(Code::JobNotFound, format!("no job with id {id}")))
+}
+
+/// Whether job `id` has ended, by its status alone; a job gone (pruned) counts as ended, so
+/// the waiter's last read answers 404.
+async fn has_ended(state: &AppState, id: Uuid) -> Result<bool, ApiError> {
+    Ok(state.store.status(id).await?.is_none_or(|status| status.is_terminal()))
 }
 
 /// Query of `GET /jobs`.

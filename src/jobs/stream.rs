@@ -172,15 +172,17 @@ async fn next_frame(mut cursor: Cursor) -> Option<(Result<web::Bytes, actix_web:
         let store = &cursor.state.store;
         match &cursor.of {
             Of::Job(id) => {
-                // The job first, then its events: the event that ends a job is written in the
-                // same transaction as its state, so a job read as ended has all its events.
-                let job = store.get(*id).await.ok()??;
+                // The job's status first (not its row: a coordinator's holds megabytes of
+                // inputs, and each batch wakes the stream), then its events: the event that
+                // ends a job is written in the same transaction as its state, so a job read
+                // as ended has all its events.
+                let status = store.status(*id).await.ok()??;
                 let events = store.events(*id, cursor.after, PAGE).await.ok()?;
                 if !events.is_empty() {
                     cursor.pending.extend(events);
                     continue;
                 }
-                if job.status.is_terminal() {
+                if status.is_terminal() {
                     cursor.ended = true;
                     continue;
                 }

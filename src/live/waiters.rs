@@ -116,32 +116,39 @@ fn armed(notify: &Arc<Notify>) -> Pin<Box<OwnedNotified>> {
 }
 
 impl JobWaiters {
-    /// The long-poll of `Prefer: wait`: reads job `id` with `read`, and again at each of its
-    /// changes, until it has ended, `wait` has passed or `closing` fires; answers the last
-    /// read. Watching starts before the first read, so an ending between the two is not
-    /// missed, and waiting holds no database connection.
-    pub async fn read_until_ended<E, F, Fut>(
+    /// The long-poll of `Prefer: wait`: reads job `id` with `read`; then, at each of its
+    /// changes, asks `ended` (its status alone: a coordinator's row holds megabytes of inputs,
+    /// and each of its batches changes it) until it has ended, `wait` has passed or `closing`
+    /// fires, and answers a last `read`. Watching starts before the first read, so an ending
+    /// between the two is not missed, and waiting holds no database connection.
+    pub async fn read_until_ended<E, F, Fut, G, Gut>(
         &self,
         id: Uuid,
         wait: Duration,
         closing: &tokio_util::sync::CancellationToken,
         mut read: F,
+        mut ended: G,
     ) -> Result<Job, E>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Job, E>>,
+        G: FnMut() -> Gut,
+        Gut: Future<Output = Result<bool, E>>,
     {
         let mut watch = self.watch(id);
         let deadline = tokio::time::Instant::now() + wait;
-        let mut job = read().await?;
-        while !job.status.is_terminal() {
+        let job = read().await?;
+        if job.status.is_terminal() {
+            return Ok(job);
+        }
+        loop {
             tokio::select! {
-                () = watch.changed() => job = read().await?,
+                () = watch.changed() => if ended().await? { break },
                 () = tokio::time::sleep_until(deadline) => break,
                 () = closing.cancelled() => break,
             }
         }
-        Ok(job)
+        read().await
     }
 }
 

@@ -41,6 +41,10 @@ pub trait JobReads: Send + Sync + 'static {
 
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
 
+    /// A job's status alone: what a waiter asks at each of the job's changes, where reading
+    /// the whole row would read a coordinator's megabytes of inputs each time.
+    async fn status(&self, id: Uuid) -> Result<Option<JobStatus>, StoreError>;
+
     /// The jobs of these ids that exist, in no particular order: one read for many.
     async fn get_many(&self, ids: &[Uuid]) -> Result<Vec<Job>, StoreError>;
 

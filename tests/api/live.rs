@@ -330,8 +330,45 @@ async fn postgres_a_room_stream_holds_an_event_until_every_lower_id_has_committe
     assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "out of order: {ids:?}");
 }
 
+/// Counts each job's reads of its whole row (`get`).
+#[derive(Default)]
+struct RowReads(std::sync::Mutex<std::collections::HashMap<uuid::Uuid, usize>>);
+
+#[async_trait::async_trait]
+impl yardmaster::store::Hook for RowReads {
+    async fn before(&self, call: yardmaster::store::Call<'_>) -> Result<(), yardmaster::store::StoreError> {
+        if let yardmaster::store::Call::Read("get", Some(id)) = call {
+            *self.0.lock().unwrap().entry(id).or_default() += 1;
+        }
+        Ok(())
+    }
+}
+
+/// A long-poll reads its job's whole row when it starts and when it answers, an event
+/// stream when it opens, whatever the job does between: a coordinator's row holds megabytes
+/// of inputs and each of its batches changes it. At each change they read the status alone.
+async fn waiters_read_a_jobs_row_when_they_start_and_answer_not_at_each_change(backend: Backend) {
+    let reads = std::sync::Arc::new(RowReads::default());
+    let options = TestOptions { hook: Some(reads.clone()), ..Default::default() };
+    let app = TestApp::spawn_with(backend, options).await;
+    let (_, job) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 1, "steps": 20 } })).await;
+    let id = job["id"].as_str().unwrap();
+    let mut stream = Stream::open(&app, id, None).await;
+    let (status, _, done) = long_poll(&app.client, &app, id, "wait=30").await;
+    assert_eq!((status, done["status"].as_str()), (200, Some("succeeded")), "{done}");
+    let mut sent = 0;
+    while stream.next().await.is_some() {
+        sent += 1;
+    }
+    // queued, started, 20 progress reports, succeeded: each a change that woke both.
+    assert!(sent >= 22, "the stream sent {sent} events");
+    let read = reads.0.lock().unwrap().get(&id.parse().unwrap()).copied().unwrap_or(0);
+    assert!(read <= 3, "the job's row was read {read} times by one long-poll and one stream");
+}
+
 on_both_backends!(
     a_held_long_poll_is_counted_until_it_answers,
+    waiters_read_a_jobs_row_when_they_start_and_answer_not_at_each_change,
     a_room_stream_sends_the_rooms_events_in_order_and_resumes,
     a_long_poll_answers_as_soon_as_the_job_ends,
     a_long_poll_answers_at_its_cap_with_the_job_as_it_is,

@@ -30,6 +30,13 @@ impl JobReads for SeaStore {
         self.find(id).await
     }
 
+    async fn status(&self, id: Uuid) -> Result<Option<JobStatus>, StoreError> {
+        self.before(Call::Read("status", Some(id))).await?;
+        let status: Option<String> =
+            job::Entity::find_by_id(id).select_only().column(job::Column::Status).into_tuple().one(&self.db).await?;
+        status.map(|status| status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))).transpose()
+    }
+
     async fn get_many(&self, ids: &[Uuid]) -> Result<Vec<Job>, StoreError> {
         self.before(Call::Read("get_many", None)).await?;
         let mut jobs = Vec::with_capacity(ids.len());
