@@ -65,10 +65,19 @@ pub async fn find(state: &AppState, caller: &Caller, id: Uuid) -> Result<Job, Ap
     job.ok_or_else(|| ApiError::new(Code::JobNotFound, format!("no job with id {id}")))
 }
 
+/// That job `id` exists in one of the caller's rooms (as [`find`] answers), read without its
+/// row: its events, children and links need no more, and a coordinator's row holds megabytes.
+pub async fn visible(state: &AppState, caller: &Caller, id: Uuid) -> Result<(), ApiError> {
+    match state.store.head(id).await? {
+        Some(head) if caller.can_read(&head.room) => Ok(()),
+        _ => Err(ApiError::new(Code::JobNotFound, format!("no job with id {id}"))),
+    }
+}
+
 /// Whether job `id` has ended, by its status alone; a job gone (pruned) counts as ended, so
 /// the waiter's last read answers 404.
 async fn has_ended(state: &AppState, id: Uuid) -> Result<bool, ApiError> {
-    Ok(state.store.status(id).await?.is_none_or(|status| status.is_terminal()))
+    Ok(state.store.head(id).await?.is_none_or(|head| head.status.is_terminal()))
 }
 
 /// Query of `GET /jobs`.
@@ -193,7 +202,7 @@ pub async fn children(
     id: web::Path<Uuid>,
     query: web::Query<ChildrenQuery>,
 ) -> Result<web::Json<JobPage>, ApiError> {
-    find(&state, &caller, *id).await?;
+    visible(&state, &caller, *id).await?;
     let query = query.into_inner();
     let filter = JobFilter {
         // Children are in their parent's room; the filter keeps it so whatever happens.
@@ -222,7 +231,7 @@ pub async fn dependencies(
     id: web::Path<Uuid>,
 ) -> Result<web::Json<Links>, ApiError> {
     // Both ends of an edge are in one room: the job's, which the caller may read.
-    find(&state, &caller, *id).await?;
+    visible(&state, &caller, *id).await?;
     Ok(web::Json(state.store.links(*id).await?))
 }
 
@@ -258,7 +267,7 @@ pub async fn events(
     id: web::Path<Uuid>,
     query: web::Query<EventsQuery>,
 ) -> Result<web::Json<EventPage>, ApiError> {
-    find(&state, &caller, *id).await?;
+    visible(&state, &caller, *id).await?;
     let limit = page_size(query.limit, state.max_page_size)?;
     let events = state.store.events(*id, query.after, limit).await?;
     let next_after = events.last().map(|event| event.id).or(query.after);

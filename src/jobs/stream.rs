@@ -20,7 +20,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::read::find;
+use super::read::visible;
 use crate::auth::Caller;
 use crate::domain::JobEvent;
 use crate::http::{ApiError, AppState, Code, Problem};
@@ -67,7 +67,7 @@ pub async fn job_events(
     let after = resume_after(&req, &query)?;
     let id = *id;
     let watch = state.waiters.watch(id);
-    find(&state, &caller, id).await?;
+    visible(&state, &caller, id).await?;
     Ok(stream(Cursor { state, of: Of::Job(id), after, pending: VecDeque::new(), watch, ended: false }))
 }
 
@@ -176,7 +176,7 @@ async fn next_frame(mut cursor: Cursor) -> Option<(Result<web::Bytes, actix_web:
                 // inputs, and each batch wakes the stream), then its events: the event that
                 // ends a job is written in the same transaction as its state, so a job read
                 // as ended has all its events.
-                let status = store.status(*id).await.ok()??;
+                let status = store.head(*id).await.ok()??.status;
                 let events = store.events(*id, cursor.after, PAGE).await.ok()?;
                 if !events.is_empty() {
                     cursor.pending.extend(events);

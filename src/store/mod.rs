@@ -29,7 +29,7 @@ pub use sea::write_gate::{WriteGate, WriteTxn};
 pub use sea::{startable, SeaStore, NOT_SUCCEEDED};
 pub use types::{
     after_failure, level, BatchRecorded, BatchRows, Cancellation, Completion, DependencyResult, Dispatch, ExpiredLease,
-    JobFilter, Linked, Links, Page, Pruned, Released, Requeue, RunRef, Settled, StoreError, Submission,
+    JobFilter, JobHead, Linked, Links, Page, Pruned, Released, Requeue, RunRef, Settled, StoreError, Submission,
 };
 
 /// What the API reads: jobs, pages of them, their events and places in line, and the
@@ -41,9 +41,10 @@ pub trait JobReads: Send + Sync + 'static {
 
     async fn get(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
 
-    /// A job's status alone: what a waiter asks at each of the job's changes, where reading
-    /// the whole row would read a coordinator's megabytes of inputs each time.
-    async fn status(&self, id: Uuid) -> Result<Option<JobStatus>, StoreError>;
+    /// A job's status and room alone: what a waiter asks at each of the job's changes and an
+    /// access check before reading its events, where the whole row would be a coordinator's
+    /// megabytes of inputs each time.
+    async fn head(&self, id: Uuid) -> Result<Option<JobHead>, StoreError>;
 
     /// The jobs of these ids that exist, in no particular order: one read for many.
     async fn get_many(&self, ids: &[Uuid]) -> Result<Vec<Job>, StoreError>;

@@ -110,6 +110,14 @@ pub struct Linked {
     pub waiting_since: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// What a waiter or an access check needs of a job: its status and room, read without the
+/// rest of its row (a coordinator's holds megabytes of inputs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobHead {
+    pub status: JobStatus,
+    pub room: String,
+}
+
 /// A job's dependencies and dependents.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, utoipa::ToSchema)]
 pub struct Links {

@@ -16,7 +16,7 @@ use super::SeaStore;
 use crate::domain::{Job, JobEvent, JobStatus, JobSummary, QueueName};
 use crate::store::entity::{job, job_event};
 use crate::store::overview::QueueFigures;
-use crate::store::{clock, Call, DependencyResult, JobFilter, JobReads, Links, Page, StoreError};
+use crate::store::{clock, Call, DependencyResult, JobFilter, JobHead, JobReads, Links, Page, StoreError};
 
 #[async_trait]
 impl JobReads for SeaStore {
@@ -30,11 +30,19 @@ impl JobReads for SeaStore {
         self.find(id).await
     }
 
-    async fn status(&self, id: Uuid) -> Result<Option<JobStatus>, StoreError> {
-        self.before(Call::Read("status", Some(id))).await?;
-        let status: Option<String> =
-            job::Entity::find_by_id(id).select_only().column(job::Column::Status).into_tuple().one(&self.db).await?;
-        status.map(|status| status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))).transpose()
+    async fn head(&self, id: Uuid) -> Result<Option<JobHead>, StoreError> {
+        self.before(Call::Read("head", Some(id))).await?;
+        let row: Option<(String, String)> = job::Entity::find_by_id(id)
+            .select_only()
+            .columns([job::Column::Status, job::Column::Room])
+            .into_tuple()
+            .one(&self.db)
+            .await?;
+        row.map(|(status, room)| {
+            let status = status.parse::<JobStatus>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
+            Ok(JobHead { status, room })
+        })
+        .transpose()
     }
 
     async fn get_many(&self, ids: &[Uuid]) -> Result<Vec<Job>, StoreError> {
