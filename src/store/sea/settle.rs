@@ -6,8 +6,9 @@
 //! the transaction its id before the event draws its own; so a transaction holding an id
 //! below a row of a read already had a transaction id once the read was done. Once every
 //! transaction of this database that had one then has ended, each id up to the read's last
-//! row is committed or gone, and a second read up to that row is complete. (`pg_current_snapshot()` cannot tell: its `xmax` is
-//! one past the newest transaction to have ended, and one begun since is in no list.)
+//! row is committed or gone, and a second read up to that row is complete.
+//! (`pg_current_snapshot()` cannot tell: its `xmax` is one past the newest transaction to
+//! have ended, and one begun since is in no list.)
 //! Sessions of another role are not seen (PostgreSQL hides their transaction ids); the
 //! service's own writers all use one. SQLite writes one transaction at a time, so its ids
 //! commit in order and need none of this.
@@ -21,7 +22,8 @@ use crate::store::StoreError;
 /// How long a read waits for the transactions before its rows to end before it gives up and
 /// hands out nothing (the cursor reads again on the next change).
 const PATIENCE: Duration = Duration::from_secs(5);
-/// The first pause between looks at the oldest running transaction; it doubles to [`PAUSE_MAX`].
+/// The first pause between looks at whether those transactions still run; it doubles to
+/// [`PAUSE_MAX`].
 const PAUSE: Duration = Duration::from_millis(2);
 const PAUSE_MAX: Duration = Duration::from_millis(50);
 
