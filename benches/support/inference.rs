@@ -140,14 +140,48 @@ async fn embedded(texts: &[String], inference: &InferenceSettings) -> Figure {
     let warm = dispatcher.submit(job("warm-up", &texts[..1])).await.unwrap().job.id;
     wait_for_success(&db, warm).await;
     let before = sampler().snapshot();
-    let start = Instant::now();
+    let (start, submitted) = (Instant::now(), chrono::Utc::now());
     let id = dispatcher.submit(job("bench", texts)).await.unwrap().job.id;
     let seconds = wait_for_success(&db, id).await.duration_since(start).as_secs_f64();
     let usage = sampler().since(&before);
+    let phases = phases(&db, id, submitted).await;
     drop(app);
     tokio::time::sleep(Duration::from_millis(100)).await;
     scratch.remove().await;
     let name = format!("yardmaster embedded: compute_embeddings, SQLite, {}", inference.device);
-    let note = format!("{} inputs, {seconds:.1} s; vectors stored, parent counted", texts.len());
+    let note = format!("{} inputs, {seconds:.1} s; vectors stored, parent counted; {phases}", texts.len());
     Figure::rate(name, texts.len() as f64 / seconds, note).of_kind(Kind::Inference).with_cpu(usage, texts.len())
+}
+
+/// Where a coordinator's time went, from its events: submitted → started → fanned out → the
+/// first batch counted → the last → succeeded, in seconds.
+async fn phases(db: &sea_orm::DatabaseConnection, id: uuid::Uuid, submitted: chrono::DateTime<chrono::Utc>) -> String {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+    use yardmaster::domain::EventName;
+    use yardmaster::store::entity::job_event;
+    let events = job_event::Entity::find()
+        .filter(job_event::Column::JobId.eq(id))
+        .order_by_asc(job_event::Column::Id)
+        .all(db)
+        .await
+        .unwrap();
+    let at = |name: &str, last: bool| {
+        let mut times = events.iter().filter(|event| event.event == name).map(|event| event.ts);
+        if last { times.last() } else { times.next() }
+    };
+    let marks = [
+        at(EventName::STARTED, false),
+        at(EventName::FANNED_OUT, false),
+        at(EventName::BATCHES_SUCCEEDED, false),
+        at(EventName::BATCHES_SUCCEEDED, true),
+        at(EventName::SUCCEEDED, false),
+    ];
+    let mut previous = submitted;
+    let mut spans = Vec::new();
+    for (name, mark) in ["to start", "to fan out", "to the first batch", "batches", "to close"].iter().zip(marks) {
+        let Some(mark) = mark else { continue };
+        spans.push(format!("{name} {:.2}", (mark - previous).num_milliseconds() as f64 / 1000.0));
+        previous = mark;
+    }
+    format!("phases (s): {}", spans.join(", "))
 }
