@@ -167,7 +167,11 @@ async fn phases(db: &sea_orm::DatabaseConnection, id: uuid::Uuid, submitted: chr
         .unwrap();
     let at = |name: &str, last: bool| {
         let mut times = events.iter().filter(|event| event.event == name).map(|event| event.ts);
-        if last { times.last() } else { times.next() }
+        if last {
+            times.next_back()
+        } else {
+            times.next()
+        }
     };
     let marks = [
         at(EventName::STARTED, false),
