@@ -35,7 +35,8 @@ pub async fn get(
         let job = find(&state, &caller, *id).await?;
         return Ok(HttpResponse::Ok().json(JobView::of(&state, job).await?));
     };
-    let (read, ended) = (|| find(&state, &caller, *id), || has_ended(&state, *id));
+    let ended = || async { Ok::<_, ApiError>(state.store.has_ended(*id).await?) };
+    let read = || find(&state, &caller, *id);
     let job = state.waiters.read_until_ended(*id, wait, &state.closing, read, ended).await?;
     let applied = format!("wait={}", wait.as_secs());
     Ok(HttpResponse::Ok().insert_header(("Preference-Applied", applied)).json(JobView::of(&state, job).await?))
@@ -72,12 +73,6 @@ pub async fn visible(state: &AppState, caller: &Caller, id: Uuid) -> Result<(), 
         Some(head) if caller.can_read(&head.room) => Ok(()),
         _ => Err(ApiError::new(Code::JobNotFound, format!("no job with id {id}"))),
     }
-}
-
-/// Whether job `id` has ended, by its status alone; a job gone (pruned) counts as ended, so
-/// the waiter's last read answers 404.
-async fn has_ended(state: &AppState, id: Uuid) -> Result<bool, ApiError> {
-    Ok(state.store.head(id).await?.is_none_or(|head| head.status.is_terminal()))
 }
 
 /// Query of `GET /jobs`.

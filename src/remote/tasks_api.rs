@@ -109,8 +109,7 @@ pub async fn get(
     let Some(wait) = crate::http::prefer_wait(req.headers()).map(|asked| asked.min(state.max_wait)) else {
         return Ok(HttpResponse::Ok().json(find_task(&state, &caller, id).await?));
     };
-    let ended =
-        || async { Ok::<_, ApiError>(state.store.head(id).await?.is_none_or(|head| head.status.is_terminal())) };
+    let ended = || async { Ok::<_, ApiError>(state.store.has_ended(id).await?) };
     let read = || find_task(&state, &caller, id);
     let task = state.waiters.read_until_ended(id, wait, &state.closing, read, ended).await?;
     let applied = format!("wait={}", wait.as_secs());

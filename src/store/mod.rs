@@ -46,6 +46,12 @@ pub trait JobReads: Send + Sync + 'static {
     /// megabytes of inputs each time.
     async fn head(&self, id: Uuid) -> Result<Option<JobHead>, StoreError>;
 
+    /// Whether job `id` has ended, by its status alone; a job gone (pruned) counts as ended,
+    /// so a waiter's last read answers 404.
+    async fn has_ended(&self, id: Uuid) -> Result<bool, StoreError> {
+        Ok(self.head(id).await?.is_none_or(|head| head.status.is_terminal()))
+    }
+
     /// The jobs of these ids that exist, in no particular order: one read for many.
     async fn get_many(&self, ids: &[Uuid]) -> Result<Vec<Job>, StoreError>;
 
