@@ -22,9 +22,14 @@ pub fn path_config() -> web::PathConfig {
 
 fn json_error(err: JsonPayloadError, _req: &HttpRequest) -> Error {
     let api_error = match &err {
-        JsonPayloadError::OverflowKnownLength { .. } | JsonPayloadError::Overflow { .. } => {
-            ApiError::new(Code::PayloadTooLarge, err.to_string())
-        }
+        JsonPayloadError::OverflowKnownLength { length, limit } => ApiError::new(
+            Code::PayloadTooLarge,
+            format!("the body ({length} bytes) is larger than server.max_body_bytes allows ({limit} bytes)"),
+        ),
+        JsonPayloadError::Overflow { limit } => ApiError::new(
+            Code::PayloadTooLarge,
+            format!("the body is larger than server.max_body_bytes allows ({limit} bytes)"),
+        ),
         JsonPayloadError::Payload(payload) if is_body_timeout(payload) => {
             ApiError::new(Code::RequestTimeout, "the request body did not arrive in time")
         }

@@ -25,7 +25,9 @@ async fn bad_submissions_are_refused_and_write_nothing(backend: Backend) {
 
     let huge = json!({ "operation": "ping", "payload": { "blob": "x".repeat(100 * 1024) } });
     let response = app.client.post(app.url("/jobs")).json(&huge).send().await.unwrap();
-    expect_problem(response, 413, "payload_too_large").await;
+    let problem = expect_problem(response, 413, "payload_too_large").await;
+    // The refusal names the setting that would let it in.
+    assert!(problem["detail"].as_str().is_some_and(|detail| detail.contains("server.max_body_bytes")), "{problem}");
 
     let cases = [
         (json!({ "operation": "launch_rockets" }), "unknown_operation"),
