@@ -41,6 +41,7 @@ mod m20261206_000033_fan_in_counts;
 mod m20261206_000034_fan_in_totals;
 mod m20261206_000035_sqlite_status_indexes_without_succeeded;
 mod m20261206_000036_sqlite_admitted_until_finished;
+mod m20261207_000037_sqlite_status_indexes_without_running;
 
 pub use m20261127_000014_retry_policy_filled::DEFAULT_POLICY;
 
@@ -102,6 +103,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000034_fan_in_totals::Migration),
             Box::new(m20261206_000035_sqlite_status_indexes_without_succeeded::Migration),
             Box::new(m20261206_000036_sqlite_admitted_until_finished::Migration),
+            Box::new(m20261207_000037_sqlite_status_indexes_without_running::Migration),
         ]
     }
 }

@@ -21,16 +21,22 @@ pub struct Migration;
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        rebuild(manager, "WHERE status <> 'succeeded'").await
+        rebuild(manager, "WHERE status <> 'succeeded'", &planned()).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        rebuild(manager, "").await
+        rebuild(manager, "", &planned()).await
     }
 }
 
-/// Builds each of [`INDEXES`] again with `predicate`, and its planner row; on SQLite only.
-async fn rebuild(manager: &SchemaManager<'_>, predicate: &str) -> Result<(), DbErr> {
+/// The planner's rows (migration 24) of [`INDEXES`].
+pub(crate) fn planned() -> Vec<(&'static str, &'static str)> {
+    STATS.iter().copied().filter(|(index, _)| INDEXES.iter().any(|(name, _)| name == index)).collect()
+}
+
+/// Builds each of [`INDEXES`] again with `predicate`, and their planner rows `stats`; on
+/// SQLite only.
+pub(crate) async fn rebuild(manager: &SchemaManager<'_>, predicate: &str, stats: &[(&str, &str)]) -> Result<(), DbErr> {
     let db = manager.get_connection();
     if db.get_database_backend() != DbBackend::Sqlite {
         return Ok(());
@@ -42,7 +48,5 @@ async fn rebuild(manager: &SchemaManager<'_>, predicate: &str) -> Result<(), DbE
         .await?;
     }
     // Dropping an index drops its row of `sqlite_stat1`.
-    let rows: Vec<(&str, &str)> =
-        STATS.iter().copied().filter(|(index, _)| INDEXES.iter().any(|(name, _)| name == index)).collect();
-    set(db, "job", &rows).await
+    set(db, "job", stats).await
 }

@@ -244,31 +244,48 @@ impl Rollup {
         pauses: &QueuePauses,
         last: &BTreeSet<(String, String)>,
     ) -> Result<BTreeSet<(String, String)>, DbErr> {
-        type Figures = (String, String, i64, i64, i64);
-        let figures: Vec<Figures> = crate::store::entity::job::Entity::find()
+        use crate::store::entity::job::{Column, Entity};
+        // A look for each status, each reading its index: the status indexes for queued
+        // jobs, and on SQLite `ix_job_running_lease` for running ones (migration 37).
+        let queued: Vec<(String, String, i64, i64)> = Entity::find()
             .select_only()
-            .column(crate::store::entity::job::Column::Queue)
-            .column(crate::store::entity::job::Column::Room)
-            .column_as(Expr::cust("SUM(CASE WHEN status = 'queued' AND held_since IS NULL THEN 1 ELSE 0 END)"), "depth")
-            .column_as(
-                Expr::cust("SUM(CASE WHEN status = 'queued' AND held_since IS NOT NULL THEN 1 ELSE 0 END)"),
-                "held",
-            )
-            .column_as(Expr::cust("SUM(CASE WHEN status = 'running' THEN 1 ELSE 0 END)"), "running")
-            .filter(Expr::cust(format!("status IN ('queued', 'running') AND {}", crate::store::NOT_SUCCEEDED)))
-            .group_by(crate::store::entity::job::Column::Queue)
-            .group_by(crate::store::entity::job::Column::Room)
+            .column(Column::Queue)
+            .column(Column::Room)
+            .column_as(Expr::cust("SUM(CASE WHEN held_since IS NULL THEN 1 ELSE 0 END)"), "depth")
+            .column_as(Expr::cust("SUM(CASE WHEN held_since IS NOT NULL THEN 1 ELSE 0 END)"), "held")
+            .filter(Expr::cust(crate::store::of_status(JobStatus::Queued)))
+            .group_by(Column::Queue)
+            .group_by(Column::Room)
             .into_tuple()
             .all(&self.db)
             .await?;
+        let running: Vec<(String, String, i64)> = Entity::find()
+            .select_only()
+            .column(Column::Queue)
+            .column(Column::Room)
+            .column_as(Expr::cust("COUNT(*)"), "running")
+            .filter(Expr::cust(crate::store::of_status(JobStatus::Running)))
+            .group_by(Column::Queue)
+            .group_by(Column::Room)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        let mut figures: BTreeMap<(String, String), [i64; 3]> = BTreeMap::new();
+        for (queue, room, depth, held) in queued {
+            let sample = figures.entry((queue, room)).or_default();
+            (sample[0], sample[1]) = (depth, held);
+        }
+        for (queue, room, running) in running {
+            figures.entry((queue, room)).or_default()[2] = running;
+        }
         let paused: Vec<String> = pauses.all().await.map(|paused| paused.keys().cloned().collect()).unwrap_or_default();
         let now = clock::now();
         let minute = minute_of(now);
         // Every write of this sample, in key order: a flush locks rows in the same order,
         // so the two never wait for each other in a circle.
         let mut writes: BTreeMap<(String, String), Option<[i64; 3]>> = BTreeMap::new();
-        for (queue, room, depth, held, running) in figures {
-            writes.insert((queue, room), Some([depth, held, running]));
+        for (key, sample) in figures {
+            writes.insert(key, Some(sample));
         }
         let sampled: BTreeSet<(String, String)> = writes.keys().cloned().collect();
         for emptied in last.difference(&sampled) {

@@ -26,7 +26,7 @@ pub use connect::{connect, connect_for_pruning, migrate, Backend};
 pub use observe::{Call, Change, Hook, Observer};
 pub use overview::QueueFigures;
 pub use sea::write_gate::{WriteGate, WriteTxn};
-pub use sea::{startable, SeaStore, NOT_SUCCEEDED};
+pub use sea::{of_status, startable, SeaStore, STATUS_INDEXED};
 pub use types::{
     after_failure, level, BatchRecorded, BatchRows, Cancellation, Completion, DependencyResult, Dispatch, ExpiredLease,
     JobFilter, JobHead, Linked, Links, Page, Pruned, Released, Requeue, RunRef, Settled, StoreError, Submission,

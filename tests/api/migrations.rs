@@ -158,10 +158,11 @@ async fn id_keyed_indexes_leave_room_on_postgres(backend: Backend) {
 }
 
 /// Migrations 32 (PostgreSQL) and 35 (SQLite): the two indexes keyed by status and id hold no
-/// succeeded job (on PostgreSQL keeping migration 31's room); down makes them whole again,
-/// and up, on PostgreSQL finding an index already partial (built beforehand,
-/// `docs/deployment.md`), leaves it. On SQLite each keeps its row of the planner's
-/// statistics (migration 24) whole or partial.
+/// succeeded job (on PostgreSQL keeping migration 31's room), and on SQLite no running one
+/// either (migration 37); down makes them whole again, and up, on PostgreSQL finding an
+/// index already partial (built beforehand, `docs/deployment.md`), leaves it. On SQLite each
+/// keeps its row of the planner's statistics (migration 24) at every step, the smaller one
+/// with migration 37.
 async fn status_indexes_leave_succeeded_jobs_out(backend: Backend) {
     let (_database, url) = TestDatabase::create(backend).await;
     let settings = StoreSettings { url, ..yardmaster::config::Settings::default().store };
@@ -204,13 +205,23 @@ async fn status_indexes_leave_succeeded_jobs_out(backend: Backend) {
     } else {
         let planned = "SELECT CAST(COUNT(*) AS TEXT) FROM sqlite_stat1 \
                        WHERE idx IN ('ix_job_status_id', 'ix_job_room_status_id')";
-        assert!(partial(&definitions().await), "{:?}", definitions().await);
+        let stat = "SELECT stat FROM sqlite_stat1 WHERE idx = 'ix_job_status_id'";
+        // Migration 37: neither succeeded nor running jobs, and the planner told so.
+        let without_running =
+            |definitions: &[String]| definitions.iter().all(|d| d.contains("NOT IN ('succeeded', 'running')"));
+        assert!(without_running(&definitions().await), "{:?}", definitions().await);
         assert_eq!(one_text(&settings, planned).await, "2");
+        assert_eq!(one_text(&settings, stat).await, "100000 30000 1");
+        Migrator::down(&db, Some(steps_back_to("000037"))).await.unwrap();
+        let down = definitions().await;
+        assert!(partial(&down) && !down.iter().any(|d| d.contains("'running'")), "{down:?}");
+        assert_eq!(one_text(&settings, planned).await, "2");
+        assert_eq!(one_text(&settings, stat).await, "1000000 200000 1");
         Migrator::down(&db, Some(steps_back_to("000035"))).await.unwrap();
         assert!(whole(&definitions().await), "{:?}", definitions().await);
         assert_eq!(one_text(&settings, planned).await, "2");
         Migrator::up(&db, None).await.unwrap();
-        assert!(partial(&definitions().await), "{:?}", definitions().await);
+        assert!(without_running(&definitions().await), "{:?}", definitions().await);
         assert_eq!(one_text(&settings, planned).await, "2");
     }
     db.close().await.unwrap();

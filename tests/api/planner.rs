@@ -93,38 +93,47 @@ async fn live_jobs_are_found_through_their_partial_indexes() {
         let plan = plan(&db, sql).await;
         assert!(plan.contains(&format!("INDEX {index} ")), "{sql}\nis planned as: {plan}");
     }
-    // Looks by a status other than succeeded read the status indexes, which hold no
-    // succeeded job (migration 35), given their term besides: a listing by status in id
-    // order, one of a tenant's rooms, and the queues' figures.
-    let live = yardmaster::store::NOT_SUCCEEDED;
+    // Looks by queued, failed or cancelled read the status indexes, which hold no succeeded
+    // or running job (migrations 35 and 37), given their term besides: a listing by status
+    // in id order, one of a tenant's rooms, and the queues' figures.
+    let queued = yardmaster::store::of_status(yardmaster::domain::JobStatus::Queued);
+    let failed = yardmaster::store::of_status(yardmaster::domain::JobStatus::Failed);
+    assert!(queued.contains(yardmaster::store::STATUS_INDEXED), "{queued}");
     let plan_of = |sql: String| {
         let db = db.clone();
         async move { plan(&db, &sql).await }
     };
-    let plan =
-        plan_of(format!("SELECT id FROM job WHERE status = 'queued' AND {live} ORDER BY id DESC LIMIT 50")).await;
+    let plan = plan_of(format!("SELECT id FROM job WHERE {queued} ORDER BY id DESC LIMIT 50")).await;
     assert!(plan.contains("INDEX ix_job_status_id ") && !plan.contains("TEMP B-TREE"), "{plan}");
-    let plan = plan_of(format!(
-        "SELECT id FROM job WHERE room IN ('a') AND status = 'failed' AND {live} ORDER BY id DESC LIMIT 50"
-    ))
-    .await;
+    let plan = plan_of(format!("SELECT id FROM job WHERE room IN ('a') AND {failed} ORDER BY id DESC LIMIT 50")).await;
     assert!(plan.contains("INDEX ix_job_room_status_id ") && !plan.contains("TEMP B-TREE"), "{plan}");
-    let figures = format!(
-        "SELECT queue, status, COUNT(*), MIN(COALESCE(run_after, created_at)) FROM job \
-         WHERE status IN ('queued', 'running') AND {live} GROUP BY queue, status"
-    );
-    let plan = plan_of(figures).await;
-    assert!(plan.contains("INDEX ix_job_status_id "), "{plan}");
-    // The dispatch sweep's and the reaper's looks by status, each a literal with the term.
+    for rooms in ["", "room IN ('a', 'b') AND "] {
+        let figures = format!(
+            "SELECT queue, COUNT(*), MIN(COALESCE(run_after, created_at)) FROM job WHERE {rooms}{queued} GROUP BY queue"
+        );
+        let plan = plan_of(figures).await;
+        assert!(plan.contains("INDEX ix_job_status_id ") || plan.contains("INDEX ix_job_room_status_id "), "{plan}");
+    }
+    // The dispatch sweep's look by status, a literal with the term.
+    let sql = format!("UPDATE job SET published_at = NULL WHERE {queued} AND published_at IS NOT NULL");
+    let plan = plan_of(sql.clone()).await;
+    assert!(plan.starts_with("SEARCH job USING "), "{sql}\nis planned as: {plan}");
+    // Running jobs are found through the index of their leases, whatever else a look
+    // filters by (each other column written `(+column)` on SQLite, as sea-query renders
+    // it): never by walking a room's, a queue's or the whole table's history in id order.
+    let running = yardmaster::store::of_status(yardmaster::domain::JobStatus::Running);
     for sql in [
-        format!("UPDATE job SET published_at = NULL WHERE status = 'queued' AND {live} AND published_at IS NOT NULL"),
+        format!("SELECT id FROM job WHERE {running} ORDER BY id DESC LIMIT 50"),
         format!(
-            "SELECT id, attempts FROM job WHERE status = 'running' AND {live} AND fan_out = 'batches' \
-             ORDER BY started_at LIMIT 100"
+            "SELECT id FROM job WHERE (+room) IN ('a', 'b') AND (+queue) = 'q' AND (+operation) = 'o' \
+             AND {running} AND (+id) < 'x' AND (+id) >= 'a' ORDER BY id DESC LIMIT 50"
         ),
+        format!("SELECT queue, COUNT(*) FROM job WHERE (+room) IN ('a', 'b') AND {running} GROUP BY queue"),
+        format!("SELECT queue, room, COUNT(*) FROM job WHERE {running} GROUP BY queue, room"),
+        format!("SELECT id, attempts FROM job WHERE {running} AND fan_out = 'batches' ORDER BY started_at LIMIT 100"),
     ] {
         let plan = plan_of(sql.clone()).await;
-        assert!(plan.starts_with("SEARCH job USING "), "{sql}\nis planned as: {plan}");
+        assert!(plan.contains("INDEX ix_job_running_lease"), "{sql}\nis planned as: {plan}");
     }
     // Succeeded jobs are listed in id order, from the table or a room's index.
     let plan = plan_of("SELECT id FROM job WHERE status = 'succeeded' ORDER BY id DESC LIMIT 50".into()).await;

@@ -91,22 +91,28 @@ async fn the_rollup_counts_what_the_rows_say(backend: Backend) {
     assert!(page.contains("<svg"), "{page}");
 }
 
-/// The sampler sees the parked queue's depth, and its pause; the chart shades it.
+/// The sampler sees the parked queue's depth, and its pause (the chart shades it), and the
+/// default queue's running job.
 async fn the_rollup_samples_depth_and_pauses(backend: Backend) {
     let app = TestApp::spawn_with(backend, TestOptions::default()).await;
     for _ in 0..5 {
         let (status, _) = app.submit(json!({ "operation": "ping", "queue": PARKED })).await;
         assert_eq!(status, 201);
     }
+    let (_, sleeper) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 60 } })).await;
+    let sleeper = sleeper["id"].as_str().unwrap().to_owned();
+    app.wait_for_status(&sleeper, "running").await;
     let (status, paused) = app.post(&format!("/admin/queues/{PARKED}/pause")).await;
     assert_eq!(status, 200, "{paused}");
-    eventually("the depth and the pause sampled", Duration::from_secs(30), || async {
-        let rows = rows(&app, PARKED).await;
-        let depth = rows.iter().any(|row| row.depth == Some(5) && row.room == "default");
-        let paused = rows.iter().any(|row| row.paused && row.room.is_empty());
-        (depth && paused).then_some(())
+    eventually("the depth, the pause and the running job sampled", Duration::from_secs(30), || async {
+        let rows_of_parked = rows(&app, PARKED).await;
+        let depth = rows_of_parked.iter().any(|row| row.depth == Some(5) && row.room == "default");
+        let paused = rows_of_parked.iter().any(|row| row.paused && row.room.is_empty());
+        let running = rows(&app, "default").await.iter().any(|row| row.running == Some(1) && row.room == "default");
+        (depth && paused && running).then_some(())
     })
     .await;
+    app.post(&format!("/jobs/{sleeper}/cancel")).await;
     let page = dashboard(&app).await;
     let at = page.find(&format!(r#"data-queue="{PARKED}""#)).unwrap_or_else(|| panic!("{page}"));
     assert!(

@@ -26,6 +26,15 @@ async fn queues_show_their_waiting_jobs(backend: Backend) {
     // A configured queue with nothing in it is listed at 0.
     let default = queue(&list, "default");
     assert_eq!((default["queued"].as_i64(), default["oldest_due"].is_null()), (Some(0), true), "{list}");
+    assert_eq!(default["running"].as_i64(), Some(0), "{list}");
+    // A running job is counted as such (found through the index of leases on SQLite).
+    let (_, sleeper) = app.submit(json!({ "operation": "sleep", "payload": { "seconds": 60 } })).await;
+    let sleeper = sleeper["id"].as_str().unwrap().to_owned();
+    app.wait_for_status(&sleeper, "running").await;
+    let (_, list) = app.get("/admin/queues").await;
+    let default = queue(&list, "default");
+    assert_eq!((default["queued"].as_i64(), default["running"].as_i64()), (Some(0), Some(1)), "{list}");
+    app.post(&format!("/jobs/{sleeper}/cancel")).await;
 }
 
 async fn queues_are_for_admins_and_take_no_parameter(backend: Backend) {

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use chrono::Utc;
 
-use super::rows::{db_now, to_chrono, NOT_PAUSED, NOT_SUCCEEDED};
+use super::rows::{db_now, of_status, to_chrono, NOT_PAUSED};
 use super::{group_commit, SeaStore};
 use crate::domain::{JobStatus, Limit, NewJob};
 use crate::store::entity::{dispatch_outbox, job};
@@ -142,7 +142,7 @@ impl DispatchBook for SeaStore {
         let result = job::Entity::update_many()
             .col_expr(job::Column::PublishedAt, Expr::value(None::<chrono::DateTime<Utc>>))
             // Literals, so both engines read the status index (a bound status reads the table).
-            .filter(Expr::cust(format!("status = 'queued' AND {NOT_SUCCEEDED}")))
+            .filter(Expr::cust(of_status(JobStatus::Queued)))
             .filter(job::Column::PublishedAt.is_not_null())
             .exec(&self.db)
             .await?;

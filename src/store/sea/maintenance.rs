@@ -11,7 +11,7 @@ use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
 use serde_json::json;
 use uuid::Uuid;
 
-use super::rows::{db_now, db_now_plus, millis, to_chrono, NOT_SUCCEEDED};
+use super::rows::{db_now, db_now_plus, millis, of_status, to_chrono};
 use super::{append_event, SeaStore};
 use crate::domain::{EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
 use crate::store::entity::{job, job_event};
@@ -205,8 +205,9 @@ impl Maintenance for SeaStore {
             .select_only()
             .column(job::Column::Id)
             .column(job::Column::Attempts)
-            // Literals, so both engines read the status index (a bound status reads the table).
-            .filter(Expr::cust(format!("status = 'running' AND {NOT_SUCCEEDED}")))
+            // A literal, so both engines read an index of running jobs (a bound status reads
+            // the table).
+            .filter(Expr::cust(of_status(JobStatus::Running)))
             .filter(job::Column::FanOut.eq(FanOutForm::Batches.as_str()))
             .order_by_asc(job::Column::StartedAt)
             .limit(limit)

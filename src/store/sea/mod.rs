@@ -23,7 +23,7 @@ mod prune;
 mod reads;
 mod rows;
 
-pub use rows::{startable, NOT_SUCCEEDED};
+pub use rows::{of_status, startable, STATUS_INDEXED};
 mod run_sql;
 mod runs;
 mod settle;

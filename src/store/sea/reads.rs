@@ -10,7 +10,7 @@ use sea_orm::{ColumnTrait, EntityTrait, Iterable, PaginatorTrait, QueryFilter, Q
 use uuid::Uuid;
 
 use super::fan_in;
-use super::rows::{db_now, to_event, NOT_SUCCEEDED};
+use super::rows::{beside_status, db_now, of_status, to_event};
 use super::settle::{self, Settled};
 use super::SeaStore;
 use crate::domain::{Job, JobEvent, JobStatus, JobSummary, QueueName};
@@ -65,36 +65,34 @@ impl JobReads for SeaStore {
         // SUBSTR counts characters on both engines.
         let message = Expr::cust(format!("SUBSTR(error_message, 1, {})", JobSummary::MESSAGE_CHARS));
         let mut query = job::Entity::find().select_only().columns(plain).column_as(message, "error_message");
+        let col = |column: C| beside_status(self.db.get_database_backend(), filter.status, column);
         if let Some(rooms) = &filter.rooms {
-            query = query.filter(C::Room.is_in(rooms.iter().map(String::as_str)));
+            query = query.filter(col(C::Room).is_in(rooms.iter().map(String::as_str)));
         }
         if let Some(status) = filter.status {
-            // A literal (of a closed set): PostgreSQL plans each status on its own, so any
-            // but succeeded reads the partial status indexes (migration 32), never a generic
-            // plan that could not prove its predicate and walks the room's whole history;
-            // SQLite reads them given their own term besides (migration 35).
-            query = query.filter(Expr::cust(match status {
-                JobStatus::Succeeded => "status = 'succeeded'".to_owned(),
-                status => format!("status = '{}' AND {NOT_SUCCEEDED}", status.as_str()),
-            }));
+            // A literal with its index's term: PostgreSQL plans each status on its own, so
+            // any but succeeded reads the partial status indexes (migration 32), never a
+            // generic plan that could not prove its predicate and walks the room's whole
+            // history; SQLite reads them, or its index of running jobs, by the term.
+            query = query.filter(Expr::cust(of_status(status)));
         }
         if let Some(operation) = &filter.operation {
-            query = query.filter(C::Operation.eq(operation.as_str()));
+            query = query.filter(col(C::Operation).eq(operation.as_str()));
         }
         if let Some(queue) = &filter.queue {
-            query = query.filter(C::Queue.eq(queue.as_str()));
+            query = query.filter(col(C::Queue).eq(queue.as_str()));
         }
         if let Some(parent) = filter.parent_job_id {
-            query = query.filter(C::ParentJobId.eq(parent));
+            query = query.filter(col(C::ParentJobId).eq(parent));
         }
         if let Some(before) = filter.before {
-            query = query.filter(C::Id.lt(before));
+            query = query.filter(col(C::Id).lt(before));
         }
         if let Some(not_before) = filter.not_before {
-            query = query.filter(C::Id.gte(not_before));
+            query = query.filter(col(C::Id).gte(not_before));
         }
         if let Some(key) = &filter.idempotency_key {
-            query = query.filter(C::IdempotencyKey.eq(key.as_str()));
+            query = query.filter(col(C::IdempotencyKey).eq(key.as_str()));
         }
         let mut jobs =
             query.order_by_desc(C::Id).limit(filter.limit + 1).into_model::<JobSummary>().all(&self.db).await?;
@@ -138,33 +136,35 @@ impl JobReads for SeaStore {
         rooms: Option<&[String]>,
     ) -> Result<BTreeMap<String, QueueFigures>, StoreError> {
         self.before(Call::Read("queue_figures", None)).await?;
-        let mut query = job::Entity::find();
-        if let Some(rooms) = rooms {
-            query = query.filter(job::Column::Room.is_in(rooms.iter().map(String::as_str)));
-        }
-        let rows: Vec<(String, String, i64, Option<chrono::DateTime<chrono::Utc>>)> = query
-            .select_only()
-            .column(job::Column::Queue)
-            .column(job::Column::Status)
-            .column_as(Expr::cust("COUNT(*)"), "jobs")
-            .column_as(Expr::cust("MIN(COALESCE(run_after, created_at))"), "oldest_due")
-            // Literals, so both engines read the status index.
-            .filter(Expr::cust(format!("status IN ('queued', 'running') AND {NOT_SUCCEEDED}")))
-            .group_by(job::Column::Queue)
-            .group_by(job::Column::Status)
-            .into_tuple()
-            .all(&self.db)
-            .await?;
         let mut figures: BTreeMap<String, QueueFigures> =
             queues.iter().map(|name| (name.clone(), QueueFigures::default())).collect();
-        for (name, status, jobs, oldest_due) in rows {
-            let queue = figures.entry(name).or_default();
-            match status.as_str() {
-                "queued" => {
-                    queue.queued = jobs;
-                    queue.oldest_due = oldest_due;
+        // A look for each status, each reading its index: the status indexes for queued
+        // jobs, and on SQLite `ix_job_running_lease` for running ones (migration 37).
+        for status in [JobStatus::Queued, JobStatus::Running] {
+            let mut query = job::Entity::find();
+            if let Some(rooms) = rooms {
+                let room = beside_status(self.db.get_database_backend(), Some(status), job::Column::Room);
+                query = query.filter(room.is_in(rooms.iter().map(String::as_str)));
+            }
+            let rows: Vec<(String, i64, Option<chrono::DateTime<chrono::Utc>>)> = query
+                .select_only()
+                .column(job::Column::Queue)
+                .column_as(Expr::cust("COUNT(*)"), "jobs")
+                .column_as(Expr::cust("MIN(COALESCE(run_after, created_at))"), "oldest_due")
+                .filter(Expr::cust(of_status(status)))
+                .group_by(job::Column::Queue)
+                .into_tuple()
+                .all(&self.db)
+                .await?;
+            for (name, jobs, oldest_due) in rows {
+                let queue = figures.entry(name).or_default();
+                match status {
+                    JobStatus::Queued => {
+                        queue.queued = jobs;
+                        queue.oldest_due = oldest_due;
+                    }
+                    _ => queue.running = jobs,
                 }
-                _ => queue.running = jobs,
             }
         }
         Ok(figures)

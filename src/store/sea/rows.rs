@@ -58,11 +58,33 @@ pub fn startable(backend: DbBackend) -> sea_orm::sea_query::SimpleExpr {
     due.and(alive).and(Expr::cust(NOT_PAUSED)).and(Expr::col(job::Column::HeldSince).is_null())
 }
 
-/// The term by which a look for jobs of a status other than succeeded reads the status
-/// indexes (`ix_job_status_id`, `ix_job_room_status_id`), which hold no succeeded job
-/// (migrations 32 and 35): SQLite reads a partial index only for a query whose condition
-/// holds the index's own term as written. PostgreSQL proves it from the status alone.
-pub const NOT_SUCCEEDED: &str = "status <> 'succeeded'";
+/// The term by which a look for QUEUED, FAILED or CANCELLED jobs reads the status indexes
+/// (`ix_job_status_id`, `ix_job_room_status_id`), which hold neither succeeded nor running
+/// jobs on SQLite (migrations 35 and 37) and no succeeded one on PostgreSQL (migration 32):
+/// SQLite reads a partial index only for a query whose condition holds the index's own term
+/// as written; PostgreSQL proves its own from the status alone. RUNNING jobs are found
+/// through `ix_job_running_lease` on SQLite, by `status = 'running'` alone.
+pub const STATUS_INDEXED: &str = "status NOT IN ('succeeded', 'running')";
+
+/// The condition of jobs of `status`, as a literal (of a closed set, so PostgreSQL plans
+/// each status on its own) with the term of the index it reads.
+pub fn of_status(status: JobStatus) -> String {
+    match status {
+        JobStatus::Succeeded | JobStatus::Running => format!("status = '{}'", status.as_str()),
+        status => format!("status = '{}' AND {STATUS_INDEXED}", status.as_str()),
+    }
+}
+
+/// `column` as a look at RUNNING jobs filters by it: on SQLite `+column`, which no index
+/// serves, so its planner reads `ix_job_running_lease` (the running jobs, which the
+/// workers' slots bound) and never walks a room's or a queue's history through an index of
+/// that column to find them (migration 37); the column itself otherwise.
+pub fn beside_status(backend: DbBackend, status: Option<JobStatus>, column: job::Column) -> Expr {
+    match backend == DbBackend::Sqlite && status == Some(JobStatus::Running) {
+        true => Expr::cust(format!("+{}", column.as_str())),
+        false => Expr::col(column),
+    }
+}
 
 /// The job's queue is not paused (`queue_state`, migration 19).
 pub(super) const NOT_PAUSED: &str =
@@ -155,6 +177,36 @@ mod tests {
         for column in job::Column::iter() {
             let value = Expr::val(1);
             assert_eq!(column.save_as(value.clone()), value, "{column:?} casts its value: insert_statement must too");
+        }
+    }
+
+    /// A look at running jobs on SQLite names every other column as `+column`, which no
+    /// index serves (its planner then reads the index of leases); any other look, and every
+    /// look on PostgreSQL, names the column itself.
+    #[test]
+    fn a_look_at_running_jobs_hides_other_columns_from_sqlites_planner() {
+        use sea_orm::sea_query::{ExprTrait as _, PostgresQueryBuilder, Query, SqliteQueryBuilder};
+        use sea_orm::DbBackend;
+
+        use crate::domain::JobStatus;
+
+        let look = |backend: DbBackend, status: Option<JobStatus>| {
+            let room = super::beside_status(backend, status, job::Column::Room);
+            let query = Query::select().column(job::Column::Id).from(job::Entity).and_where(room.eq("a")).to_owned();
+            match backend {
+                DbBackend::Postgres => query.to_string(PostgresQueryBuilder),
+                _ => query.to_string(SqliteQueryBuilder),
+            }
+        };
+        let sql = look(DbBackend::Sqlite, Some(JobStatus::Running));
+        assert!(sql.contains("WHERE (+room) = 'a'"), "{sql}");
+        for (backend, status) in [
+            (DbBackend::Sqlite, None),
+            (DbBackend::Sqlite, Some(JobStatus::Queued)),
+            (DbBackend::Postgres, Some(JobStatus::Running)),
+        ] {
+            let sql = look(backend, status);
+            assert!(sql.contains(r#"WHERE "room" = 'a'"#), "{backend:?} {status:?}: {sql}");
         }
     }
 }
