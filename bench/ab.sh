@@ -11,7 +11,10 @@
 # workers). MIXES: comma-separated "levels limit" pairs, as BENCH_FLOW_PRIORITIES and
 # BENCH_FLOW_LIMIT take them (default "none 0,spread 1": plain, then levels 0-9 interleaved
 # under a limit that never binds). ROUNDS (3), BENCH_JOBS (40000). Prints each run's line of
-# the throughput table and of the CPU table.
+# the throughput table and of the CPU table, then per build and mix the median rate and CPU
+# per job, and each later mix against the first one of its round: median, mean and standard
+# deviation of the ratios (a round's ratio moves by a tenth here; the mean's standard error is
+# that over the square root of the rounds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}/release"
@@ -36,4 +39,25 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
             echo "round $round ${bin%%=*} levels=$levels limit=$limit: $lines"
         done
     done
-done
+done | tee "${TMPDIR:-/tmp}/ab.$$"
+python3 - "${TMPDIR:-/tmp}/ab.$$" <<'SUMMARY'
+import re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    found = re.match(r"round (\d+) (\S+) (levels=\S+ limit=\S+): .*?(\d+) /s.*?\|[^|]*?\s([\d.]+)\s+[\d.]+\s", line)
+    if found:
+        rnd, build, mix, rate, cpu = found.groups()
+        runs[(int(rnd), build, mix)] = (float(rate), float(cpu))
+builds = list(dict.fromkeys(build for _, build, _ in runs))
+mixes = list(dict.fromkeys(mix for _, _, mix in runs))
+for build in builds:
+    for mix in mixes:
+        got = [value for (_, b, m), value in runs.items() if (b, m) == (build, mix)]
+        line = f"{build} {mix}: {len(got)} runs, median {statistics.median(r for r, _ in got):,.0f}/s at {statistics.median(c for _, c in got):.1f} us"
+        if mix != mixes[0]:
+            ratios = [runs[(r, b, m)][0] / runs[(r, b, mixes[0])][0] for (r, b, m) in runs if (b, m) == (build, mix) and (r, b, mixes[0]) in runs]
+            if len(ratios) > 1:
+                line += f"; against {mixes[0]}: median {statistics.median(ratios):.3f}, mean {statistics.mean(ratios):.3f}, sd {statistics.stdev(ratios):.3f}"
+        print(line)
+SUMMARY
+rm -f "${TMPDIR:-/tmp}/ab.$$"

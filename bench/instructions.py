@@ -17,7 +17,11 @@ statements):
 
 With two runs it pairs their SQLite writer threads (the thread that deletes the most
 B-tree entries: claims and outcomes are its work alone) and lists the functions whose own
-instructions differ most. `callgrind_annotate` (valgrind's) reads the files.
+instructions differ most. The store's pool may run a drain's transactions on several of its
+connections, each a thread of its own, so a writer thread can hold part of a drain; with
+`--all-threads` the two runs are compared whole, every thread's functions summed (the
+bench's own threads and its seeding included). `callgrind_annotate` (valgrind's) reads the
+files.
 """
 import argparse
 import glob
@@ -60,18 +64,36 @@ def writer(prefix):
     return max(busy, key=deletes)
 
 
+def summed(prefix):
+    """Instructions by function over every thread of one run (a function recursing, as
+    SQLite's parser does, counted once under its name)."""
+    counts = {}
+    for path, _ in threads(prefix):
+        for name, count in functions(path).items():
+            name = re.sub(r"'\d+$", "", name)
+            counts[name] = counts.get(name, 0) + count
+    return counts
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+", help="callgrind output prefixes (--callgrind-out-file)")
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--all-threads", action="store_true", help="compare the runs whole, not their writers")
     args = parser.parse_args()
     for run in args.runs:
-        print(f"{run}: " + " ".join(f"{path.rsplit('-', 1)[1]}:{total:,}" for path, total in threads(run)))
+        found = threads(run)
+        listed = " ".join(f"{path.rsplit('-', 1)[1]}:{total:,}" for path, total in found)
+        print(f"{run}: {listed} (all: {sum(total for _, total in found):,})")
     if len(args.runs) != 2:
         return
-    before, after = (writer(run) for run in args.runs)
-    a, b = functions(before), functions(after)
-    print(f"writer threads: {before} -> {after}")
+    if args.all_threads:
+        a, b = (summed(run) for run in args.runs)
+        print(f"every thread: {args.runs[0]} -> {args.runs[1]}")
+    else:
+        before, after = (writer(run) for run in args.runs)
+        a, b = functions(before), functions(after)
+        print(f"writer threads: {before} -> {after}")
     deltas = sorted(((b.get(k, 0) - a.get(k, 0), k) for k in set(a) | set(b)), reverse=True)
     print(f"{'difference':>14} {'before':>14}  function (own instructions)")
     for delta, name in deltas[:args.top] + [(None, "...")] + deltas[-5:]:
