@@ -247,29 +247,23 @@ impl Rollup {
         use crate::store::entity::job::{Column, Entity};
         // A look for each status, each reading its index: the status indexes for queued
         // jobs, and on SQLite `ix_job_running_lease` for running ones (migration 37).
-        let queued: Vec<(String, String, i64, i64)> = Entity::find()
-            .select_only()
-            .column(Column::Queue)
-            .column(Column::Room)
+        let look = |status: JobStatus| {
+            Entity::find()
+                .select_only()
+                .column(Column::Queue)
+                .column(Column::Room)
+                .filter(Expr::cust(crate::store::of_status(status)))
+                .group_by(Column::Queue)
+                .group_by(Column::Room)
+        };
+        let queued: Vec<(String, String, i64, i64)> = look(JobStatus::Queued)
             .column_as(Expr::cust("SUM(CASE WHEN held_since IS NULL THEN 1 ELSE 0 END)"), "depth")
             .column_as(Expr::cust("SUM(CASE WHEN held_since IS NOT NULL THEN 1 ELSE 0 END)"), "held")
-            .filter(Expr::cust(crate::store::of_status(JobStatus::Queued)))
-            .group_by(Column::Queue)
-            .group_by(Column::Room)
             .into_tuple()
             .all(&self.db)
             .await?;
-        let running: Vec<(String, String, i64)> = Entity::find()
-            .select_only()
-            .column(Column::Queue)
-            .column(Column::Room)
-            .column_as(Expr::cust("COUNT(*)"), "running")
-            .filter(Expr::cust(crate::store::of_status(JobStatus::Running)))
-            .group_by(Column::Queue)
-            .group_by(Column::Room)
-            .into_tuple()
-            .all(&self.db)
-            .await?;
+        let running: Vec<(String, String, i64)> =
+            look(JobStatus::Running).column_as(Expr::cust("COUNT(*)"), "running").into_tuple().all(&self.db).await?;
         let mut figures: BTreeMap<(String, String), [i64; 3]> = BTreeMap::new();
         for (queue, room, depth, held) in queued {
             let sample = figures.entry((queue, room)).or_default();

@@ -139,33 +139,34 @@ impl JobReads for SeaStore {
         let mut figures: BTreeMap<String, QueueFigures> =
             queues.iter().map(|name| (name.clone(), QueueFigures::default())).collect();
         // A look for each status, each reading its index: the status indexes for queued
-        // jobs, and on SQLite `ix_job_running_lease` for running ones (migration 37).
-        for status in [JobStatus::Queued, JobStatus::Running] {
+        // jobs, and on SQLite `ix_job_running_lease` for running ones (migration 37), which
+        // holds no time a running look could use, so only the queued look asks for one.
+        let look = |status: JobStatus| {
             let mut query = job::Entity::find();
             if let Some(rooms) = rooms {
                 let room = beside_status(self.db.get_database_backend(), Some(status), job::Column::Room);
                 query = query.filter(room.is_in(rooms.iter().map(String::as_str)));
             }
-            let rows: Vec<(String, i64, Option<chrono::DateTime<chrono::Utc>>)> = query
+            query
                 .select_only()
                 .column(job::Column::Queue)
                 .column_as(Expr::cust("COUNT(*)"), "jobs")
-                .column_as(Expr::cust("MIN(COALESCE(run_after, created_at))"), "oldest_due")
                 .filter(Expr::cust(of_status(status)))
                 .group_by(job::Column::Queue)
-                .into_tuple()
-                .all(&self.db)
-                .await?;
-            for (name, jobs, oldest_due) in rows {
-                let queue = figures.entry(name).or_default();
-                match status {
-                    JobStatus::Queued => {
-                        queue.queued = jobs;
-                        queue.oldest_due = oldest_due;
-                    }
-                    _ => queue.running = jobs,
-                }
-            }
+        };
+        let queued: Vec<(String, i64, Option<chrono::DateTime<chrono::Utc>>)> = look(JobStatus::Queued)
+            .column_as(Expr::cust("MIN(COALESCE(run_after, created_at))"), "oldest_due")
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        for (name, jobs, oldest_due) in queued {
+            let queue = figures.entry(name).or_default();
+            queue.queued = jobs;
+            queue.oldest_due = oldest_due;
+        }
+        let running: Vec<(String, i64)> = look(JobStatus::Running).into_tuple().all(&self.db).await?;
+        for (name, jobs) in running {
+            figures.entry(name).or_default().running = jobs;
         }
         Ok(figures)
     }
