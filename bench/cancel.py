@@ -10,7 +10,7 @@ group it recorded, posts the cancel (the clock starts when the answer arrives) a
 
 Usage: cancel.py --bin TARGET/debug/yardmaster [--rounds 50] [--only embedded|production]
 Uses the local PostgreSQL (a scratch database of its own) and RabbitMQ (virtual host
-`yardmaster_test`), as the tests do.
+`yardmaster_bench`, which `bench/services.sh` makes).
 """
 
 import argparse
@@ -153,7 +153,7 @@ def main():
             env = {
                 "YARDMASTER__STORE__URL": f"postgres://postgres@127.0.0.1:5432/{database}",
                 "YARDMASTER__TRANSPORT__KIND": "amqp",
-                "YARDMASTER__TRANSPORT__AMQP__URL": "amqp://127.0.0.1:5672/yardmaster_test",
+                "YARDMASTER__TRANSPORT__AMQP__URL": "amqp://127.0.0.1:5672/yardmaster_bench",
                 "YARDMASTER__TRANSPORT__AMQP__QUEUE_PREFIX": f"c{uuid.uuid4().hex[:8]}.",
             }
             try:

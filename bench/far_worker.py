@@ -14,7 +14,7 @@ the same figures as JSON, for `scripts/bench.sh`.
 Usage: far_worker.py --bin TARGET/debug/yardmaster [--jobs 300] [--delay-ms 20]
                      [--concurrency 8] [--prefetch 1]
 Uses the local PostgreSQL (database `test`, a scratch database of its own) and RabbitMQ
-(virtual host `yardmaster_test`), as the tests do.
+(virtual host `yardmaster_bench`, which `bench/services.sh` makes).
 """
 
 import argparse
@@ -120,7 +120,7 @@ def main():
     api_port = socket.create_server(("127.0.0.1", 0)).getsockname()[1]
     token = subprocess.check_output([args.bin, "token", "new"], text=True).strip()
     api_env = {**common, "YARDMASTER__STORE__URL": near_db, "YARDMASTER__AUTH__BOOTSTRAP_TOKEN": token,
-               "YARDMASTER__TRANSPORT__AMQP__URL": "amqp://127.0.0.1:5672/yardmaster_test"}
+               "YARDMASTER__TRANSPORT__AMQP__URL": "amqp://127.0.0.1:5672/yardmaster_bench"}
     subprocess.run([args.bin, "migrate"], env=api_env, check=True, capture_output=True)
     processes = [subprocess.Popen([args.bin, "serve", "--no-workers", "--bind", f"127.0.0.1:{api_port}"],
                                   env=api_env)]
@@ -128,7 +128,7 @@ def main():
         far_env = {
             **common,
             "YARDMASTER__STORE__URL": f"postgres://postgres@127.0.0.1:{db_relay.port}/{database}",
-            "YARDMASTER__TRANSPORT__AMQP__URL": f"amqp://127.0.0.1:{mq_relay.port}/yardmaster_test",
+            "YARDMASTER__TRANSPORT__AMQP__URL": f"amqp://127.0.0.1:{mq_relay.port}/yardmaster_bench",
             "YARDMASTER__QUEUES__DEFAULT__CONCURRENCY": str(args.concurrency),
             "YARDMASTER__QUEUES__DEFAULT__PREFETCH": str(args.prefetch),
             "YARDMASTER__DISPATCH__ENABLED": "false",
