@@ -960,9 +960,17 @@ async fn fill_history(url: &str, rows: usize) {
         txn.execute_unprepared(&sql).await.unwrap_or_else(|err| panic!("{sql}: {err}"));
     }
     txn.commit().await.unwrap();
-    // Vacuumed and analysed as a long-running deployment's tables are, so no autovacuum
-    // of the fresh rows runs during the measurement.
-    // A checkpoint, too: the bulk load's dirty pages are flushed before measuring, not while.
+    settle(&db).await;
+    let events = count(&db, "SELECT COUNT(*) FROM job_event").await;
+    println!("history: {} finished jobs, {events} events in {:.0} s", rows + 1, started.elapsed().as_secs_f64());
+    db.close().await.ok();
+}
+
+/// Vacuumed and analysed as a long-running deployment's tables are, so no autovacuum of
+/// rows just written or updated runs during a measurement (an update leaves a dead version
+/// of every row it touched, whose index entries a look would otherwise step over); and
+/// checkpointed, so a bulk load's dirty pages are flushed before measuring, not while.
+async fn settle(db: &DatabaseConnection) {
     let settle: &[&str] = match db.get_database_backend() {
         sea_orm::DbBackend::Postgres => &["VACUUM ANALYZE", "CHECKPOINT"],
         _ => &["ANALYZE", "PRAGMA wal_checkpoint(TRUNCATE)"],
@@ -970,9 +978,6 @@ async fn fill_history(url: &str, rows: usize) {
     for sql in settle {
         db.execute_unprepared(sql).await.unwrap();
     }
-    let events = count(&db, "SELECT COUNT(*) FROM job_event").await;
-    println!("history: {} finished jobs, {events} events in {:.0} s", rows + 1, started.elapsed().as_secs_f64());
-    db.close().await.ok();
 }
 
 /// The admin token of every instance the benchmark starts (its bootstrap token).
@@ -1860,12 +1865,9 @@ async fn dashboard(store: Store, rows: usize) {
     let old = (Utc::now() - chrono::Duration::days(10)).format("%Y-%m-%d %H:%M:%S%.f+00:00").to_string();
     let sql = format!("UPDATE job SET finished_at = '{old}', created_at = '{old}' WHERE operation = 'history'");
     db.execute_unprepared(&sql).await.unwrap();
-    // Vacuumed on PostgreSQL as well as analysed, as `fill_history` leaves its tables: the
-    // update left a dead version of every history row, whose index entries (a recent
-    // `finished_at`) a look at the last minute's endings would otherwise step over, and
-    // which autovacuum would otherwise clear while the pages are measured.
-    let analyse = if store == Store::Postgres { "VACUUM ANALYZE job" } else { "ANALYZE" };
-    db.execute_unprepared(analyse).await.unwrap();
+    // Settled again after the update, as `fill_history` leaves its tables: on PostgreSQL
+    // the old versions' `finished_at` is seconds old, in the queues page's last minute.
+    settle(&db).await;
     let seeded = SeaStore::new(db.clone());
     for _ in 0..3 {
         seeded.submit_many(vec![NewJob::new("ping"); 100]).await.unwrap();
