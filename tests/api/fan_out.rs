@@ -449,6 +449,23 @@ async fn a_message_of_batches_settles_each_batch(backend: Backend) {
     let done = app.wait_for_status(&second.id.to_string(), "succeeded").await;
     assert_eq!((done["progress_current"].as_i64(), done["result"]["sum"].as_u64()), (Some(2), Some(5)), "{done}");
     assert_eq!(batch_rows(&app, second.id).await.len(), 2);
+
+    // One message of outcomes that share a group commit: a success twice, a failure, then
+    // a success after it. The failure fails the parent; what came after it is not recorded.
+    let third = RunRef::from(&claim(store.submit(parked()).await.unwrap().job.id).await.unwrap().unwrap());
+    store.fan_out(third, 3, FanOutForm::Batches).await.unwrap().unwrap();
+    let outcome = |index, result| BatchOutcome::of(&address(third, index), result).encode();
+    let summed = || BatchResult::Succeeded { output: json!({ "sum": 1 }) };
+    let failed = BatchResult::Failed { error_code: "Boom".into(), message: "batch 1 broke".into() };
+    let outcomes = vec![outcome(0, summed()), outcome(0, summed()), outcome(1, failed), outcome(2, summed())];
+    let body = yardmaster::transport::bundle::pack(outcomes, 4);
+    app.transport.publish("batch_writes", body[0].clone()).await.unwrap();
+    let failed = app.wait_for_status(&third.id.to_string(), "failed").await;
+    assert_eq!((failed["error_code"].as_str(), failed["progress_current"].as_i64()), (Some("ChildFailed"), Some(1)));
+    let rows = batch_rows(&app, third.id).await;
+    let mut recorded: Vec<(i64, &str)> = rows.iter().map(|row| (row.batch, row.status.as_str())).collect();
+    recorded.sort();
+    assert_eq!(recorded, [(0, "succeeded"), (1, "failed")]);
 }
 
 /// Bad coordinator payloads are refused at submit.

@@ -4,28 +4,31 @@
 //!
 //! Outcomes of one parent are written together: the parent row is locked first (its
 //! compare-and-set names the run), new outcomes are inserted under the `job_batch` primary
-//! key (a redelivered one is a no-op), and the counter moves once by their number.
+//! key in one statement (a redelivered one is a no-op), and the counter moves once by their
+//! number. Every outcome of one parent waits for that lock, from every worker process, so
+//! what is done while it is held is kept to a few round trips.
 //!
 //! Child jobs (rows with `parent_job_id`) count towards their parent in the transaction of
 //! their own ending, with the parent row locked; a coordinator that is itself a child counts
 //! towards its parent the same way when it closes.
 
 use crate::store::clock;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::panic::AssertUnwindSafe;
 
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait, Query};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, IdenStatic,
-    QueryFilter, QueryOrder, QuerySelect, QueryTrait, TryInsertResult, UpdateMany,
+    QueryFilter, QueryOrder, QuerySelect, QueryTrait, UpdateMany,
 };
 use serde_json::json;
 use uuid::Uuid;
 
 use super::fan_in;
+use super::insert_sql::MultiInsert;
 use super::run_sql::finish_in;
-use super::{append_event, SeaStore};
+use super::{append_event, SeaStore, INSERT_CHUNK};
 use crate::domain::{BatchOutcome, BatchResult, EventLevel, EventName, FanOutForm, Job, JobStatus, NewEvent};
 use crate::store::entity::{job, job_batch};
 use crate::store::{BatchRecorded, BatchRows, Completion, Reduce, RunRef, StoreError};
@@ -68,39 +71,51 @@ impl SeaStore {
             return Ok(outcomes.iter().map(|_| BatchRecorded::ParentGone).collect());
         };
         let now = clock::now();
+        // Each outcome as it is recorded, and the rows its operation writes with it.
+        let mut results: Vec<_> =
+            outcomes.iter().map(|outcome| batch_rows(reduce, &locked.operation, parent, &outcome.result)).collect();
         let mut answers = Vec::with_capacity(outcomes.len());
         let (mut succeeded, mut failure) = (Vec::new(), None);
-        for outcome in outcomes {
-            if failure.is_some() {
-                // The parent failed on an earlier outcome of this group.
-                answers.push(BatchRecorded::ParentGone);
-                continue;
+        let mut at = 0;
+        while at < outcomes.len() && failure.is_none() {
+            // Up to the next failure, in one statement: the parent holds still meanwhile, so
+            // its lock is held for a round trip, not one per outcome.
+            let failed = |(result, _): &(BatchResult, _)| matches!(result, BatchResult::Failed { .. });
+            let end = results[at..].iter().position(failed).map_or(outcomes.len(), |next| at + next + 1);
+            let mut fresh = insert_new(txn, &outcomes[at..end], &results[at..end], now).await?;
+            for (outcome, (result, rows)) in outcomes[at..end].iter().zip(&mut results[at..end]) {
+                // The first of two outcomes of one batch is the one inserted.
+                if !fresh.remove(&outcome.index) {
+                    answers.push(BatchRecorded::Duplicate);
+                    continue;
+                }
+                if let Some(rows) = rows.take() {
+                    txn.execute(&rows).await?;
+                }
+                match result {
+                    BatchResult::Succeeded { .. } => succeeded.push(outcome.index),
+                    BatchResult::Failed { error_code, message } => {
+                        failure = Some((outcome.index, std::mem::take(error_code), std::mem::take(message)))
+                    }
+                }
+                answers.push(BatchRecorded::Counted { closed: None });
             }
-            let (result, rows) = batch_rows(reduce, &locked.operation, parent, &outcome.result);
-            let row = batch_row(outcome, &result, now);
-            let key = [job_batch::Column::ParentJobId, job_batch::Column::Attempt, job_batch::Column::Batch];
-            let inserted =
-                job_batch::Entity::insert(row).on_conflict_do_nothing_on(key).exec_without_returning(txn).await?;
-            if !matches!(inserted, TryInsertResult::Inserted(1)) {
-                answers.push(BatchRecorded::Duplicate);
-                continue;
-            }
-            if let Some(rows) = rows {
-                txn.execute(&rows).await?;
-            }
-            match result {
-                BatchResult::Succeeded { .. } => succeeded.push(outcome.index),
-                BatchResult::Failed { error_code, message } => failure = Some((outcome.index, error_code, message)),
-            }
-            answers.push(BatchRecorded::Counted { closed: None });
+            at = end;
         }
+        // The parent failed on an earlier outcome of this group.
+        answers.extend((answers.len()..outcomes.len()).map(|_| BatchRecorded::ParentGone));
+        // Successes count beside a failure too, so that the parent's count says what ran;
+        // a failed batch keeps the count short of the total, so only the failure closes it.
+        let advanced = match succeeded.is_empty() {
+            true => None,
+            false => self.advance_parent(txn, parent, &locked, &succeeded, reduce).await?,
+        };
         let closed = match failure {
             Some((index, error_code, message)) => {
                 let batch = json!({ "batch": index });
                 fail_parent(txn, parent, batch, &format!("batch {index}"), &error_code, &message).await?
             }
-            None if succeeded.is_empty() => None,
-            None => self.advance_parent(txn, parent, &locked, &succeeded, reduce).await?,
+            None => advanced,
         };
         // The outcome that closed the parent is the last one counted.
         if let Some(last) = answers.iter_mut().rev().find(|answer| matches!(answer, BatchRecorded::Counted { .. })) {
@@ -338,6 +353,52 @@ fn batch_rows(
         Ok(Err(message)) => (refused(message), None),
         Err(_) => (refused("the operation's batch_rows panicked".into()), None),
     }
+}
+
+/// Inserts the outcomes not recorded before (the `job_batch` key makes a redelivered one a
+/// no-op), in multi-row statements: the batch numbers inserted.
+async fn insert_new(
+    txn: &DatabaseTransaction,
+    outcomes: &[&BatchOutcome],
+    results: &[(BatchResult, Option<sea_orm::sea_query::InsertStatement>)],
+    now: chrono::DateTime<Utc>,
+) -> Result<HashSet<i64>, DbErr> {
+    let backend = txn.get_database_backend();
+    let mut inserted = HashSet::with_capacity(outcomes.len());
+    for chunk in outcomes.iter().zip(results).collect::<Vec<_>>().chunks(INSERT_CHUNK) {
+        let columns =
+            ["parent_job_id", "attempt", "batch", "status", "output", "error_code", "error_message", "finished_at"];
+        let mut insert = MultiInsert::new(backend, "job_batch", columns);
+        for (outcome, (result, _)) in chunk {
+            let job_batch::ActiveModel {
+                parent_job_id,
+                attempt,
+                batch,
+                status,
+                output,
+                error_code,
+                error_message,
+                finished_at,
+            } = batch_row(outcome, result, now);
+            let values = [
+                parent_job_id.into_value(),
+                attempt.into_value(),
+                batch.into_value(),
+                status.into_value(),
+                output.into_value(),
+                error_code.into_value(),
+                error_message.into_value(),
+                finished_at.into_value(),
+            ];
+            insert.set_row(values, "a batch row")?;
+        }
+        let mut statement = insert.into_statement();
+        statement.sql.push_str(r#" ON CONFLICT ("parent_job_id", "attempt", "batch") DO NOTHING RETURNING "batch""#);
+        for row in txn.query_all_raw(statement).await? {
+            inserted.insert(row.try_get::<i64>("", "batch")?);
+        }
+    }
+    Ok(inserted)
 }
 
 fn batch_row(outcome: &BatchOutcome, result: &BatchResult, now: chrono::DateTime<Utc>) -> job_batch::ActiveModel {
