@@ -50,13 +50,14 @@ impl Remote {
     /// `services`: the upload services a script host may name when it registers.
     pub fn new(
         db: sea_orm::DatabaseConnection,
+        gate: crate::store::WriteGate,
         settings: &RemoteSettings,
         claimers: Arc<TaskWaiters>,
         services: std::collections::BTreeSet<String>,
     ) -> Self {
         Remote {
             types: TypeBook::new(db.clone(), settings.categories.iter().cloned().collect()),
-            workers: WorkerBook::new(db, Duration::from_secs(settings.worker_ttl_seconds.max(1))),
+            workers: WorkerBook::new(db, gate, Duration::from_secs(settings.worker_ttl_seconds.max(1))),
             claimers,
             lease: Duration::from_secs(settings.lease_seconds.max(1)),
             queue_without_worker: settings.queue_without_worker,

@@ -8,14 +8,12 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, TransactionTrait,
-};
+use sea_orm::{ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect};
 use serde::Serialize;
 use uuid::Uuid;
 
 use super::entity::{remote_worker, remote_worker_type};
-use crate::store::clock;
+use crate::store::{clock, WriteGate};
 
 /// Most workers [`WorkerBook`] remembers before it drops the stale ones.
 const MAX_REMEMBERED: usize = 10_000;
@@ -101,6 +99,9 @@ type Recent = HashMap<Uuid, Seen>;
 
 pub struct WorkerBook {
     db: DatabaseConnection,
+    /// The store's write turn: on SQLite the registry's writes queue with the job store's
+    /// instead of meeting them in SQLite's busy handler.
+    gate: WriteGate,
     ttl: Duration,
     /// Workers this process found live lately, with when: a claim or report within
     /// [`WorkerBook::fresh`] of that reads no row (a worker gone since counts within it).
@@ -108,8 +109,8 @@ pub struct WorkerBook {
 }
 
 impl WorkerBook {
-    pub fn new(db: DatabaseConnection, ttl: Duration) -> Self {
-        WorkerBook { db, ttl, recent: Mutex::default() }
+    pub fn new(db: DatabaseConnection, gate: WriteGate, ttl: Duration) -> Self {
+        WorkerBook { db, gate, ttl, recent: Mutex::default() }
     }
 
     /// How long a live worker is taken as such without a read: a quarter of its deadline.
@@ -179,7 +180,7 @@ impl WorkerBook {
     pub async fn register(&self, token: Uuid, name: &str, types: &[String]) -> Result<(Uuid, DateTime<Utc>), DbErr> {
         let (id, now) = (Uuid::now_v7(), clock::now());
         let expires_at = self.deadline(now);
-        let txn = self.db.begin().await?;
+        let txn = self.gate.begin(&self.db).await?;
         let row = remote_worker::ActiveModel {
             id: Set(id),
             token_id: Set(token),
@@ -208,9 +209,10 @@ impl WorkerBook {
             .col_expr(remote_worker::Column::ExpiresAt, Expr::value(self.deadline(now)))
             .filter(remote_worker::Column::Id.eq(id))
             .filter(remote_worker::Column::TokenId.eq(token))
-            .filter(remote_worker::Column::GoneAt.is_null())
-            .exec(&self.db)
-            .await?;
+            .filter(remote_worker::Column::GoneAt.is_null());
+        let txn = self.gate.begin(&self.db).await?;
+        let renewed = renewed.exec(&txn).await?;
+        txn.commit().await?;
         if renewed.rows_affected == 0 {
             self.forget(id);
             return Err(self.refusal(id, token).await);
@@ -277,9 +279,10 @@ impl WorkerBook {
         let left = remote_worker::Entity::update_many()
             .col_expr(remote_worker::Column::GoneAt, Expr::value(clock::now()))
             .filter(remote_worker::Column::Id.eq(id))
-            .filter(remote_worker::Column::GoneAt.is_null())
-            .exec(&self.db)
-            .await?;
+            .filter(remote_worker::Column::GoneAt.is_null());
+        let txn = self.gate.begin(&self.db).await?;
+        let left = left.exec(&txn).await?;
+        txn.commit().await?;
         Ok(left.rows_affected == 1)
     }
 
@@ -322,19 +325,24 @@ impl WorkerBook {
             .into_tuple::<Uuid>()
             .all(&self.db)
             .await?;
+        if silent.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut gone = Vec::with_capacity(silent.len());
+        let txn = self.gate.begin(&self.db).await?;
         for id in silent {
             let marked = remote_worker::Entity::update_many()
                 .col_expr(remote_worker::Column::GoneAt, Expr::value(now))
                 .filter(remote_worker::Column::Id.eq(id))
                 .filter(remote_worker::Column::GoneAt.is_null())
                 .filter(remote_worker::Column::ExpiresAt.lt(now))
-                .exec(&self.db)
+                .exec(&txn)
                 .await?;
             if marked.rows_affected == 1 {
                 gone.push(id);
             }
         }
+        txn.commit().await?;
         Ok(gone)
     }
 }

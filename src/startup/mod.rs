@@ -140,6 +140,7 @@ impl ApplicationBuilder {
             Dispatcher::new(store.clone(), transport.clone()).with_grouping(grouping).with_aging(settings.jobs.aging());
         let remote = Arc::new(crate::remote::Remote::new(
             db.clone(),
+            gate.clone(),
             &settings.remote,
             live.claimers.clone(),
             settings.uploads.services.keys().cloned().collect(),

@@ -2,7 +2,7 @@
 //! allow-list, rooms, soft delete and revival), schema validation at submit, 16 claimers
 //! over 1,000 tasks each run once, a silent worker's task finished by another, reports by
 //! the wrong worker refused, a cancel reaching the worker, claims that wait to be woken,
-//! and hostile input.
+//! hostile input, and the registry's writes in the store's write turn on SQLite.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -844,3 +844,57 @@ on_both_backends!(
     a_builtin_operation_is_submitted_by_its_type_name,
     claims_keep_a_worker_that_also_reports_live,
 );
+
+/// On SQLite the worker registry writes in the store's write turn: each of its writes made
+/// while a job write holds the turn is counted waiting for it, and lands once that ends
+/// (not in SQLite's busy handler beside it).
+#[actix_rt::test]
+async fn the_registrys_writes_wait_for_the_write_turn_on_sqlite() {
+    use yardmaster::remote::workers::WorkerBook;
+    use yardmaster::store::WriteGate;
+    let (_database, url) = crate::helpers::TestDatabase::create(Backend::Sqlite).await;
+    let (db, _) = crate::helpers::migrated_store(&url).await;
+    let gate = WriteGate::for_backend(sea_orm::DbBackend::Sqlite);
+    let book = std::sync::Arc::new(WorkerBook::new(db.clone(), gate.clone(), Duration::from_secs(1)));
+    let token = Uuid::new_v4();
+    // Each write in turn, while a transaction of the store's holds the turn.
+    let held = || async { gate.begin(&db).await.unwrap() };
+    let waited = |what: &'static str| {
+        let gate = gate.clone();
+        async move {
+            crate::helpers::eventually(what, Duration::from_secs(10), || {
+                let waiting = gate.waiting();
+                async move { (waiting == 1).then_some(()) }
+            })
+            .await
+        }
+    };
+
+    let turn = held().await;
+    let registering = {
+        let book = book.clone();
+        actix_rt::spawn(async move { book.register(token, "w", &["default:echo:e".into()]).await })
+    };
+    waited("the registration waits for the turn").await;
+    turn.commit().await.unwrap();
+    let (id, _) = registering.await.unwrap().unwrap();
+
+    let turn = held().await;
+    let renewing = {
+        let book = book.clone();
+        actix_rt::spawn(async move { book.renew(id, token).await.map(|worker| worker.id) })
+    };
+    waited("the heartbeat waits for the turn").await;
+    turn.commit().await.unwrap();
+    assert_eq!(renewing.await.unwrap().unwrap(), id);
+
+    let turn = held().await;
+    let leaving = {
+        let book = book.clone();
+        actix_rt::spawn(async move { book.leave(id).await })
+    };
+    waited("the leave waits for the turn").await;
+    turn.commit().await.unwrap();
+    assert!(leaving.await.unwrap().unwrap());
+    assert_eq!(gate.waiting(), 0);
+}

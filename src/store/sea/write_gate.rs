@@ -8,6 +8,7 @@
 //! before it ends. PostgreSQL has row locks and needs no gate.
 
 use std::ops::Deref;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use sea_orm::{
@@ -22,6 +23,8 @@ use super::placement::Placement;
 #[derive(Clone, Default)]
 pub struct WriteGate {
     turn: Option<Arc<Mutex<()>>>,
+    /// Writers waiting for their turn now.
+    waiting: Arc<AtomicUsize>,
     /// Where new job rows go on SQLite; its rowids are handed out in turn.
     placement: Option<Arc<Placement>>,
 }
@@ -30,7 +33,11 @@ impl WriteGate {
     /// A gate for `db`'s engine: real on SQLite, open on PostgreSQL.
     pub fn for_backend(backend: DbBackend) -> Self {
         match backend {
-            DbBackend::Sqlite => WriteGate { turn: Some(Arc::new(Mutex::new(()))), placement: Some(Arc::default()) },
+            DbBackend::Sqlite => WriteGate {
+                turn: Some(Arc::new(Mutex::new(()))),
+                placement: Some(Arc::default()),
+                ..WriteGate::default()
+            },
             _ => WriteGate::default(),
         }
     }
@@ -39,7 +46,10 @@ impl WriteGate {
     /// SQLite: the write lock is taken now, not at the first write).
     pub async fn begin(&self, db: &DatabaseConnection) -> Result<WriteTxn, DbErr> {
         let turn = match &self.turn {
-            Some(turn) => Some(turn.clone().lock_owned().await),
+            Some(turn) => {
+                let _waiting = Waiting::counted(&self.waiting);
+                Some(turn.clone().lock_owned().await)
+            }
             None => None,
         };
         let options = TransactionOptions {
@@ -48,6 +58,27 @@ impl WriteGate {
         };
         let txn = db.begin_with_options(options).await?;
         Ok(WriteTxn { txn, placement: self.placement.clone(), _turn: turn })
+    }
+
+    /// How many writers of this process wait for their turn now (always 0 on PostgreSQL).
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+}
+
+/// A writer counted in [`WriteGate::waiting`] until it has its turn or gives up waiting.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn counted(waiting: &'a AtomicUsize) -> Self {
+        waiting.fetch_add(1, Ordering::SeqCst);
+        Waiting(waiting)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
