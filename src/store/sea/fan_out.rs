@@ -19,8 +19,8 @@ use std::panic::AssertUnwindSafe;
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait, Query};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, IdenStatic,
-    QueryFilter, QueryOrder, QuerySelect, QueryTrait, UpdateMany,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, IdenStatic, QueryFilter,
+    QueryOrder, QuerySelect, QueryTrait, UpdateMany, Value,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -364,33 +364,13 @@ async fn insert_new(
     now: chrono::DateTime<Utc>,
 ) -> Result<HashSet<i64>, DbErr> {
     let backend = txn.get_database_backend();
+    let columns =
+        ["parent_job_id", "attempt", "batch", "status", "output", "error_code", "error_message", "finished_at"];
     let mut inserted = HashSet::with_capacity(outcomes.len());
-    for chunk in outcomes.iter().zip(results).collect::<Vec<_>>().chunks(INSERT_CHUNK) {
-        let columns =
-            ["parent_job_id", "attempt", "batch", "status", "output", "error_code", "error_message", "finished_at"];
+    for (outcomes, results) in outcomes.chunks(INSERT_CHUNK).zip(results.chunks(INSERT_CHUNK)) {
         let mut insert = MultiInsert::new(backend, "job_batch", columns);
-        for (outcome, (result, _)) in chunk {
-            let job_batch::ActiveModel {
-                parent_job_id,
-                attempt,
-                batch,
-                status,
-                output,
-                error_code,
-                error_message,
-                finished_at,
-            } = batch_row(outcome, result, now);
-            let values = [
-                parent_job_id.into_value(),
-                attempt.into_value(),
-                batch.into_value(),
-                status.into_value(),
-                output.into_value(),
-                error_code.into_value(),
-                error_message.into_value(),
-                finished_at.into_value(),
-            ];
-            insert.set_row(values, "a batch row")?;
+        for (outcome, (result, _)) in outcomes.iter().zip(results) {
+            insert.row(batch_row(outcome, result, now));
         }
         let mut statement = insert.into_statement();
         statement.sql.push_str(r#" ON CONFLICT ("parent_job_id", "attempt", "batch") DO NOTHING RETURNING "batch""#);
@@ -401,21 +381,22 @@ async fn insert_new(
     Ok(inserted)
 }
 
-fn batch_row(outcome: &BatchOutcome, result: &BatchResult, now: chrono::DateTime<Utc>) -> job_batch::ActiveModel {
+/// A `job_batch` row's values, in [`insert_new`]'s column order.
+fn batch_row(outcome: &BatchOutcome, result: &BatchResult, now: chrono::DateTime<Utc>) -> [Value; 8] {
     let (status, output, error_code, error_message) = match result {
         BatchResult::Succeeded { output } => ("succeeded", Some(output.clone()), None, None),
         BatchResult::Failed { error_code, message } => {
             ("failed", None, Some(error_code.clone()), Some(message.clone()))
         }
     };
-    job_batch::ActiveModel {
-        parent_job_id: Set(outcome.parent_job_id),
-        attempt: Set(outcome.attempt),
-        batch: Set(outcome.index),
-        status: Set(status.to_owned()),
-        output: Set(output),
-        error_code: Set(error_code),
-        error_message: Set(error_message),
-        finished_at: Set(now),
-    }
+    [
+        outcome.parent_job_id.into(),
+        outcome.attempt.into(),
+        outcome.index.into(),
+        status.into(),
+        output.into(),
+        error_code.into(),
+        error_message.into(),
+        now.into(),
+    ]
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use sea_orm::{DbBackend, DbErr, Statement, Value};
+use sea_orm::{DbBackend, Statement, Value};
 
 /// `INSERT INTO table (columns…) VALUES (…), (…)`, a row at a time.
 pub(super) struct MultiInsert {
@@ -55,16 +55,6 @@ impl MultiInsert {
         }
         assert_eq!(self.values.len() - before, self.columns, "a row of a multi-row insert with a value per column");
         self.sql.push(')');
-    }
-
-    /// One row of an active model's columns (`ActiveValue::into_value`, in the statement's
-    /// order): an error naming `what` if one of them was never set.
-    pub(super) fn set_row<const N: usize>(&mut self, values: [Option<Value>; N], what: &str) -> Result<(), DbErr> {
-        if values.iter().any(Option::is_none) {
-            return Err(DbErr::Custom(format!("{what} without one of its columns")));
-        }
-        self.row(values.into_iter().flatten());
-        Ok(())
     }
 
     pub(super) fn into_statement(self) -> Statement {

@@ -331,7 +331,10 @@ async fn append_events(txn: &DatabaseTransaction, events: Vec<job_event::ActiveM
                 fields.into_value(),
                 level.into_value(),
             ];
-            insert.set_row(values, "an event row")?;
+            if values.iter().any(Option::is_none) {
+                return Err(DbErr::Custom("an event row without one of its columns".into()));
+            }
+            insert.row(values.into_iter().flatten());
         }
         txn.execute_raw(insert.into_statement()).await?;
     }
