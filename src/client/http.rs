@@ -128,6 +128,7 @@ impl Client {
         }
         let http = reqwest::Client::builder()
             .default_headers(headers)
+            .pool_idle_timeout(crate::http::CLIENT_IDLE)
             .user_agent(concat!("yardmaster-cli/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|err| ClientError::Local(format!("cannot build the HTTP client: {err}")))?;

@@ -26,3 +26,14 @@ pub use route::{
     READ_WRITE, WRITE,
 };
 pub use state::AppState;
+
+/// How long the server keeps an idle connection open for the client's next request
+/// (actix-web's default, set explicitly so the clients below can stay under it).
+pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long this project's own HTTP clients (the CLI, the script host, the tests) keep an
+/// idle connection for reuse: well under [`KEEP_ALIVE`], so a client never sends a request
+/// on a connection the server is closing in that same instant (the request is lost in
+/// flight and the client reads hyper's `IncompleteMessage`).
+pub const CLIENT_IDLE: std::time::Duration = std::time::Duration::from_secs(3);
+const _: () = assert!(CLIENT_IDLE.as_millis() + 1000 < KEEP_ALIVE.as_millis());

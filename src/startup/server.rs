@@ -84,6 +84,7 @@ pub(super) fn serve_api(settings: &Settings, state: AppState, parts: Capabilitie
     })
     .workers(server_settings.http_workers.max(1))
     .max_connections(server_settings.max_connections)
+    .keep_alive(http::KEEP_ALIVE)
     .on_connect(move |connection, data| clients.on_connect(connection, data))
     // Long requests drain within the same budget as jobs; the guard owns the signals.
     .shutdown_timeout(settings.worker.grace_seconds)

@@ -90,7 +90,8 @@ pub async fn run(options: HostOptions) -> anyhow::Result<i32> {
     let mut headers = reqwest::header::HeaderMap::new();
     let bearer = format!("Bearer {}", options.token);
     headers.insert(reqwest::header::AUTHORIZATION, bearer.parse().context("the token is not a header value")?);
-    let http = reqwest::Client::builder().default_headers(headers).build()?;
+    let http =
+        reqwest::Client::builder().default_headers(headers).pool_idle_timeout(crate::http::CLIENT_IDLE).build()?;
     tokio::fs::create_dir_all(&options.dir).await.with_context(|| format!("creating {}", options.dir.display()))?;
     let body = json!({ "name": options.name, "services": options.services });
     let response = http.post(format!("{}/workers", options.url)).json(&body).send().await?;

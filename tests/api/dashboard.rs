@@ -10,7 +10,11 @@ use crate::helpers::{read, Backend, TestApp, PARKED};
 
 /// A client that does not follow redirects, so a 303 is seen as one.
 fn browser() -> reqwest::Client {
-    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_idle_timeout(yardmaster::http::CLIENT_IDLE)
+        .build()
+        .unwrap()
 }
 
 struct Answer {

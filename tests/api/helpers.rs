@@ -306,7 +306,10 @@ impl TestApp {
     }
 
     pub async fn spawn_with(backend: Backend, options: TestOptions) -> TestApp {
-        yardmaster::telemetry::init();
+        // Warnings only (RUST_LOG still wins): a failing test's panic is then near the top of
+        // its output, where CI's excerpt of it shows it, not under a thousand lines of jobs.
+        let quiet = yardmaster::config::LogSettings { filter: "warn".into(), ..Default::default() };
+        yardmaster::telemetry::init_with(&quiet);
         let (database, url) = match options.beside.clone() {
             Some((url, _)) => (TestDatabase::Borrowed, url),
             None => TestDatabase::create(backend).await,
@@ -512,7 +515,11 @@ pub fn client_with(token: &str) -> reqwest::Client {
     let mut headers = reqwest::header::HeaderMap::new();
     let bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
     headers.insert(reqwest::header::AUTHORIZATION, bearer);
-    reqwest::Client::builder().default_headers(headers).build().unwrap()
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .pool_idle_timeout(yardmaster::http::CLIENT_IDLE)
+        .build()
+        .unwrap()
 }
 
 impl TestApp {

@@ -19,7 +19,7 @@ fn request_id(response: &reqwest::Response) -> Uuid {
 
 async fn every_response_has_its_own_request_id(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let anonymous = reqwest::Client::new();
+    let anonymous = reqwest::Client::builder().pool_idle_timeout(yardmaster::http::CLIENT_IDLE).build().unwrap();
     let mut seen = HashSet::new();
     let responses = [
         app.client.get(app.url("/jobs")).send().await.unwrap(),

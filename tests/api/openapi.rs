@@ -69,7 +69,11 @@ async fn the_document_describes_exactly_the_router(backend: Backend) {
 
 async fn the_docs_page_is_served_from_the_binary(backend: Backend) {
     let app = TestApp::spawn_with(backend, TestOptions { workers: false, ..Default::default() }).await;
-    let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let plain = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_idle_timeout(yardmaster::http::CLIENT_IDLE)
+        .build()
+        .unwrap();
     let response = plain.get(app.url("/docs")).send().await.unwrap();
     assert_eq!((response.status().as_u16(), response.headers()["location"].to_str().unwrap()), (308, "/docs/"));
     let (status, page) = read(plain.get(app.url("/docs/")).send().await.unwrap()).await;

@@ -23,7 +23,11 @@ async fn rows(app: &TestApp, queue: &str) -> Vec<queue_minute::Model> {
 }
 
 async fn dashboard(app: &TestApp) -> String {
-    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_idle_timeout(yardmaster::http::CLIENT_IDLE)
+        .build()
+        .unwrap();
     let request = client.get(app.url("/ui")).header("Cookie", format!("ym_session={}", app.admin_token));
     request.send().await.unwrap().text().await.unwrap()
 }
@@ -52,7 +56,7 @@ async fn the_rollup_counts_what_the_rows_say(backend: Backend) {
     // The rows, counted by minute.
     let (_, page) = app.get("/jobs?limit=100").await;
     let jobs = page["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 40);
+    assert_eq!(jobs.len(), 40, "{page}");
     let mut expected: BTreeMap<DateTime<Utc>, [i64; 3]> = BTreeMap::new();
     let mut waits: Vec<chrono::Duration> = Vec::new();
     for job in jobs {
@@ -80,7 +84,11 @@ async fn the_rollup_counts_what_the_rows_say(backend: Backend) {
         waits.sort();
         let median = waits[(waits.len() as f64 * 0.5).ceil() as usize - 1];
         let p50 = minutes.iter().find_map(|minute| minute.wait_p50_ms).unwrap();
-        assert_eq!(p50, middle(bucket(median)), "median wait {median}");
+        assert_eq!(
+            p50,
+            middle(bucket(median)),
+            "median wait {median}; every wait, sorted: {waits:?}; the minutes: {minutes:?}"
+        );
     }
     // Another room's jobs are not counted for a viewer of this one.
     let other = yardmaster::flow::rollup::hour(&app.db, now, Some(&["other".to_owned()])).await.unwrap();
