@@ -467,7 +467,7 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
         );
         let mut ratios = Vec::new();
         for (round, cases) in embeddings.chunks(inference::PER_ROUND).enumerate() {
-            let [_, direct, yardmaster] = cases else { continue };
+            let [_, direct, yardmaster, _] = cases else { continue };
             ratios.push(yardmaster.value / direct.value);
             for figure in cases {
                 let ratio = format!("{:>6.2}×", figure.value / direct.value);

@@ -57,15 +57,17 @@ pub async fn figures(inputs: usize) -> Vec<Figure> {
         let name = format!("tch directly, yardmaster's batches ({} tokens)", settings.max_batch_tokens);
         figures.push(direct(&model, &texts, &planned, &settings, name));
         figures.push(embedded(&texts, &settings).await);
+        figures.push(direct_loops(&model, &texts, &planned, &settings));
     }
     let _ = std::fs::remove_dir_all(&dir);
     figures
 }
 
-/// Rounds of the three cases, each round the two direct runs then a yardmaster one.
+/// Rounds of the cases, each round the two direct runs, a yardmaster one, then the
+/// direct loops on every core.
 pub const ROUNDS: usize = 3;
 /// Figures per round, in that order.
-pub const PER_ROUND: usize = 3;
+pub const PER_ROUND: usize = 4;
 
 /// The padding share of the benchmark's length mix, in the caller's order by count and as
 /// yardmaster cuts it, for `inputs` inputs: `(by count, planned, batches by count, planned)`.
@@ -116,6 +118,54 @@ fn direct(model: &Path, texts: &[String], plan: &[Vec<usize>], settings: &Infere
     Figure::rate(name, texts.len() as f64 / seconds, note).of_kind(Kind::Inference).with_cpu(usage, texts.len())
 }
 
+/// The same batches shared by one loop a core, each loop with one of libtorch's threads and
+/// the one model: what yardmaster's passes do, without a job system around them. Not the
+/// baseline of the ratio (the is one loop); printed beside it.
+fn direct_loops(model: &Path, texts: &[String], plan: &[Vec<usize>], settings: &InferenceSettings) -> Figure {
+    let device = match settings.device.as_str() {
+        "cuda" => Device::Cuda(0),
+        _ => Device::Cpu,
+    };
+    let cores = tch::get_num_threads().max(1);
+    let module = CModule::load_on_device(model, device).unwrap();
+    let tokenizer = Tokenizer::new(settings.vocab, settings.max_tokens);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let run = |chunk: &[&String]| -> usize {
+        let tokens = tokenizer.encode(0, chunk).unwrap();
+        let ids =
+            Tensor::from_slice(&tokens.ids).reshape([tokens.rows as i64, tokens.columns as i64]).to_device(device);
+        let out = tch::no_grad(|| module.forward_ts(&[ids]).unwrap()).to_device(Device::Cpu);
+        Vec::<f32>::try_from(&out.to_kind(TensorKind::Float).flatten(0, -1)).unwrap().len() / out.size()[1] as usize
+    };
+    let before = sampler().snapshot();
+    let start = Instant::now();
+    let vectors: usize = std::thread::scope(|scope| {
+        let loops: Vec<_> = (0..cores)
+            .map(|_| {
+                scope.spawn(|| {
+                    tch::set_num_threads(1);
+                    let mut vectors = 0;
+                    loop {
+                        let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(batch) = plan.get(at) else { break vectors };
+                        let chunk: Vec<&String> = batch.iter().map(|&at| &texts[at]).collect();
+                        vectors += run(&chunk);
+                    }
+                })
+            })
+            .collect();
+        loops.into_iter().map(|one| one.join().unwrap()).sum()
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    let usage = sampler().since(&before);
+    // libtorch keeps the last count set for threads it meets later: give it back.
+    tch::set_num_threads(cores);
+    assert_eq!(vectors, texts.len());
+    let name = format!("tch directly, yardmaster's batches, {cores} loops of one thread, {}", settings.device);
+    let note = format!("{} inputs, {} batches, {seconds:.1} s", texts.len(), plan.len());
+    Figure::rate(name, texts.len() as f64 / seconds, note).of_kind(Kind::Inference).with_cpu(usage, texts.len())
+}
+
 /// One `compute_embeddings` job of every input on the embedded default, after a one-input
 /// job has loaded the model.
 async fn embedded(texts: &[String], inference: &InferenceSettings) -> Figure {
@@ -130,6 +180,10 @@ async fn embedded(texts: &[String], inference: &InferenceSettings) -> Figure {
         if let Some(queue) = settings.queues.get_mut(&settings.inference.queue) {
             queue.concurrency = slots;
         }
+    }
+    // `BENCH_INFERENCE_PASSES`: the actor's passes at once (default: the shipped `0`, one a core).
+    if let Some(passes) = std::env::var("BENCH_INFERENCE_PASSES").ok().and_then(|n| n.parse().ok()) {
+        settings.inference.passes = passes;
     }
     let app = Application::builder(settings).without_api().build().await.unwrap();
     let (db, dispatcher) = (app.db(), Dispatcher::new(app.store(), app.transport()));

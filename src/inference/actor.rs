@@ -1,5 +1,7 @@
-//! The inference actor: one TorchScript model per process, on a thread of its own (a
-//! `SyncArbiter` of one), so a forward pass never blocks the async runtime.
+//! The inference actor: one TorchScript model per process, run on threads of the actor's own
+//! (a `SyncArbiter` of `inference.passes`, one a core on the CPU, one on a GPU), so a forward
+//! pass never blocks the async runtime and two passes on two cores do not wait for each
+//! other's kernels.
 //!
 //! The model is loaded on that thread when the first batch asks for it, onto CUDA when the
 //! configuration allows and a GPU is there, else the CPU, and the log says which. A model
@@ -12,7 +14,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, Handler, Message, SyncArbiter, SyncContext};
@@ -73,13 +75,22 @@ pub struct Embedded {
 #[rtype(result = "Result<Embedded, InferenceError>")]
 pub struct Embed(pub Tokens);
 
-/// Owns the model; runs on its own thread.
+/// Runs forward passes on a thread of its own; the model is shared by every such thread.
 pub struct InferenceActor {
+    model: Arc<SharedModel>,
+}
+
+/// The one model the actor's threads share: loaded by the first thread to need it (the
+/// others wait for it), tried again at most every [`RELOAD_AFTER`] when it failed.
+struct SharedModel {
     path: PathBuf,
     device: String,
     half: bool,
-    loaded: Result<Loaded, (String, Instant)>,
+    loaded: Mutex<Option<Loading>>,
 }
+
+/// The model, or why it could not be loaded and when that was last tried.
+type Loading = Result<Arc<Loaded>, (String, Instant)>;
 
 /// A model loaded on its device.
 pub(super) struct Loaded {
@@ -94,22 +105,67 @@ impl Actor for InferenceActor {
     type Context = SyncContext<Self>;
 }
 
-impl InferenceActor {
-    /// Loads the model named by `settings` (on the calling thread: the actor's).
-    pub fn load(settings: &InferenceSettings) -> InferenceActor {
-        let path = PathBuf::from(&settings.model);
-        let loaded = load(&path, &settings.device, settings.half).map_err(|reason| (reason, Instant::now()));
-        InferenceActor { path, device: settings.device.clone(), half: settings.half, loaded }
+impl SharedModel {
+    fn new(settings: &InferenceSettings) -> SharedModel {
+        SharedModel {
+            path: PathBuf::from(&settings.model),
+            device: settings.device.clone(),
+            half: settings.half,
+            loaded: Mutex::new(None),
+        }
     }
 
-    fn model(&mut self) -> Result<&Loaded, InferenceError> {
-        if let Err((_, at)) = &self.loaded {
-            if at.elapsed() >= RELOAD_AFTER {
-                self.loaded = load(&self.path, &self.device, self.half).map_err(|reason| (reason, Instant::now()));
-            }
+    fn get(&self) -> Result<Arc<Loaded>, InferenceError> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let stale = match &*loaded {
+            None => true,
+            Some(Err((_, at))) => at.elapsed() >= RELOAD_AFTER,
+            Some(Ok(_)) => false,
+        };
+        if stale {
+            let fresh = load(&self.path, &self.device, self.half);
+            *loaded = Some(fresh.map(Arc::new).map_err(|reason| (reason, Instant::now())));
         }
-        self.loaded.as_ref().map_err(|(reason, _)| InferenceError::ModelUnavailable(reason.clone()))
+        match loaded.as_ref() {
+            Some(Ok(model)) => Ok(model.clone()),
+            Some(Err((reason, _))) => Err(InferenceError::ModelUnavailable(reason.clone())),
+            None => Err(InferenceError::ModelUnavailable("the model was not loaded".into())),
+        }
     }
+}
+
+/// How many passes run at once and how many of libtorch's threads each gets (`None`:
+/// libtorch's own choice), for `settings` with or without a GPU, on `cores` cores.
+fn passes(settings: &InferenceSettings, on_gpu: bool, cores: usize) -> (usize, Option<i32>) {
+    if on_gpu {
+        return (settings.passes.max(1), None);
+    }
+    let passes = if settings.passes == 0 { cores.max(1) } else { settings.passes };
+    match passes {
+        1 => (1, None),
+        _ => (passes, Some((cores / passes).max(1) as i32)),
+    }
+}
+
+/// The passes and threads a pass this host runs `settings` with (see [`passes`]).
+pub(super) fn plan(settings: &InferenceSettings) -> (usize, Option<i32>) {
+    passes(settings, on_gpu(&settings.device), cores())
+}
+
+/// Whether `setting` puts the model on a GPU here.
+fn on_gpu(setting: &str) -> bool {
+    match setting {
+        "cpu" => false,
+        "cuda" => true,
+        _ => tch::Cuda::is_available(),
+    }
+}
+
+/// libtorch's default thread count, a thread per core, as it was before any pass set its
+/// own share.
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| tch::get_num_threads().max(1) as usize)
 }
 
 /// The device `setting` names: `cuda` insists on a GPU, `auto` takes one if present.
@@ -203,7 +259,8 @@ impl Handler<Embed> for InferenceActor {
     type Result = Result<Embedded, InferenceError>;
 
     fn handle(&mut self, Embed(tokens): Embed, _: &mut SyncContext<Self>) -> Self::Result {
-        let model = self.model()?;
+        let model = self.model.get()?;
+        let model = model.as_ref();
         match std::panic::catch_unwind(AssertUnwindSafe(|| tch::no_grad(|| forward(model, &tokens)))) {
             Ok(answer) => {
                 answer.map(|vectors| Embedded { vectors, model: model.name.clone(), device: device_name(model.device) })
@@ -280,8 +337,23 @@ impl Inference {
     fn actor(&self) -> &Addr<InferenceActor> {
         self.inner.actor.get_or_init(|| {
             keep_tensor_memory();
-            let settings = self.inner.settings.clone();
-            SyncArbiter::start(1, move || InferenceActor::load(&settings))
+            let settings = &self.inner.settings;
+            let (passes, threads) = plan(settings);
+            // A batch for every pass, at least.
+            self.inner.mailbox.add_permits(passes.saturating_sub(settings.mailbox.max(1)));
+            info!(passes, threads_per_pass = threads, "inference actor starting");
+            let model = Arc::new(SharedModel::new(settings));
+            SyncArbiter::start(passes, move || {
+                if let Some(threads) = threads {
+                    // This thread's share of the cores: its passes' kernels run on it alone
+                    // (one thread) or on a team of this size.
+                    tch::set_num_threads(threads);
+                }
+                // Loaded as the actor starts (the first thread; the rest wait for it), so
+                // the log says which device at once.
+                let _ = model.get();
+                InferenceActor { model: model.clone() }
+            })
         })
     }
 
@@ -317,6 +389,18 @@ pub fn keep_tensor_memory() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passes_share_the_cores_and_a_gpu_takes_one() {
+        let asked = |passes: usize| InferenceSettings { passes, ..InferenceSettings::default() };
+        assert_eq!(passes(&asked(0), false, 2), (2, Some(1)));
+        assert_eq!(passes(&asked(0), false, 8), (8, Some(1)));
+        assert_eq!(passes(&asked(2), false, 8), (2, Some(4)));
+        assert_eq!(passes(&asked(4), false, 2), (4, Some(1)));
+        assert_eq!(passes(&asked(1), false, 8), (1, None));
+        assert_eq!(passes(&asked(0), true, 8), (1, None));
+        assert_eq!(passes(&asked(3), true, 8), (3, None));
+    }
 
     #[test]
     fn the_cause_under_a_torchscript_traceback_is_reported() {

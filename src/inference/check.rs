@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::actor::{device_name, forward, load, precision_name};
+use super::actor::{device_name, forward, load, plan, precision_name};
 use super::settings::InferenceSettings;
 use super::tokenizer::Tokenizer;
 
@@ -20,6 +20,9 @@ pub fn run(settings: &InferenceSettings) -> anyhow::Result<i32> {
     println!("libtorch: {}", libtorch_version());
     println!("CUDA: {}", cuda());
     println!("threads: {}", tch::get_num_threads());
+    let (passes, threads) = plan(settings);
+    let each = threads.map_or_else(|| "libtorch's threads".to_owned(), |threads| format!("{threads} thread(s)"));
+    println!("passes: {passes} at once, {each} each (inference.passes = {})", settings.passes);
     let started = Instant::now();
     let model = load(&PathBuf::from(&settings.model), &settings.device, settings.half).map_err(anyhow::Error::msg)?;
     println!("device: {} (inference.device = {})", device_name(model.device), settings.device);

@@ -24,6 +24,12 @@ pub struct InferenceSettings {
     pub mailbox: usize,
     /// How long a batch refused by a full actor waits before it is tried again.
     pub retry_after_ms: u64,
+    /// Forward passes run at once, each on a thread of the actor's own, all on the one
+    /// loaded model. On the CPU each pass gets an equal share of libtorch's threads (two
+    /// passes of one core each on two cores); on a GPU one pass keeps it busy. `0`: one a
+    /// core on the CPU, one on a GPU. The mailbox holds at least this many batches.
+    #[serde(default)]
+    pub passes: usize,
     /// The tokeniser (see `inference::tokenizer`).
     #[serde(default)]
     pub tokenizer: TokenizerSettings,
@@ -121,6 +127,7 @@ impl Default for InferenceSettings {
             batch_size: 64,
             max_batch_tokens: 16_384,
             mailbox: 2,
+            passes: 0,
             retry_after_ms: 200,
             vocab: 4096,
             max_tokens: 512,
@@ -139,6 +146,7 @@ impl InferenceSettings {
         );
         anyhow::ensure!((1..=4096).contains(&self.batch_size), "inference.batch_size must be 1 to 4096");
         anyhow::ensure!((1..=1024).contains(&self.mailbox), "inference.mailbox must be 1 to 1024");
+        anyhow::ensure!(self.passes <= 256, "inference.passes must be 0 (one a core) to 256");
         anyhow::ensure!((2..=1 << 24).contains(&self.vocab), "inference.vocab must be 2 to 16777216");
         anyhow::ensure!((1..=65_536).contains(&self.max_tokens), "inference.max_tokens must be 1 to 65536");
         anyhow::ensure!(

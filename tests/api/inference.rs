@@ -210,6 +210,30 @@ async fn the_actor_answers_what_the_model_answers_run_directly() {
     }
 }
 
+/// Two passes at once on the one loaded model (`inference.passes`): batches sent together
+/// each get what the model answers for them run alone.
+#[actix_rt::test]
+async fn passes_at_once_answer_what_the_model_answers_alone() {
+    let models = Models::new();
+    let path = models.default_model();
+    let inference = Inference::new(InferenceSettings { passes: 2, mailbox: 4, ..settings(&path) });
+    let tokenizer = Tokenizer::new(4096, 512);
+    let batches: Vec<Vec<String>> =
+        (0..4).map(|batch| (0..16).map(|i| sequence(batch * 100 + i, 40 + 20 * i)).collect()).collect();
+    let answers = futures_util::future::join_all(
+        batches.iter().map(|inputs| inference.embed(tokenizer.encode(0, inputs).unwrap())),
+    )
+    .await;
+    for (inputs, answer) in batches.iter().zip(answers) {
+        let answer = answer.unwrap();
+        let expected = direct(&path, inputs);
+        assert_eq!(answer.vectors.len(), inputs.len());
+        for (got, want) in answer.vectors.iter().zip(&expected) {
+            assert!(max_difference(got, want) <= tolerance(1e-5), "{got:?} vs {want:?}");
+        }
+    }
+}
+
 /// A corrupt model, a missing one, and one answering the wrong shape are errors with their
 /// own codes, never a panic; the actor goes on answering.
 #[actix_rt::test]
@@ -241,7 +265,7 @@ async fn models_that_cannot_serve_answer_with_their_codes() {
 #[actix_rt::test]
 async fn a_full_actor_answers_busy_at_once() {
     let models = Models::new();
-    let inference = Inference::new(InferenceSettings { mailbox: 1, ..settings(&models.default_model()) });
+    let inference = Inference::new(InferenceSettings { mailbox: 1, passes: 1, ..settings(&models.default_model()) });
     let tokenizer = Tokenizer::new(4096, 512);
     let long: Vec<String> = (0..64).map(|i| sequence(i, 500)).collect();
     let first = inference.embed(tokenizer.encode(0, &long).unwrap());
@@ -342,8 +366,13 @@ async fn nearest_neighbours_finds_the_known_nearest(backend: Backend) {
 /// that find it full wait (RetryLater, `inference.busy` in the log) and both jobs finish.
 async fn two_jobs_share_a_full_actor_through_retry_later(backend: Backend) {
     let models = Models::new();
-    let inference =
-        InferenceSettings { mailbox: 1, batch_size: 8, retry_after_ms: 20, ..settings(&models.default_model()) };
+    let inference = InferenceSettings {
+        mailbox: 1,
+        passes: 1,
+        batch_size: 8,
+        retry_after_ms: 20,
+        ..settings(&models.default_model())
+    };
     let app = TestApp::spawn_with(backend, inference_options(inference)).await;
     let mut ids = Vec::new();
     for set in ["first", "second"] {
