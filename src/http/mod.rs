@@ -1,6 +1,7 @@
 //! What every HTTP surface shares: the problem+json error type and its table of codes, the
 //! route type and who may call a route, the state every handler can reach, the extractors'
-//! error mapping, and the middleware that guards bodies, connections and store outages.
+//! error mapping, the middleware that guards bodies, connections and store outages, and how
+//! long an idle connection is kept, by the server and by the project's own clients.
 //!
 //! Capabilities (`jobs`, `remote`, `uploads`, `inference`, `admin`, `auth`, …) build on this
 //! module and export a [`Surface`]: their routes and their part of the OpenAPI document.

@@ -1,12 +1,12 @@
-//! The inference actor: one TorchScript model per process, run on threads of the actor's own
-//! (a `SyncArbiter` of `inference.passes`, one a core on the CPU, one on a GPU), so a forward
-//! pass never blocks the async runtime and two passes on two cores do not wait for each
-//! other's kernels.
+//! The inference actor: one TorchScript model per process, run by threads of the actor's own
+//! (a `SyncArbiter` of `inference.passes`), so a forward pass never blocks the async runtime,
+//! and on the CPU two passes on their own cores do not wait at each other's kernels.
 //!
-//! The model is loaded on that thread when the first batch asks for it, onto CUDA when the
-//! configuration allows and a GPU is there, else the CPU, and the log says which. A model
-//! that cannot be loaded answers every request with `ModelUnavailable` (loading is tried
-//! again at most every [`RELOAD_AFTER`]); the process goes on serving everything else.
+//! The model is loaded once, by the first of those threads, when the first batch asks for
+//! it, onto CUDA when the configuration allows and a GPU is there, else the CPU, and the log
+//! says which. A model that cannot be loaded answers every request with `ModelUnavailable`
+//! (loading is tried again at most every [`RELOAD_AFTER`]); the process goes on serving
+//! everything else.
 //!
 //! The mailbox is bounded by [`Inference`]: a request that finds `mailbox` batches already
 //! accepted is answered `Busy` at once, never queued, so its batch can wait off the queue
@@ -135,12 +135,19 @@ impl SharedModel {
 }
 
 /// How many passes run at once and how many of libtorch's threads each gets (`None`:
-/// libtorch's own choice), for `settings` with or without a GPU, on `cores` cores.
+/// libtorch's own choice), for `settings` with or without a GPU, on `cores` cores. `0`
+/// runs as many passes as the mailbox holds batches, up to one a core, and shares the cores
+/// among them: every core works whatever the mailbox (two passes of four threads on eight
+/// cores with the default mailbox of two).
 fn passes(settings: &InferenceSettings, on_gpu: bool, cores: usize) -> (usize, Option<i32>) {
     if on_gpu {
         return (settings.passes.max(1), None);
     }
-    let passes = if settings.passes == 0 { cores.max(1) } else { settings.passes };
+    let cores = cores.max(1);
+    let passes = match settings.passes {
+        0 => settings.mailbox.clamp(1, cores),
+        asked => asked,
+    };
     match passes {
         1 => (1, None),
         _ => (passes, Some((cores / passes).max(1) as i32)),
@@ -346,7 +353,9 @@ impl Inference {
             SyncArbiter::start(passes, move || {
                 if let Some(threads) = threads {
                     // This thread's share of the cores: its passes' kernels run on it alone
-                    // (one thread) or on a team of this size.
+                    // (one thread) or on a team of this size. libtorch also keeps the count
+                    // for threads that first use it later; only the actor's threads run
+                    // libtorch in a process.
                     tch::set_num_threads(threads);
                 }
                 // Loaded as the actor starts (the first thread; the rest wait for it), so
@@ -359,8 +368,10 @@ impl Inference {
 
     /// Vectors for `tokens`, or [`InferenceError::Busy`] at once when the mailbox is full.
     pub async fn embed(&self, tokens: Tokens) -> Result<Embedded, InferenceError> {
+        // Started first: starting sizes the mailbox to the passes.
+        let actor = self.actor();
         let _accepted = self.inner.mailbox.clone().try_acquire_owned().map_err(|_| InferenceError::Busy)?;
-        self.actor()
+        actor
             .send(Embed(tokens))
             .await
             .map_err(|err| InferenceError::Failed(format!("the inference actor is gone: {err}")))?
@@ -393,8 +404,12 @@ mod tests {
     #[test]
     fn passes_share_the_cores_and_a_gpu_takes_one() {
         let asked = |passes: usize| InferenceSettings { passes, ..InferenceSettings::default() };
+        // The default mailbox holds two batches.
         assert_eq!(passes(&asked(0), false, 2), (2, Some(1)));
-        assert_eq!(passes(&asked(0), false, 8), (8, Some(1)));
+        assert_eq!(passes(&asked(0), false, 8), (2, Some(4)));
+        assert_eq!(passes(&asked(0), false, 1), (1, None));
+        let roomy = InferenceSettings { mailbox: 16, ..InferenceSettings::default() };
+        assert_eq!(passes(&roomy, false, 8), (8, Some(1)));
         assert_eq!(passes(&asked(2), false, 8), (2, Some(4)));
         assert_eq!(passes(&asked(4), false, 2), (4, Some(1)));
         assert_eq!(passes(&asked(1), false, 8), (1, None));

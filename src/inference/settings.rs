@@ -25,9 +25,10 @@ pub struct InferenceSettings {
     /// How long a batch refused by a full actor waits before it is tried again.
     pub retry_after_ms: u64,
     /// Forward passes run at once, each on a thread of the actor's own, all on the one
-    /// loaded model. On the CPU each pass gets an equal share of libtorch's threads (two
-    /// passes of one core each on two cores); on a GPU one pass keeps it busy. `0`: one a
-    /// core on the CPU, one on a GPU. The mailbox holds at least this many batches.
+    /// loaded model. On the CPU the passes share libtorch's threads equally (two passes of
+    /// one core each on two cores); on a GPU one pass keeps it busy. `0`: on the CPU as many
+    /// as `mailbox` holds, up to one a core; one on a GPU. The mailbox holds at least this
+    /// many batches.
     #[serde(default)]
     pub passes: usize,
     /// The tokeniser (see `inference::tokenizer`).

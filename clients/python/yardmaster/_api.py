@@ -25,6 +25,10 @@ Job = dict[str, Any]
 
 USER_AGENT = "yardmaster-python/0.1.0"
 
+# How long an idle connection is kept for the next request: under the server's keep-alive
+# (5 s), so a request is never sent on a connection the server is closing in that instant.
+LIMITS = httpx.Limits(keepalive_expiry=3.0)
+
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 #: Longest single hold of a long-poll; the server caps it too (``server.max_wait_seconds``).

@@ -32,7 +32,7 @@ class AsyncClient(api.Settings):
     ) -> None:
         super().__init__(url, token, timeout, retry_budget)
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=self.headers, timeout=timeout, transport=transport
+            base_url=self.url, headers=self.headers, timeout=timeout, transport=transport, limits=api.LIMITS
         )
 
     async def __aenter__(self) -> AsyncClient:

@@ -36,7 +36,7 @@ class Client(api.Settings):
     ) -> None:
         super().__init__(url, token, timeout, retry_budget)
         self._http = httpx.Client(
-            base_url=self.url, headers=self.headers, timeout=timeout, transport=transport
+            base_url=self.url, headers=self.headers, timeout=timeout, transport=transport, limits=api.LIMITS
         )
 
     def __enter__(self) -> Client:
