@@ -84,32 +84,35 @@ pub fn padding(inputs: usize) -> (f64, f64, usize, usize) {
     )
 }
 
+/// The device the bench's settings name.
+fn device_of(settings: &InferenceSettings) -> Device {
+    match settings.device.as_str() {
+        "cuda" => Device::Cuda(0),
+        _ => Device::Cpu,
+    }
+}
+
+/// One batch (positions of `texts`) tokenised, run and copied out: its vectors.
+fn embed(module: &CModule, tokenizer: &Tokenizer, device: Device, texts: &[String], batch: &[usize]) -> Vec<Vec<f32>> {
+    let chunk: Vec<&String> = batch.iter().map(|&at| &texts[at]).collect();
+    let tokens = tokenizer.encode(0, &chunk).unwrap();
+    let ids = Tensor::from_slice(&tokens.ids).reshape([tokens.rows as i64, tokens.columns as i64]).to_device(device);
+    let out = tch::no_grad(|| module.forward_ts(&[ids]).unwrap()).to_device(Device::Cpu);
+    let dims = out.size()[1] as usize;
+    let flat = Vec::<f32>::try_from(&out.to_kind(TensorKind::Float).flatten(0, -1)).unwrap();
+    flat.chunks(dims).map(<[f32]>::to_vec).collect()
+}
+
 /// The model loaded once, then every batch (positions of `texts`) tokenised, run and copied
 /// out, one after another.
 fn direct(model: &Path, texts: &[String], plan: &[Vec<usize>], settings: &InferenceSettings, name: String) -> Figure {
-    let device = match settings.device.as_str() {
-        "cuda" => Device::Cuda(0),
-        _ => Device::Cpu,
-    };
+    let device = device_of(settings);
     let module = CModule::load_on_device(model, device).unwrap();
     let tokenizer = Tokenizer::new(settings.vocab, settings.max_tokens);
-    let run = |chunk: &[&String]| -> Vec<Vec<f32>> {
-        let tokens = tokenizer.encode(0, chunk).unwrap();
-        let ids =
-            Tensor::from_slice(&tokens.ids).reshape([tokens.rows as i64, tokens.columns as i64]).to_device(device);
-        let out = tch::no_grad(|| module.forward_ts(&[ids]).unwrap()).to_device(Device::Cpu);
-        let dims = out.size()[1] as usize;
-        let flat = Vec::<f32>::try_from(&out.to_kind(TensorKind::Float).flatten(0, -1)).unwrap();
-        flat.chunks(dims).map(<[f32]>::to_vec).collect()
-    };
-    run(&[&texts[0]]);
+    embed(&module, &tokenizer, device, texts, &[0]);
     let before = sampler().snapshot();
     let start = Instant::now();
-    let mut vectors = 0;
-    for batch in plan {
-        let chunk: Vec<&String> = batch.iter().map(|&at| &texts[at]).collect();
-        vectors += run(&chunk).len();
-    }
+    let vectors: usize = plan.iter().map(|batch| embed(&module, &tokenizer, device, texts, batch).len()).sum();
     let seconds = start.elapsed().as_secs_f64();
     let usage = sampler().since(&before);
     assert_eq!(vectors, texts.len());
@@ -122,21 +125,11 @@ fn direct(model: &Path, texts: &[String], plan: &[Vec<usize>], settings: &Infere
 /// the one model: what yardmaster's passes do, without a job system around them. Not the
 /// baseline of the ratio (the is one loop); printed beside it.
 fn direct_loops(model: &Path, texts: &[String], plan: &[Vec<usize>], settings: &InferenceSettings) -> Figure {
-    let device = match settings.device.as_str() {
-        "cuda" => Device::Cuda(0),
-        _ => Device::Cpu,
-    };
+    let device = device_of(settings);
     let cores = tch::get_num_threads().max(1);
     let module = CModule::load_on_device(model, device).unwrap();
     let tokenizer = Tokenizer::new(settings.vocab, settings.max_tokens);
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let run = |chunk: &[&String]| -> usize {
-        let tokens = tokenizer.encode(0, chunk).unwrap();
-        let ids =
-            Tensor::from_slice(&tokens.ids).reshape([tokens.rows as i64, tokens.columns as i64]).to_device(device);
-        let out = tch::no_grad(|| module.forward_ts(&[ids]).unwrap()).to_device(Device::Cpu);
-        Vec::<f32>::try_from(&out.to_kind(TensorKind::Float).flatten(0, -1)).unwrap().len() / out.size()[1] as usize
-    };
     let before = sampler().snapshot();
     let start = Instant::now();
     let vectors: usize = std::thread::scope(|scope| {
@@ -148,8 +141,7 @@ fn direct_loops(model: &Path, texts: &[String], plan: &[Vec<usize>], settings: &
                     loop {
                         let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(batch) = plan.get(at) else { break vectors };
-                        let chunk: Vec<&String> = batch.iter().map(|&at| &texts[at]).collect();
-                        vectors += run(&chunk);
+                        vectors += embed(&module, &tokenizer, device, texts, batch).len();
                     }
                 })
             })
@@ -181,7 +173,7 @@ async fn embedded(texts: &[String], inference: &InferenceSettings) -> Figure {
             queue.concurrency = slots;
         }
     }
-    // `BENCH_INFERENCE_PASSES`: the actor's passes at once (default: the shipped `0`, one a core).
+    // `BENCH_INFERENCE_PASSES`: the actor's passes at once (default: the shipped `0`).
     if let Some(passes) = std::env::var("BENCH_INFERENCE_PASSES").ok().and_then(|n| n.parse().ok()) {
         settings.inference.passes = passes;
     }

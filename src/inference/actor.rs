@@ -117,20 +117,13 @@ impl SharedModel {
 
     fn get(&self) -> Result<Arc<Loaded>, InferenceError> {
         let mut loaded = self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let stale = match &*loaded {
-            None => true,
-            Some(Err((_, at))) => at.elapsed() >= RELOAD_AFTER,
-            Some(Ok(_)) => false,
-        };
-        if stale {
-            let fresh = load(&self.path, &self.device, self.half);
-            *loaded = Some(fresh.map(Arc::new).map_err(|reason| (reason, Instant::now())));
+        if matches!(&*loaded, Some(Err((_, at))) if at.elapsed() >= RELOAD_AFTER) {
+            *loaded = None;
         }
-        match loaded.as_ref() {
-            Some(Ok(model)) => Ok(model.clone()),
-            Some(Err((reason, _))) => Err(InferenceError::ModelUnavailable(reason.clone())),
-            None => Err(InferenceError::ModelUnavailable("the model was not loaded".into())),
-        }
+        let current = loaded.get_or_insert_with(|| {
+            load(&self.path, &self.device, self.half).map(Arc::new).map_err(|reason| (reason, Instant::now()))
+        });
+        current.clone().map_err(|(reason, _)| InferenceError::ModelUnavailable(reason))
     }
 }
 
