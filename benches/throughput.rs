@@ -463,7 +463,7 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
         println!(
             "== inference: embeddings/s on {}, default model, {} rounds (ratio: to the model run directly with tch on yardmaster's batches in the same round; target ≥ 0.9×) ==",
             std::env::var("BENCH_INFERENCE_DEVICE").unwrap_or_else(|_| "cpu".into()),
-            inference::ROUNDS
+            inference::rounds()
         );
         let mut ratios = Vec::new();
         for (round, cases) in embeddings.chunks(inference::PER_ROUND).enumerate() {
@@ -482,7 +482,14 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
             in_order * 100.0,
             planned * 100.0
         );
-        println!("median ratio {:.2}× (spread {:.2}–{:.2})", median(&ratios), min(&ratios), max(&ratios));
+        let mean = ratios.iter().sum::<f64>() / ratios.len().max(1) as f64;
+        println!(
+            "median ratio {:.2}× (spread {:.2}–{:.2}; mean {mean:.3}× over {} rounds)",
+            median(&ratios),
+            min(&ratios),
+            max(&ratios),
+            ratios.len()
+        );
         println!("{:<72} {:>8} {:>8} {:>10}", "CPU per embedding, µs", "total", "bench", "pg+broker");
         for figure in &embeddings {
             let Some((usage, items)) = &figure.cpu else { continue };
@@ -506,10 +513,14 @@ fn report(figures: &[Figure], latencies: &[Latency], history: &[HistoryRun], mem
     }
 }
 
+/// The middle value, or the mean of the middle two.
 fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
-    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
+    match sorted.len() {
+        0 => f64::NAN,
+        count => (sorted[(count - 1) / 2] + sorted[count / 2]) / 2.0,
+    }
 }
 
 fn min(values: &[f64]) -> f64 {

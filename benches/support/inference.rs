@@ -51,7 +51,7 @@ pub async fn figures(inputs: usize) -> Vec<Figure> {
     yardmaster::inference::actor::keep_tensor_memory();
     // Alternated, so a slow spell of the machine falls on both sides alike.
     let mut figures = Vec::new();
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds() {
         let name = format!("tch directly, in order, batches of {}", settings.batch_size);
         figures.push(direct(&model, &texts, &in_order, &settings, name));
         let name = format!("tch directly, yardmaster's batches ({} tokens)", settings.max_batch_tokens);
@@ -63,9 +63,11 @@ pub async fn figures(inputs: usize) -> Vec<Figure> {
     figures
 }
 
-/// Rounds of the cases, each round the two direct runs, a yardmaster one, then the
-/// direct loops on every core.
-pub const ROUNDS: usize = 3;
+/// Rounds of the cases (`BENCH_INFERENCE_ROUNDS`, default 3), each round the two direct
+/// runs, a yardmaster one, then the direct loops on every core.
+pub fn rounds() -> usize {
+    std::env::var("BENCH_INFERENCE_ROUNDS").ok().and_then(|n| n.parse().ok()).filter(|&n| n > 0).unwrap_or(3)
+}
 /// Figures per round, in that order.
 pub const PER_ROUND: usize = 4;
 
@@ -165,6 +167,10 @@ async fn embedded(texts: &[String], inference: &InferenceSettings) -> Figure {
     let mut settings = bench_settings(&scratch.url);
     settings.queues.extend(Settings::default().queues.into_iter().filter(|(name, _)| name != "default"));
     settings.inference = inference.clone();
+    // No index build after the job: it would start once the coordinator has succeeded (the
+    // round's end), outlive the dropped application and take the cores from the next rounds
+    // (up to a quarter of their rate until 2026-12-07).
+    settings.inference.index.min_items = texts.len() as u64 + 1;
     // `BENCH_INFERENCE_SLOTS` batches in flight (the queue's concurrency and the actor's
     // mailbox); default: the shipped configuration's.
     if let Some(slots) = std::env::var("BENCH_INFERENCE_SLOTS").ok().and_then(|n| n.parse().ok()) {
