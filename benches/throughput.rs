@@ -911,8 +911,7 @@ async fn flow_cases(jobs: usize) -> Vec<Figure> {
         ratios.sort_by(f64::total_cmp);
         let name = ["embedded", "PostgreSQL + RabbitMQ, 2 workers"][deployment];
         let all = ratios.iter().map(|ratio| format!("{ratio:.2}")).collect::<Vec<_>>().join(", ");
-        // The middle round's, or the mean of the middle two's.
-        let median = (ratios[(ratios.len() - 1) / 2] + ratios[ratios.len() / 2]) / 2.0;
+        let median = median(&ratios);
         println!("flow: {name}, flowing against plain, median of {rounds} rounds {median:.2}× ({all})");
     }
     figures

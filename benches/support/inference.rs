@@ -68,6 +68,7 @@ pub async fn figures(inputs: usize) -> Vec<Figure> {
 pub fn rounds() -> usize {
     std::env::var("BENCH_INFERENCE_ROUNDS").ok().and_then(|n| n.parse().ok()).filter(|&n| n > 0).unwrap_or(3)
 }
+
 /// Figures per round, in that order.
 pub const PER_ROUND: usize = 4;
 
